@@ -1,0 +1,47 @@
+// The compiled config: what `--config` files (or, later, the operator via the trackhook-config
+// KV bucket) turn into, and the only config shape the data plane reads. Write keys appear as
+// SHA-256 digests only.
+import { Type, type Static } from "@sinclair/typebox";
+import { DNS_LABEL } from "./resources.ts";
+
+const Name = Type.String({ minLength: 1, maxLength: 63, pattern: DNS_LABEL });
+
+export const CompiledSource = Type.Object(
+  {
+    namespace: Name,
+    name: Name,
+    enabled: Type.Boolean(),
+    writeKeySha256: Type.String({ pattern: "^[0-9a-f]{64}$" }),
+    displayName: Type.Optional(Type.String()),
+  },
+  { additionalProperties: false },
+);
+export type CompiledSource = Static<typeof CompiledSource>;
+
+export const CompiledDestination = Type.Object(
+  {
+    namespace: Name,
+    name: Name,
+    enabled: Type.Boolean(),
+    /** Source names in the destination's namespace, selector already resolved. */
+    sources: Type.Array(Name),
+    urls: Type.Array(Type.String(), { minItems: 1, maxItems: 5 }),
+    headers: Type.Array(Type.Object({ name: Type.String(), value: Type.String() }, { additionalProperties: false })),
+    sharedSecret: Type.Optional(Type.String()),
+    timeoutMs: Type.Integer({ minimum: 1 }),
+    retryWindowMs: Type.Integer({ minimum: 1 }),
+    maxInFlight: Type.Integer({ minimum: 1 }),
+    standardWebhooks: Type.Boolean(),
+  },
+  { additionalProperties: false },
+);
+export type CompiledDestination = Static<typeof CompiledDestination>;
+
+export const CompiledConfig = Type.Object(
+  {
+    sources: Type.Array(CompiledSource),
+    destinations: Type.Array(CompiledDestination),
+  },
+  { additionalProperties: false },
+);
+export type CompiledConfig = Static<typeof CompiledConfig>;

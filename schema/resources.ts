@@ -1,0 +1,187 @@
+// The custom resources users write (Source, WebhookDestination) and the Secrets they reference.
+// One definition serves three readers: the CRDs in crds/ (generated), the `--config` loader of
+// `trackhook dev|ingest|deliver` (ajv), and the TypeScript types of both (Static<>).
+import { Type, type Static, type TSchema } from "@sinclair/typebox";
+import { DURATION_PATTERN } from "./duration.ts";
+
+export const GROUP = "trackhook.io";
+export const VERSION = "v1alpha1";
+export const API_VERSION = `${GROUP}/${VERSION}`;
+
+/** RFC 1123 label: Source and destination names become NATS subject tokens, so no dots. */
+export const DNS_LABEL = "^[a-z0-9]([-a-z0-9]*[a-z0-9])?$";
+const DNS_SUBDOMAIN = "^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$";
+const SECRET_KEY = "^[-._a-zA-Z0-9]+$";
+const HEADER_NAME = "^[!#$%&'*+.^_`|~0-9A-Za-z-]+$";
+
+const SecretKeySelector = (what: string) =>
+  Type.Object(
+    {
+      name: Type.String({ minLength: 1, maxLength: 253, pattern: DNS_SUBDOMAIN, description: `Name of the Secret holding ${what}, in the same namespace.` }),
+      key: Type.String({ minLength: 1, maxLength: 253, pattern: SECRET_KEY, description: `Key inside the Secret whose value is ${what}.` }),
+    },
+    { additionalProperties: false, description: `Reference to ${what} in a Secret of the same namespace.` },
+  );
+
+export const SourceSpec = Type.Object(
+  {
+    writeKeySecretRef: SecretKeySelector("the source's write key"),
+    enabled: Type.Optional(
+      Type.Boolean({ default: true, description: "When false, the write key is refused as if unknown (401)." }),
+    ),
+    displayName: Type.Optional(Type.String({ maxLength: 256, description: "Human-readable name, for UIs and logs." })),
+  },
+  { additionalProperties: false, description: "A Segment-compatible source: SDKs authenticate with its write key." },
+);
+export type SourceSpec = Static<typeof SourceSpec>;
+
+const LabelSelector = Type.Object(
+  {
+    matchLabels: Type.Optional(
+      Type.Record(Type.String({ maxLength: 317 }), Type.String({ maxLength: 63 }), {
+        description: "Sources whose labels include all of these pairs are selected.",
+        maxProperties: 32,
+      }),
+    ),
+  },
+  { additionalProperties: false, description: "Selects Sources of the same namespace by label." },
+);
+
+const WebhookHeader = Type.Object(
+  {
+    name: Type.String({ minLength: 1, maxLength: 256, pattern: HEADER_NAME, description: "HTTP header name." }),
+    value: Type.Optional(Type.String({ maxLength: 4096, description: "Literal header value." })),
+    valueFrom: Type.Optional(
+      Type.Object(
+        { secretKeyRef: SecretKeySelector("the header value") },
+        { additionalProperties: false, description: "Takes the header value from a Secret (for tokens)." },
+      ),
+    ),
+  },
+  {
+    additionalProperties: false,
+    description: "A custom header sent with every request; exactly one of value or valueFrom.",
+    oneOf: [{ required: ["value"] }, { required: ["valueFrom"] }],
+  },
+);
+
+export const WebhookDestinationSpec = Type.Object(
+  {
+    sources: Type.Optional(
+      Type.Array(Type.String({ minLength: 1, maxLength: 63, pattern: DNS_LABEL }), {
+        minItems: 1,
+        maxItems: 256,
+        description: "Names of the Sources (same namespace) whose messages this destination receives.",
+      }),
+    ),
+    sourceSelector: Type.Optional(LabelSelector),
+    urls: Type.Array(
+      Type.String({
+        minLength: 8,
+        maxLength: 2048,
+        pattern: "^https?://[^\\s/?#]+([/?#][^\\s]*)?$",
+        description: "An http or https URL that receives POSTed messages.",
+      }),
+      {
+        minItems: 1,
+        maxItems: 5,
+        description: "1 to 5 webhook URLs, tried in parallel; one 2xx answer delivers the message.",
+        "x-kubernetes-validations": [
+          {
+            rule: "self.all(u, isURL(u) && url(u).getScheme() in ['http', 'https'])",
+            message: "every URL must be an http or https URL",
+          },
+        ],
+      },
+    ),
+    headers: Type.Optional(
+      Type.Array(WebhookHeader, { maxItems: 32, description: "Custom headers sent with every request." }),
+    ),
+    sharedSecretRef: Type.Optional(SecretKeySelector("the shared secret that signs requests (X-Signature)")),
+    enabled: Type.Optional(Type.Boolean({ default: true, description: "When false, nothing is delivered." })),
+    timeout: Type.Optional(
+      Type.String({ default: "5s", pattern: DURATION_PATTERN, maxLength: 32, description: "Time allowed for one whole request, e.g. 5s." }),
+    ),
+    retryWindow: Type.Optional(
+      Type.String({ default: "4h", pattern: DURATION_PATTERN, maxLength: 32, description: "How long a message is retried, from the time it was stored, e.g. 4h." }),
+    ),
+    maxInFlight: Type.Optional(
+      Type.Integer({ default: 100, minimum: 1, maximum: 10_000, description: "Most messages in delivery at once for this destination." }),
+    ),
+    standardWebhooks: Type.Optional(
+      Type.Boolean({ default: false, description: "Also send Standard Webhooks headers (webhook-id, webhook-timestamp, webhook-signature)." }),
+    ),
+  },
+  {
+    additionalProperties: false,
+    description: "Forwards every message of its sources to up to five webhook URLs.",
+    oneOf: [{ required: ["sources"] }, { required: ["sourceSelector"] }],
+  },
+);
+export type WebhookDestinationSpec = Static<typeof WebhookDestinationSpec>;
+
+const Metadata = Type.Object(
+  {
+    name: Type.String({ minLength: 1, maxLength: 63, pattern: DNS_LABEL }),
+    namespace: Type.Optional(Type.String({ minLength: 1, maxLength: 63, pattern: DNS_LABEL })),
+    labels: Type.Optional(Type.Record(Type.String(), Type.String())),
+    annotations: Type.Optional(Type.Record(Type.String(), Type.String())),
+  },
+  { additionalProperties: true },
+);
+
+function document<K extends string, S extends TSchema>(kind: K, apiVersion: string, spec: S) {
+  return Type.Object(
+    { apiVersion: Type.Literal(apiVersion), kind: Type.Literal(kind), metadata: Metadata, spec },
+    { additionalProperties: true },
+  );
+}
+
+export const SourceDocument = document("Source", API_VERSION, SourceSpec);
+export type SourceDocument = Static<typeof SourceDocument>;
+export const WebhookDestinationDocument = document("WebhookDestination", API_VERSION, WebhookDestinationSpec);
+export type WebhookDestinationDocument = Static<typeof WebhookDestinationDocument>;
+
+export const SecretDocument = Type.Object(
+  {
+    apiVersion: Type.Literal("v1"),
+    kind: Type.Literal("Secret"),
+    metadata: Type.Object(
+      {
+        name: Type.String({ minLength: 1, maxLength: 253, pattern: DNS_SUBDOMAIN }),
+        namespace: Type.Optional(Type.String({ minLength: 1, maxLength: 63, pattern: DNS_LABEL })),
+      },
+      { additionalProperties: true },
+    ),
+    type: Type.Optional(Type.String()),
+    data: Type.Optional(Type.Record(Type.String({ pattern: SECRET_KEY }), Type.String({ contentEncoding: "base64" }))),
+    stringData: Type.Optional(Type.Record(Type.String({ pattern: SECRET_KEY }), Type.String())),
+  },
+  { additionalProperties: true },
+);
+export type SecretDocument = Static<typeof SecretDocument>;
+
+/** Status shared by every kind: observedGeneration and metav1.Condition entries. */
+export const ResourceStatus = Type.Object(
+  {
+    observedGeneration: Type.Optional(Type.Integer({ description: "The generation the conditions describe." })),
+    conditions: Type.Optional(
+      Type.Array(
+        Type.Object({
+          type: Type.String({ maxLength: 316, description: "Condition type, e.g. Ready." }),
+          status: Type.Unsafe<"True" | "False" | "Unknown">({
+            type: "string",
+            enum: ["True", "False", "Unknown"],
+            description: "True, False or Unknown.",
+          }),
+          observedGeneration: Type.Optional(Type.Integer({ description: "Generation this condition was set for." })),
+          lastTransitionTime: Type.String({ format: "date-time", description: "When the status last changed." }),
+          reason: Type.String({ maxLength: 1024, description: "CamelCase reason for the condition's last transition." }),
+          message: Type.String({ maxLength: 32768, description: "Human-readable details." }),
+        }),
+        { maxItems: 8, description: "Standard conditions; Ready tells whether the object is in effect." },
+      ),
+    ),
+  },
+  { description: "Observed state, written by the operator." },
+);

@@ -1,0 +1,46 @@
+// ajv validators compiled from the schemas, once, at module load.
+import { Ajv, type ErrorObject, type ValidateFunction } from "ajv";
+import type { Static, TSchema } from "@sinclair/typebox";
+import { BatchBody, MESSAGE_SCHEMAS, type MessageType } from "./messages.ts";
+import { SecretDocument, SourceDocument, WebhookDestinationDocument } from "./resources.ts";
+import { CompiledConfig } from "./compiled-config.ts";
+
+function newAjv(options: { useDefaults: boolean }): Ajv {
+  const ajv = new Ajv({ allErrors: true, strict: true, strictRequired: false, useDefaults: options.useDefaults, formats: { "date-time": true } });
+  // CEL rules are for the API server; the equivalent checks here are plain JSON Schema.
+  ajv.addKeyword({ keyword: "x-kubernetes-validations", schemaType: "array" });
+  return ajv;
+}
+
+const forMessages = newAjv({ useDefaults: false });
+const forDocuments = newAjv({ useDefaults: true });
+
+const compile = <T extends TSchema>(ajv: Ajv, schema: T) => ajv.compile<Static<T>>(schema);
+
+export const validateMessage = Object.fromEntries(
+  Object.entries(MESSAGE_SCHEMAS).map(([type, schema]) => [type, compile(forMessages, schema)]),
+) as { [K in MessageType]: ValidateFunction };
+export const validateBatchBody = compile(forMessages, BatchBody);
+
+/** Documents get their schema defaults filled in (enabled: true, timeout: 5s, ...). */
+export const validateSourceDocument = compile(forDocuments, SourceDocument);
+export const validateWebhookDestinationDocument = compile(forDocuments, WebhookDestinationDocument);
+export const validateSecretDocument = compile(forDocuments, SecretDocument);
+export const validateCompiledConfig = compile(forDocuments, CompiledConfig);
+
+/** `spec.urls[2]: must match pattern ...` — a field path a YAML author recognises. */
+export function describeErrors(errors: ErrorObject[] | null | undefined): string[] {
+  return (errors ?? [])
+    .filter((e) => e.keyword !== "if")
+    .map((e) => {
+      const path = e.instancePath
+        .split("/")
+        .slice(1)
+        .map((seg) => (/^\d+$/.test(seg) ? `[${seg}]` : `.${seg}`))
+        .join("")
+        .replace(/^\./, "");
+      const field = e.keyword === "required" ? [path, e.params.missingProperty].filter(Boolean).join(".") : path;
+      const detail = e.keyword === "required" ? "is required" : e.keyword === "additionalProperties" ? `has unknown field "${e.params.additionalProperty}"` : e.message;
+      return `${field || "(document)"}: ${detail}`;
+    });
+}
