@@ -1,0 +1,35 @@
+// Parsing of flag values shared by the commands.
+import { parseDuration } from "../schema/mod.ts";
+
+export class UsageError extends Error {
+  readonly code = "TRACKHOOK_USAGE";
+}
+
+const BYTE_UNITS: Record<string, number> = {
+  "": 1, b: 1, kb: 1e3, mb: 1e6, gb: 1e9, tb: 1e12, kib: 1024, mib: 1024 ** 2, gib: 1024 ** 3, tib: 1024 ** 4,
+};
+
+/** "10GiB", "500MB", "1048576" -> bytes. */
+export function parseBytes(flag: string, text: string): number {
+  const match = /^(\d+(?:\.\d+)?)\s*([a-z]*)$/i.exec(text.trim());
+  const unit = match ? BYTE_UNITS[match[2]!.toLowerCase()] : undefined;
+  if (!match || unit === undefined) throw new UsageError(`--${flag}: "${text}" is not a size (e.g. 10GiB, 500MB)`);
+  return Math.round(Number(match[1]) * unit);
+}
+
+export function durationFlag(flag: string, text: string): number {
+  try {
+    return parseDuration(text);
+  } catch (err) {
+    throw new UsageError(`--${flag}: ${(err as Error).message}`);
+  }
+}
+
+export function integerFlag(flag: string, text: string, min = 0, max = Number.MAX_SAFE_INTEGER): number {
+  const value = Number(text);
+  if (!Number.isInteger(value) || value < min || value > max) throw new UsageError(`--${flag}: "${text}" must be an integer from ${min} to ${max}`);
+  return value;
+}
+
+export const listFlag = (text: string | undefined): string[] | undefined =>
+  text === undefined ? undefined : text.split(",").map((s) => s.trim()).filter(Boolean);

@@ -1,0 +1,62 @@
+// `trackhook dev`: everything in one process for a laptop, from the same YAML as a cluster.
+import { mkdirSync } from "node:fs";
+import { resolve } from "node:path";
+import { FileConfigProvider } from "../../dataplane/config/mod.ts";
+import { createLogger } from "../../dataplane/logging.ts";
+import { LocalNatsServer, connectNats } from "../../dataplane/nats/mod.ts";
+import { UsageError, integerFlag } from "../args.ts";
+import { onShutdown } from "../shutdown.ts";
+import { startIngest } from "./ingest.ts";
+import { ingestFlags, ingestFlagsHelp, ingestOptions, streamSettings } from "./shared-flags.ts";
+import type { Command } from "./types.ts";
+
+export const devCommand: Command = {
+  name: "dev",
+  summary: "Run trackhook on a laptop: ingest (and a nats-server unless --nats is given) in one process",
+  usage: `trackhook dev --config <file|dir> [--port <n>] [--nats <url>] [options]
+
+  --nats <url>               use this NATS server instead of starting one
+  --data-dir <dir>           where the started nats-server keeps its store (default .trackhook/)${ingestFlagsHelp}`,
+  flags: { ...ingestFlags, nats: { type: "string" }, "data-dir": { type: "string" } },
+  async run(values) {
+    if (!values.config) throw new UsageError("--config <file|dir> is required");
+    const log = createLogger({ level: values["log-level"], name: "dev" });
+    const stream = streamSettings(values);
+    const options = ingestOptions(values);
+    const config = new FileConfigProvider(values.config, log); // invalid config fails here, before anything starts
+
+    let natsServer: LocalNatsServer | undefined;
+    let natsUrl = values.nats;
+    if (!natsUrl) {
+      const storeDir = resolve(values["data-dir"] ?? ".trackhook", "nats");
+      mkdirSync(storeDir, { recursive: true });
+      natsServer = await LocalNatsServer.start({ storeDir });
+      natsUrl = natsServer.url;
+      log.info({ nats: natsUrl, storeDir, binary: natsServer.binary }, "started nats-server");
+    }
+    const nc = await connectNats({ servers: natsUrl, name: "trackhook-dev", log });
+    const ingest = await startIngest({
+      nc, config, log, stream, options,
+      host: values.host ?? "127.0.0.1",
+      port: integerFlag("port", values.port ?? "8080", 0, 65535),
+    });
+
+    const sources = config.current().sources.map((s) => `${s.namespace}/${s.name}`);
+    process.stderr.write(
+      `\ntrackhook dev is running\n` +
+        `  ingest   ${ingest.url}  (health /healthz, metrics /metrics)\n` +
+        `  nats     ${natsUrl}\n` +
+        `  sources  ${sources.join(", ") || "(none: add a Source to " + values.config + ")"}\n\n` +
+        `Send a first event (WRITE_KEY is the value in the Source's write-key Secret):\n` +
+        `  curl -u "$WRITE_KEY:" ${ingest.url}/v1/track -H 'content-type: application/json' \\\n` +
+        `    -d '{"userId":"user-1","event":"Signed Up","properties":{"plan":"pro"}}'\n\n`,
+    );
+
+    onShutdown(log, async () => {
+      await ingest.close();
+      config.close();
+      await nc.drain();
+      await natsServer?.stop();
+    });
+  },
+};

@@ -1,0 +1,63 @@
+// `trackhook ingest`: the Tracking API server.
+import { jetstreamManager } from "@nats-io/jetstream";
+import type { NatsConnection } from "@nats-io/transport-node";
+import { FileConfigProvider, type ConfigProvider } from "../../dataplane/config/mod.ts";
+import { buildIngestApp, type IngestOptionsInput } from "../../dataplane/ingest/mod.ts";
+import { createLogger, type Logger } from "../../dataplane/logging.ts";
+import { connectNats, ensureStream, eventsStreamConfig, type EventsStreamSettings } from "../../dataplane/nats/mod.ts";
+import { UsageError, integerFlag } from "../args.ts";
+import { onShutdown } from "../shutdown.ts";
+import { ingestFlags, ingestFlagsHelp, ingestOptions, streamSettings } from "./shared-flags.ts";
+import type { Command } from "./types.ts";
+
+export interface RunningIngest {
+  url: string;
+  close(): Promise<void>;
+}
+
+/** Ensures the stream, builds the app and listens. Shared by `ingest` and `dev`. */
+export async function startIngest(args: {
+  nc: NatsConnection;
+  config: ConfigProvider;
+  log: Logger;
+  host: string;
+  port: number;
+  stream: EventsStreamSettings;
+  options: IngestOptionsInput;
+}): Promise<RunningIngest> {
+  const jsm = await jetstreamManager(args.nc);
+  await ensureStream(jsm, eventsStreamConfig(args.stream));
+  const app = await buildIngestApp({ nc: args.nc, config: args.config, logger: args.log }, args.options);
+  const address = await app.listen({ host: args.host, port: args.port });
+  args.log.info({ address, sources: args.config.current().sources.length }, "ingest listening");
+  return { url: address, close: () => app.close() };
+}
+
+export const ingestCommand: Command = {
+  name: "ingest",
+  summary: "Run the Segment-compatible Tracking API, storing messages in JetStream",
+  usage: `trackhook ingest --config <file|dir> --nats <url> [--port <n>] [options]
+
+  --nats <url>               NATS server URL(s), comma-separated (or TRACKHOOK_NATS_URL)${ingestFlagsHelp}`,
+  flags: { ...ingestFlags, nats: { type: "string" } },
+  async run(values) {
+    const natsUrl = values.nats ?? process.env.TRACKHOOK_NATS_URL;
+    if (!values.config) throw new UsageError("--config <file|dir> is required");
+    if (!natsUrl) throw new UsageError("--nats <url> is required");
+    const log = createLogger({ level: values["log-level"], name: "ingest" });
+    const stream = streamSettings(values);
+    const options = ingestOptions(values);
+    const config = new FileConfigProvider(values.config, log);
+    const nc = await connectNats({ servers: natsUrl, name: "trackhook-ingest", log });
+    const ingest = await startIngest({
+      nc, config, log, stream, options,
+      host: values.host ?? "0.0.0.0",
+      port: integerFlag("port", values.port ?? "8080", 0, 65535),
+    });
+    onShutdown(log, async () => {
+      await ingest.close(); // stops accepting, waits for in-flight requests and their publishes
+      config.close();
+      await nc.drain();
+    });
+  },
+};

@@ -1,0 +1,56 @@
+// Flags that `ingest` and `dev` share, and how they become options.
+import type { ParseArgsConfig } from "node:util";
+import type { IngestOptionsInput } from "../../dataplane/ingest/mod.ts";
+import type { EventsStreamSettings } from "../../dataplane/nats/mod.ts";
+import { durationFlag, integerFlag, listFlag, parseBytes } from "../args.ts";
+
+export const ingestFlags = {
+  config: { type: "string" },
+  port: { type: "string" },
+  host: { type: "string" },
+  "cors-origins": { type: "string" },
+  "trusted-proxies": { type: "string" },
+  "public-url": { type: "string" },
+  "stream-max-age": { type: "string" },
+  "stream-max-bytes": { type: "string" },
+  "stream-replicas": { type: "string" },
+  "duplicate-window": { type: "string" },
+  "log-level": { type: "string" },
+} as const satisfies NonNullable<ParseArgsConfig["options"]>;
+
+export const ingestFlagsHelp = `
+  --config <file|dir>        Source, WebhookDestination and Secret YAML documents (reloaded on change)
+  --port <n>                 HTTP port (default 8080)
+  --host <addr>              listen address (default 0.0.0.0)
+  --cors-origins <list>      comma-separated origins allowed by CORS (default *)
+  --trusted-proxies <list>   proxies whose X-Forwarded-For sets the client IP (addresses or CIDRs)
+  --public-url <url>         base URL SDKs use, for the settings endpoint (default: request Host)
+  --stream-max-age <dur>     how long messages are kept (default 72h; must exceed retry windows)
+  --stream-max-bytes <size>  stream disk budget; when full, ingest answers 503 (default 10GiB)
+  --stream-replicas <n>      JetStream replicas (default 1)
+  --duplicate-window <dur>   messageId deduplication window (default 10m; see docs/operations.md)
+  --log-level <level>        trace, debug, info, warn, error (default info)`;
+
+type Values = { [K in keyof typeof ingestFlags]?: string };
+
+export function streamSettings(values: Values): EventsStreamSettings {
+  const maxAgeMs = durationFlag("stream-max-age", values["stream-max-age"] ?? "72h");
+  const duplicateWindowMs = durationFlag("duplicate-window", values["duplicate-window"] ?? "10m");
+  return {
+    maxAgeMs,
+    maxBytes: parseBytes("stream-max-bytes", values["stream-max-bytes"] ?? "10GiB"),
+    // JetStream refuses a duplicate window longer than max_age.
+    duplicateWindowMs: Math.min(duplicateWindowMs, maxAgeMs),
+    replicas: integerFlag("stream-replicas", values["stream-replicas"] ?? "1", 1, 5),
+  };
+}
+
+export function ingestOptions(values: Values): IngestOptionsInput {
+  const options: IngestOptionsInput = {};
+  const origins = listFlag(values["cors-origins"]);
+  const proxies = listFlag(values["trusted-proxies"]);
+  if (origins) options.corsOrigins = origins;
+  if (proxies) options.trustedProxies = proxies;
+  if (values["public-url"]) options.publicUrl = values["public-url"];
+  return options;
+}

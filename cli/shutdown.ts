@@ -1,0 +1,26 @@
+// Graceful shutdown on SIGTERM/SIGINT: run the steps once; a second signal exits at once.
+import type { Logger } from "../dataplane/logging.ts";
+
+export function onShutdown(log: Logger, stop: () => Promise<void>): void {
+  let stopping = false;
+  const handler = (signal: NodeJS.Signals) => {
+    if (stopping) {
+      log.warn({ signal }, "second signal: exiting now");
+      process.exit(1);
+    }
+    stopping = true;
+    log.info({ signal }, "shutting down: finishing in-flight work");
+    stop().then(
+      () => {
+        log.info("stopped");
+        process.exit(0);
+      },
+      (err: unknown) => {
+        log.error({ err }, "shutdown failed");
+        process.exit(1);
+      },
+    );
+  };
+  process.on("SIGTERM", handler);
+  process.on("SIGINT", handler);
+}

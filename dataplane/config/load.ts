@@ -1,0 +1,48 @@
+// Reads `--config <file|dir>`: YAML (or JSON) files of Kubernetes-style documents, the same ones
+// a user would `kubectl apply`. A directory contributes its *.yaml, *.yml and *.json files.
+import { readFileSync, readdirSync, statSync } from "node:fs";
+import { join } from "node:path";
+import { parseAllDocuments } from "yaml";
+import { ConfigError } from "./errors.ts";
+
+export interface RawDocument {
+  /** "examples/dev.yaml, document 2": where a user finds it. */
+  origin: string;
+  body: unknown;
+}
+
+const CONFIG_FILE = /\.(ya?ml|json)$/i;
+
+export function configFiles(path: string): string[] {
+  let stat;
+  try {
+    stat = statSync(path);
+  } catch {
+    throw new ConfigError([`${path}: no such file or directory`]);
+  }
+  if (!stat.isDirectory()) return [path];
+  return readdirSync(path)
+    .filter((name) => CONFIG_FILE.test(name) && !name.startsWith("."))
+    .sort()
+    .map((name) => join(path, name));
+}
+
+export function loadDocuments(path: string): RawDocument[] {
+  const documents: RawDocument[] = [];
+  const problems: string[] = [];
+  for (const file of configFiles(path)) {
+    const text = readFileSync(file, "utf8");
+    parseAllDocuments(text).forEach((doc, index) => {
+      const origin = `${file}, document ${index + 1}`;
+      if (doc.errors.length > 0) {
+        problems.push(`${origin}: ${doc.errors[0]!.message}`);
+        return;
+      }
+      const body = doc.toJS();
+      if (body === null || body === undefined) return; // an empty document between `---` lines
+      documents.push({ origin, body });
+    });
+  }
+  if (problems.length > 0) throw new ConfigError(problems);
+  return documents;
+}

@@ -1,0 +1,81 @@
+// Where the data plane gets its compiled config from. Today: files (`--config`); the operator
+// issue adds the trackhook-config KV bucket behind the same interface.
+import { watch, type FSWatcher, statSync } from "node:fs";
+import { basename, dirname } from "node:path";
+import type { CompiledConfig } from "../../schema/mod.ts";
+import type { Logger } from "../logging.ts";
+import { compileConfig } from "./compile.ts";
+import { loadDocuments } from "./load.ts";
+
+export interface ConfigProvider {
+  current(): CompiledConfig;
+  /** Called with every new config after the first; returns an unsubscribe function. */
+  subscribe(listener: (config: CompiledConfig) => void): () => void;
+  close(): void;
+}
+
+export function loadConfigFile(path: string): CompiledConfig {
+  return compileConfig(loadDocuments(path));
+}
+
+/** A config that never changes (tests, one-shot commands). */
+export function staticConfig(config: CompiledConfig): ConfigProvider {
+  return { current: () => config, subscribe: () => () => {}, close: () => {} };
+}
+
+/**
+ * Loads `--config` and reloads it whenever a file changes. A broken edit is logged and the last
+ * good config stays in force, so a typo never takes a running ingest down.
+ */
+export class FileConfigProvider implements ConfigProvider {
+  #config: CompiledConfig;
+  #listeners = new Set<(config: CompiledConfig) => void>();
+  #watcher: FSWatcher;
+  #timer: NodeJS.Timeout | undefined;
+  readonly path: string;
+  private readonly log: Logger;
+
+  constructor(path: string, log: Logger, debounceMs = 200) {
+    this.path = path;
+    this.log = log;
+    this.#config = loadConfigFile(path); // throws ConfigError: invalid config fails at start
+    const isDir = statSync(path).isDirectory();
+    const dir = isDir ? path : dirname(path);
+    const file = isDir ? undefined : basename(path);
+    // Watch the directory, not the file: editors save by renaming a new file over the old one.
+    this.#watcher = watch(dir, (_event, name) => {
+      if (file && name !== file) return;
+      clearTimeout(this.#timer);
+      this.#timer = setTimeout(() => this.reload(), debounceMs);
+    });
+    this.#watcher.unref();
+  }
+
+  current(): CompiledConfig {
+    return this.#config;
+  }
+
+  subscribe(listener: (config: CompiledConfig) => void): () => void {
+    this.#listeners.add(listener);
+    return () => this.#listeners.delete(listener);
+  }
+
+  reload(): void {
+    let next: CompiledConfig;
+    try {
+      next = loadConfigFile(this.path);
+    } catch (err) {
+      this.log.error({ err, path: this.path }, "config reload failed; keeping the previous config");
+      return;
+    }
+    if (JSON.stringify(next) === JSON.stringify(this.#config)) return;
+    this.#config = next;
+    this.log.info({ path: this.path, sources: next.sources.length, destinations: next.destinations.length }, "config reloaded");
+    for (const listener of this.#listeners) listener(next);
+  }
+
+  close(): void {
+    clearTimeout(this.#timer);
+    this.#watcher.close();
+  }
+}

@@ -1,0 +1,64 @@
+// Decides whether a message is accepted, and if not, why. The rules are the schemas of
+// schema/messages.ts; the reason is read from which rule failed.
+import type { ErrorObject } from "ajv";
+import { MESSAGE_TYPES, describeErrors, validateMessage, type MessageType } from "../../schema/mod.ts";
+
+export const REJECT_REASONS = [
+  "invalid_message",
+  "unknown_type",
+  "no_user_anon_id",
+  "missing_event",
+  "missing_group_id",
+  "missing_previous_id",
+  "missing_user_id",
+  "invalid_field",
+  "duplicate_message_id",
+] as const;
+export type RejectReason = (typeof REJECT_REASONS)[number];
+
+export type Verdict =
+  | { accepted: true; type: MessageType; message: Record<string, unknown> }
+  | { accepted: false; reason: RejectReason; detail: string };
+
+const MISSING_REASON: Record<string, RejectReason> = {
+  event: "missing_event",
+  groupId: "missing_group_id",
+  previousId: "missing_previous_id",
+  userId: "missing_user_id",
+};
+
+const isMessageType = (value: unknown): value is MessageType => (MESSAGE_TYPES as readonly unknown[]).includes(value);
+
+/**
+ * @param routeType the type the endpoint implies (`/v1/track`, `/v1/t`), which wins over the
+ *   body's; undefined for batch items, whose own `type` decides.
+ */
+export function judge(item: unknown, routeType: MessageType | undefined): Verdict {
+  if (item === null || typeof item !== "object" || Array.isArray(item)) {
+    return { accepted: false, reason: "invalid_message", detail: "message is not a JSON object" };
+  }
+  // SDKs send null for absent fields (analytics-python: "userId": null for anonymous users).
+  const message: Record<string, unknown> = {};
+  for (const [key, value] of Object.entries(item)) {
+    if (value !== null && !(value === "" && (key === "userId" || key === "anonymousId"))) message[key] = value;
+  }
+  const type = routeType ?? message.type;
+  if (!isMessageType(type)) {
+    return { accepted: false, reason: "unknown_type", detail: `type ${JSON.stringify(type ?? null)} is not one of ${MESSAGE_TYPES.join(", ")}` };
+  }
+  message.type = type;
+  const validate = validateMessage[type];
+  if (validate(message)) return { accepted: true, type, message };
+  return { accepted: false, reason: reasonOf(validate.errors ?? []), detail: describeErrors(validate.errors).join("; ") };
+}
+
+function reasonOf(errors: ErrorObject[]): RejectReason {
+  if (errors.some((e) => e.instancePath === "" && e.keyword === "anyOf")) return "no_user_anon_id";
+  for (const e of errors) {
+    if (e.instancePath === "" && e.keyword === "required") {
+      const reason = MISSING_REASON[(e.params as { missingProperty: string }).missingProperty];
+      if (reason) return reason;
+    }
+  }
+  return "invalid_field";
+}

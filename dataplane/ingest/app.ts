@@ -1,0 +1,105 @@
+// The ingest app factory: a Fastify instance with the Tracking API, CORS, settings, health and
+// metrics. The entrypoint (cli/commands/ingest.ts) connects NATS, builds this, and listens;
+// tests build it the same way and use inject() or listen on port 0.
+import Fastify, { LogController, type FastifyBaseLogger, type FastifyError, type FastifyInstance } from "fastify";
+import { jetstream, jetstreamManager } from "@nats-io/jetstream";
+import type { NatsConnection } from "@nats-io/transport-node";
+import type { ConfigProvider } from "../config/mod.ts";
+import type { Logger } from "../logging.ts";
+import { EVENTS_STREAM } from "../nats/mod.ts";
+import { SourceDirectory } from "./auth.ts";
+import { IngestError, errors } from "./errors.ts";
+import { IngestMetrics } from "./metrics.ts";
+import { resolveIngestOptions, type IngestOptionsInput } from "./options.ts";
+import { EventPublisher } from "./publish.ts";
+import { corsRoutes } from "./routes/cors.ts";
+import { healthRoutes } from "./routes/health.ts";
+import { messageRoutes } from "./routes/messages.ts";
+import { settingsRoutes } from "./routes/settings.ts";
+import type { IngestState } from "./state.ts";
+
+export interface IngestAppDeps {
+  nc: NatsConnection;
+  config: ConfigProvider;
+  logger?: Logger;
+  metrics?: IngestMetrics;
+}
+
+const READINESS_CACHE_MS = 1000;
+
+export async function buildIngestApp(deps: IngestAppDeps, input: IngestOptionsInput = {}): Promise<FastifyInstance> {
+  const options = resolveIngestOptions(input);
+  const metrics = deps.metrics ?? new IngestMetrics();
+  const publisher = new EventPublisher(
+    jetstream(deps.nc),
+    { timeoutMs: options.publishTimeoutMs, retryAfterSeconds: options.retryAfterSeconds },
+    metrics,
+  );
+  const jsm = await jetstreamManager(deps.nc, { timeout: 1000, checkAPI: false });
+
+  let readiness: { at: number; result: Promise<{ ready: boolean; reason?: string }> } | undefined;
+  const ready = () => {
+    if (readiness && performance.now() - readiness.at < READINESS_CACHE_MS) return readiness.result;
+    const result = deps.nc.isClosed()
+      ? Promise.resolve({ ready: false, reason: "NATS connection closed" })
+      : jsm.streams.info(EVENTS_STREAM).then(
+          () => ({ ready: true }),
+          (err: Error) => ({ ready: false, reason: `JetStream stream ${EVENTS_STREAM} unavailable: ${err.message}` }),
+        );
+    readiness = { at: performance.now(), result };
+    return result;
+  };
+
+  const state: IngestState = { options, metrics, publisher, directory: new SourceDirectory(deps.config.current()), ready };
+  metrics.sources.set(state.directory.size);
+  const unsubscribe = deps.config.subscribe((config) => {
+    state.directory = new SourceDirectory(config);
+    metrics.sources.set(state.directory.size);
+  });
+
+  const app: FastifyInstance = Fastify({
+    ...(deps.logger ? { loggerInstance: deps.logger as FastifyBaseLogger } : { logger: false }),
+    trustProxy: options.trustedProxies.length > 0 ? [...options.trustedProxies] : false,
+    // Per-request access logs would dominate at SDK rates; rejects and errors are logged instead.
+    logController: new LogController({ disableRequestLogging: true }),
+    return503OnClosing: true,
+    keepAliveTimeout: 72_000,
+  });
+
+  app.addHook("onClose", async () => unsubscribe());
+  app.addHook("onResponse", async (request, reply) => {
+    metrics.requests.inc({
+      route: request.routeOptions.url ?? "unmatched",
+      status: String(reply.statusCode),
+      code: request.errorCode ?? (reply.statusCode < 400 ? "ok" : "error"),
+    });
+  });
+
+  app.setErrorHandler((err: FastifyError | IngestError, request, reply) => {
+    const error = err instanceof IngestError ? err : fromFastifyError(err);
+    request.errorCode = error.code;
+    if (error.statusCode >= 500) request.log.error({ err, code: error.code }, error.message);
+    else request.log.info({ code: error.code, route: request.routeOptions.url }, error.message);
+    if (error.retryAfter) reply.header("retry-after", String(error.retryAfter));
+    // The rest of an over-size body is not read; the connection cannot be reused.
+    if (/too_large/.test(error.code)) reply.header("connection", "close");
+    reply.code(error.statusCode).send(error.toJSON());
+  });
+  app.setNotFoundHandler((request, reply) => {
+    request.errorCode = "not_found";
+    reply.code(404).send(errors.notFound(`No route for ${request.method} ${request.url.split("?")[0]}`).toJSON());
+  });
+
+  corsRoutes(app, state);
+  messageRoutes(app, state);
+  settingsRoutes(app, state);
+  healthRoutes(app, state);
+  return app;
+}
+
+function fromFastifyError(err: FastifyError): IngestError {
+  if (err.statusCode && err.statusCode < 500) {
+    return new IngestError(err.statusCode === 413 ? "request_too_large" : "invalid_body", 400, err.message, { cause: err });
+  }
+  return errors.internal(err);
+}

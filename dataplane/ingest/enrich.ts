@@ -1,0 +1,65 @@
+// Fields the Tracking API adds or normalises on every accepted message (segment.md §1.7-1.9).
+import { randomUUID } from "node:crypto";
+import type { MessageType, StoredMessage } from "../../schema/mod.ts";
+
+export interface BatchDefaults {
+  context?: Record<string, unknown>;
+  integrations?: Record<string, unknown>;
+  sentAt?: unknown;
+}
+
+export interface EnrichContext {
+  receivedAt: Date;
+  /** The caller's address (after trusted proxies), used when context.direct is true. */
+  ip: string;
+  batch?: BatchDefaults;
+}
+
+const UNKNOWN_LIBRARY = Object.freeze({ name: "unknown", version: "unknown" });
+const ID_FIELDS = ["userId", "anonymousId", "groupId", "previousId"] as const;
+
+function parseDate(value: unknown): number | undefined {
+  if (typeof value !== "string" || value.length === 0) return undefined;
+  const ms = Date.parse(value);
+  return Number.isNaN(ms) ? undefined : ms;
+}
+
+const isObject = (value: unknown): value is Record<string, unknown> =>
+  value !== null && typeof value === "object" && !Array.isArray(value);
+
+export function enrich(message: Record<string, unknown>, type: MessageType, ctx: EnrichContext): StoredMessage {
+  const receivedAt = ctx.receivedAt.getTime();
+  const batch = ctx.batch;
+
+  // Batch-level context and integrations apply to every item; the item's own keys win.
+  const context: Record<string, unknown> = { ...(isObject(batch?.context) ? batch.context : {}), ...(isObject(message.context) ? message.context : {}) };
+  const integrations = isObject(batch?.integrations) || isObject(message.integrations)
+    ? { ...(isObject(batch?.integrations) ? batch.integrations : {}), ...(isObject(message.integrations) ? message.integrations : {}) }
+    : undefined;
+  if (!isObject(context.library) || typeof context.library.name !== "string") context.library = { ...UNKNOWN_LIBRARY };
+  if (context.direct === true && typeof context.ip !== "string") context.ip = ctx.ip;
+
+  // Clock-skew correction as Segment does it: timestamp = receivedAt - (sentAt - originalTimestamp).
+  const sentAtValue = message.sentAt ?? batch?.sentAt;
+  const originalValue = message.originalTimestamp ?? message.timestamp;
+  const sentAt = parseDate(sentAtValue);
+  const original = parseDate(originalValue);
+  let timestamp: number;
+  if (original === undefined) timestamp = receivedAt;
+  else if (sentAt === undefined) timestamp = original;
+  else timestamp = receivedAt - (sentAt - original);
+
+  const stored: Record<string, unknown> = { ...message, type };
+  delete stored.writeKey; // a credential: never stored, never forwarded
+  for (const field of ID_FIELDS) {
+    if (typeof stored[field] === "number") stored[field] = String(stored[field]);
+  }
+  stored.messageId = typeof message.messageId === "string" ? message.messageId : `th-${randomUUID()}`;
+  stored.context = context;
+  if (integrations) stored.integrations = integrations;
+  stored.receivedAt = ctx.receivedAt.toISOString();
+  if (typeof sentAtValue === "string") stored.sentAt = sentAtValue;
+  stored.originalTimestamp = typeof originalValue === "string" && original !== undefined ? originalValue : stored.receivedAt;
+  stored.timestamp = new Date(timestamp).toISOString();
+  return stored as StoredMessage;
+}

@@ -1,0 +1,63 @@
+// Every answer the ingest gives other than 200, with a stable `code` clients and dashboards can
+// branch on. The body is {"success": false, "code", "message"}: analytics-python reads code and
+// message, analytics-ruby reads `error`, so `error` repeats the message.
+
+export type IngestErrorCode =
+  | "invalid_json"
+  | "invalid_body"
+  | "invalid_compression"
+  | "unsupported_content_encoding"
+  | "request_too_large"
+  | "batch_too_large"
+  | "batch_item_too_large"
+  | "too_many_batch_items"
+  | "missing_write_key"
+  | "invalid_write_key"
+  | "not_found"
+  | "storage_unavailable"
+  | "storage_full"
+  | "internal_error";
+
+export class IngestError extends Error {
+  readonly code: IngestErrorCode;
+  readonly statusCode: number;
+  /** Seconds, for 503s. */
+  readonly retryAfter: number | undefined;
+  constructor(code: IngestErrorCode, statusCode: number, message: string, options: { cause?: unknown; retryAfter?: number } = {}) {
+    super(message, { cause: options.cause });
+    this.name = "IngestError";
+    this.code = code;
+    this.statusCode = statusCode;
+    this.retryAfter = options.retryAfter;
+  }
+
+  toJSON() {
+    return { success: false, code: this.code, message: this.message, error: this.message };
+  }
+}
+
+const kb = (bytes: number) => `${Math.round(bytes / 1024)}KB`;
+
+export const errors = {
+  invalidJson: (cause?: unknown) => new IngestError("invalid_json", 400, "Body is not valid JSON", { cause }),
+  invalidBody: (what: string) => new IngestError("invalid_body", 400, what),
+  invalidCompression: (cause?: unknown) =>
+    new IngestError("invalid_compression", 400, "Body could not be decompressed with its Content-Encoding", { cause }),
+  unsupportedEncoding: (encoding: string) =>
+    new IngestError("unsupported_content_encoding", 415, `Content-Encoding "${encoding}" is not supported (use gzip, deflate or none)`),
+  requestTooLarge: (limit: number) => new IngestError("request_too_large", 400, `Request body is over the ${kb(limit)} limit for a single message`),
+  batchTooLarge: (limit: number) => new IngestError("batch_too_large", 400, `Batch request body is over the ${kb(limit)} limit`),
+  batchItemTooLarge: (index: number, limit: number) =>
+    new IngestError("batch_item_too_large", 400, `Batch item ${index} is over the ${kb(limit)} limit for one message`),
+  tooManyBatchItems: (count: number, limit: number) =>
+    new IngestError("too_many_batch_items", 400, `Batch has ${count} items; the limit is ${limit}`),
+  missingWriteKey: () =>
+    new IngestError("missing_write_key", 401, "No write key: send it as the Basic auth username or as writeKey in the body"),
+  invalidWriteKey: () => new IngestError("invalid_write_key", 401, "Unknown or disabled write key"),
+  notFound: (what = "Not found") => new IngestError("not_found", 404, what),
+  storageUnavailable: (retryAfter: number, cause?: unknown) =>
+    new IngestError("storage_unavailable", 503, "Messages could not be stored; retry later", { cause, retryAfter }),
+  storageFull: (retryAfter: number, cause?: unknown) =>
+    new IngestError("storage_full", 503, "The event stream is full; retry later", { cause, retryAfter }),
+  internal: (cause?: unknown) => new IngestError("internal_error", 500, "Internal error", { cause }),
+} as const;

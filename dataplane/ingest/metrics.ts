@@ -1,0 +1,39 @@
+// The ingest's Prometheus metrics, on a registry of its own (no global state between app instances).
+import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from "prom-client";
+
+export class IngestMetrics {
+  readonly registry = new Registry();
+
+  /** Every HTTP answer, by route, status and error code ("ok" for 2xx). */
+  readonly requests = new Counter({
+    name: "trackhook_ingest_requests_total",
+    help: "HTTP requests answered by the ingest, by route, status and code",
+    labelNames: ["route", "status", "code"] as const,
+    registers: [this.registry],
+  });
+
+  /** Every message of every request: accepted, or not accepted with its reason. */
+  readonly messages = new Counter({
+    name: "trackhook_ingest_messages_total",
+    help: "Messages received, by source, outcome (accepted, not_accepted, failed) and reason",
+    labelNames: ["source", "outcome", "reason"] as const,
+    registers: [this.registry],
+  });
+
+  readonly publishDuration = new Histogram({
+    name: "trackhook_ingest_publish_duration_seconds",
+    help: "Time from JetStream publish to PubAck, per message",
+    buckets: [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5],
+    registers: [this.registry],
+  });
+
+  readonly sources = new Gauge({
+    name: "trackhook_ingest_sources",
+    help: "Enabled sources in the config in force",
+    registers: [this.registry],
+  });
+
+  constructor(options: { defaultMetrics?: boolean } = {}) {
+    if (options.defaultMetrics ?? true) collectDefaultMetrics({ register: this.registry });
+  }
+}

@@ -1,0 +1,56 @@
+// Ingest options: one schema with defaults, validated once at startup into a frozen object.
+import { Type, type Static } from "@sinclair/typebox";
+import { Ajv } from "ajv";
+import { describeErrors } from "../../schema/mod.ts";
+
+export const IngestOptionsSchema = Type.Object(
+  {
+    limits: Type.Object(
+      {
+        /** A single-message request (spec: 32KB). */
+        singleBytes: Type.Integer({ minimum: 1024, default: 32 * 1024 }),
+        /** A batch request (spec: 500KB). */
+        batchBytes: Type.Integer({ minimum: 1024, default: 500 * 1024 }),
+        /** One item of a batch (spec: 32KB). */
+        itemBytes: Type.Integer({ minimum: 256, default: 32 * 1024 }),
+        batchItems: Type.Integer({ minimum: 1, default: 2500 }),
+      },
+      { default: {}, additionalProperties: false },
+    ),
+    /** Origins allowed by CORS; "*" allows any. */
+    corsOrigins: Type.Array(Type.String(), { default: ["*"] }),
+    /** Proxies whose X-Forwarded-For is believed (addresses or CIDRs), for context.ip. */
+    trustedProxies: Type.Array(Type.String(), { default: [] }),
+    /** How long a JetStream publish may take before the request gets 503. */
+    publishTimeoutMs: Type.Integer({ minimum: 100, default: 5000 }),
+    /** Retry-After seconds on a 503. */
+    retryAfterSeconds: Type.Integer({ minimum: 1, default: 5 }),
+    /** The public base URL SDKs use (e.g. https://events.example.com), for the settings endpoint; default: the request's Host. */
+    publicUrl: Type.Optional(Type.String({ pattern: "^https?://" })),
+  },
+  { additionalProperties: false },
+);
+export type IngestOptions = Readonly<Static<typeof IngestOptionsSchema>>;
+export type IngestOptionsInput = Partial<Omit<Static<typeof IngestOptionsSchema>, "limits">> & {
+  limits?: Partial<Static<typeof IngestOptionsSchema>["limits"]>;
+};
+
+const validate = new Ajv({ useDefaults: true, allErrors: true }).compile<Static<typeof IngestOptionsSchema>>(IngestOptionsSchema);
+
+export class InvalidOptionsError extends Error {
+  readonly code = "TRACKHOOK_INVALID_OPTIONS";
+}
+
+export function resolveIngestOptions(input: IngestOptionsInput = {}): IngestOptions {
+  const options = structuredClone(input) as Static<typeof IngestOptionsSchema>;
+  if (!validate(options)) throw new InvalidOptionsError(`invalid ingest options: ${describeErrors(validate.errors).join("; ")}`);
+  return deepFreeze(options);
+}
+
+function deepFreeze<T>(value: T): T {
+  if (value && typeof value === "object") {
+    for (const inner of Object.values(value)) deepFreeze(inner);
+    Object.freeze(value);
+  }
+  return value;
+}

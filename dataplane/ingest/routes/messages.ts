@@ -1,0 +1,101 @@
+// The Tracking API: single-message endpoints, their browser aliases, and the batch endpoints.
+import type { FastifyInstance, FastifyReply, FastifyRequest } from "fastify";
+import type { MessageType, StoredMessage } from "../../../schema/mod.ts";
+import { judge, type RejectReason } from "../accept.ts";
+import { authenticate } from "../auth.ts";
+import { readBoundedBody, parseJsonObject } from "../body.ts";
+import { enrich, type BatchDefaults } from "../enrich.ts";
+import { errors } from "../errors.ts";
+import type { IngestState } from "../state.ts";
+
+const SINGLE: Record<string, MessageType> = {
+  identify: "identify", i: "identify",
+  track: "track", t: "track",
+  page: "page", p: "page",
+  screen: "screen", s: "screen",
+  group: "group", g: "group",
+  alias: "alias", a: "alias",
+};
+// /v1/import (analytics-ruby, classic Android) and /v1/b (analytics.js batching, mobile SDKs).
+const BATCH = ["batch", "import", "b"];
+
+export function messageRoutes(app: FastifyInstance, state: IngestState): void {
+  const { limits } = state.options;
+
+  // Bodies are read here rather than by Fastify's JSON parser: the limit depends on the route,
+  // applies after decompression, and SDKs send JSON as text/plain or with no Content-Type.
+  app.removeAllContentTypeParsers();
+  app.addContentTypeParser("*", async (request: FastifyRequest, payload: NodeJS.ReadableStream) => {
+    const config = request.routeOptions.config;
+    const batch = config.endpoint === "batch";
+    const limit = batch ? limits.batchBytes : limits.singleBytes;
+    const body = await readBoundedBody(payload as never, request.headers, limit, () =>
+      batch ? errors.batchTooLarge(limit) : errors.requestTooLarge(limit),
+    );
+    request.bodyBytes = body.length;
+    return parseJsonObject(body);
+  });
+
+  for (const [path, type] of Object.entries(SINGLE)) {
+    app.post(`/v1/${path}`, { config: { endpoint: "single", type } }, (req, reply) => handle(state, req, reply));
+  }
+  for (const path of BATCH) {
+    app.post(`/v1/${path}`, { config: { endpoint: "batch" } }, (req, reply) => handle(state, req, reply));
+  }
+}
+
+async function handle(state: IngestState, request: FastifyRequest, reply: FastifyReply) {
+  const config = request.routeOptions.config;
+  const { limits } = state.options;
+  const body = request.body as Record<string, unknown> | undefined;
+  if (!body) throw errors.invalidJson();
+  const source = authenticate(state.directory, request.headers.authorization, body.writeKey);
+  const sourceId = `${source.namespace}/${source.name}`;
+
+  let items: unknown[];
+  let batch: BatchDefaults | undefined;
+  if (config.endpoint === "batch") {
+    if (!Array.isArray(body.batch)) throw errors.invalidBody('Batch body must have a "batch" array');
+    if (body.batch.length > limits.batchItems) throw errors.tooManyBatchItems(body.batch.length, limits.batchItems);
+    // Only a body larger than the item limit can hold an item over it.
+    if ((request.bodyBytes ?? 0) > limits.itemBytes) {
+      body.batch.forEach((item, index) => {
+        if (Buffer.byteLength(JSON.stringify(item) ?? "") > limits.itemBytes) throw errors.batchItemTooLarge(index, limits.itemBytes);
+      });
+    }
+    batch = { context: body.context as never, integrations: body.integrations as never, sentAt: body.sentAt };
+    items = body.batch;
+  } else {
+    items = [body];
+  }
+
+  const notAccepted = (reason: RejectReason, detail: string, item: unknown) => {
+    state.metrics.messages.inc({ source: sourceId, outcome: "not_accepted", reason });
+    const messageId = (item as { messageId?: unknown } | null)?.messageId;
+    request.log.info({ source: sourceId, reason, detail, messageId }, "message not accepted");
+  };
+
+  const receivedAt = new Date();
+  const accepted: StoredMessage[] = [];
+  for (const item of items) {
+    const verdict = judge(item, config.type);
+    if (verdict.accepted) accepted.push(enrich(verdict.message, verdict.type, { receivedAt, ip: request.ip, batch }));
+    else notAccepted(verdict.reason, verdict.detail, item);
+  }
+
+  if (accepted.length > 0) {
+    let outcomes;
+    try {
+      outcomes = await state.publisher.publish(source, accepted);
+    } catch (err) {
+      state.metrics.messages.inc({ source: sourceId, outcome: "failed", reason: (err as { code?: string }).code ?? "storage_unavailable" }, accepted.length);
+      throw err;
+    }
+    outcomes.forEach((outcome, i) => {
+      if (outcome === "stored") state.metrics.messages.inc({ source: sourceId, outcome: "accepted", reason: "" });
+      else notAccepted("duplicate_message_id", "messageId already seen for this source", accepted[i]);
+    });
+  }
+  reply.header("content-type", "application/json; charset=utf-8");
+  return { success: true };
+}

@@ -1,0 +1,46 @@
+// GET /v1/projects/<writeKey>/settings: the CDN settings analytics.js (analytics-next) loads at
+// start. Pointing its cdnURL at trackhook makes the browser SDK send here, with no legacy
+// destinations loaded and SDK metrics off (they would go to Segment).
+import type { FastifyInstance, FastifyRequest } from "fastify";
+import { errors } from "../errors.ts";
+import type { IngestState } from "../state.ts";
+
+export function settingsRoutes(app: FastifyInstance, state: IngestState): void {
+  app.get<{ Params: { writeKey: string } }>("/v1/projects/:writeKey/settings", async (request, reply) => {
+    if (!state.directory.find(request.params.writeKey)) throw errors.notFound("Unknown write key");
+    const { host, protocol } = publicBase(state, request);
+    reply.header("cache-control", "public, max-age=60");
+    return {
+      integrations: {
+        "Segment.io": {
+          apiKey: request.params.writeKey,
+          apiHost: `${host}/v1`,
+          protocol,
+          unbundledIntegrations: [],
+          addBundledMetadata: true,
+          maybeBundledConfigIds: {},
+        },
+      },
+      plan: {
+        track: { __default: { enabled: true, integrations: {} } },
+        identify: { __default: { enabled: true } },
+        group: { __default: { enabled: true } },
+      },
+      edgeFunction: {},
+      analyticsNextEnabled: true,
+      middlewareSettings: {},
+      enabledMiddleware: {},
+      metrics: { sampleRate: 0 },
+      legacyVideoPluginsEnabled: false,
+      remotePlugins: [],
+    };
+  });
+}
+
+function publicBase(state: IngestState, request: FastifyRequest): { host: string; protocol: string } {
+  if (state.options.publicUrl) {
+    const url = new URL(state.options.publicUrl);
+    return { host: url.host + url.pathname.replace(/\/$/, ""), protocol: url.protocol.replace(":", "") };
+  }
+  return { host: request.host, protocol: request.protocol };
+}

@@ -1,0 +1,30 @@
+// What the routes share: options, the live source directory, the publisher, metrics.
+import type { IngestMetrics } from "./metrics.ts";
+import type { IngestOptions } from "./options.ts";
+import type { EventPublisher } from "./publish.ts";
+import type { SourceDirectory } from "./auth.ts";
+
+export interface IngestState {
+  readonly options: IngestOptions;
+  readonly metrics: IngestMetrics;
+  readonly publisher: EventPublisher;
+  /** Replaced whenever the config changes. */
+  directory: SourceDirectory;
+  /** Resolves true when JetStream answers. */
+  ready(): Promise<{ ready: boolean; reason?: string }>;
+}
+
+declare module "fastify" {
+  interface FastifyContextConfig {
+    /** Which body limit and shape a message route takes. */
+    endpoint?: "single" | "batch";
+    /** Set for single-message endpoints: the type the path implies. */
+    type?: import("../../schema/mod.ts").MessageType;
+  }
+  interface FastifyRequest {
+    /** Decompressed size of the request body. */
+    bodyBytes?: number;
+    /** The error code the request was answered with, for metrics. */
+    errorCode?: string;
+  }
+}

@@ -1,0 +1,47 @@
+// Creates or updates the streams the data plane needs, with the settings of DESIGN.md.
+import { DiscardPolicy, RetentionPolicy, StorageType, type JetStreamManager, type StreamConfig } from "@nats-io/jetstream";
+import { nanos } from "@nats-io/transport-node";
+import { EVENTS_STREAM, EVENTS_SUBJECTS } from "./subjects.ts";
+
+export interface EventsStreamSettings {
+  /** How long messages are kept; must exceed the longest retry window (default 72h). */
+  maxAgeMs: number;
+  /** Disk budget; when full, publishes are refused (discard new) and ingest answers 503. */
+  maxBytes: number;
+  /** Nats-Msg-Id deduplication window. Costs server memory: see docs/operations.md. */
+  duplicateWindowMs: number;
+  replicas: number;
+}
+
+export function eventsStreamConfig(settings: EventsStreamSettings): Partial<StreamConfig> & { name: string } {
+  return {
+    name: EVENTS_STREAM,
+    subjects: [EVENTS_SUBJECTS],
+    retention: RetentionPolicy.Limits,
+    storage: StorageType.File,
+    discard: DiscardPolicy.New,
+    max_age: nanos(settings.maxAgeMs),
+    max_bytes: settings.maxBytes,
+    duplicate_window: nanos(settings.duplicateWindowMs),
+    num_replicas: settings.replicas,
+    max_msg_size: 1024 * 1024,
+  };
+}
+
+/** Creates the stream, or updates it when it exists with other settings. */
+export async function ensureStream(jsm: JetStreamManager, config: Partial<StreamConfig> & { name: string }): Promise<void> {
+  try {
+    const info = await jsm.streams.info(config.name);
+    const differs = (Object.keys(config) as Array<keyof StreamConfig>).some(
+      (key) => JSON.stringify(info.config[key]) !== JSON.stringify(config[key]),
+    );
+    if (differs) await jsm.streams.update(config.name, config);
+  } catch (err) {
+    if (!isStreamNotFound(err)) throw err;
+    await jsm.streams.add(config);
+  }
+}
+
+function isStreamNotFound(err: unknown): boolean {
+  return err instanceof Error && (err.name === "StreamNotFoundError" || /stream not found/i.test(err.message));
+}
