@@ -1,0 +1,99 @@
+// Test harness: the ingest app, connected to a harness nats-server, configured from YAML text,
+// listening on a free port. Helpers read back what landed in TRACKHOOK_EVENTS.
+import type { FastifyInstance } from "fastify";
+import { parseAllDocuments } from "yaml";
+import type { NatsConnection } from "@nats-io/transport-node";
+import { compileConfig, staticConfig, type ConfigProvider } from "../../dataplane/config/mod.ts";
+import { buildIngestApp, IngestMetrics, type IngestOptionsInput } from "../../dataplane/ingest/mod.ts";
+import { EVENTS_STREAM, ensureStream, eventsStreamConfig, type EventsStreamSettings } from "../../dataplane/nats/mod.ts";
+import type { StoredMessage } from "../../schema/mod.ts";
+import type { NatsHarness } from "./nats.ts";
+
+export const WRITE_KEY = "test-write-key-1";
+export const OTHER_WRITE_KEY = "test-write-key-2";
+
+/** Two sources in namespace `default`: `web` (WRITE_KEY) and `app` (OTHER_WRITE_KEY), one disabled source. */
+export const TEST_CONFIG = `
+apiVersion: v1
+kind: Secret
+metadata: { name: keys }
+stringData: { web: ${WRITE_KEY}, app: ${OTHER_WRITE_KEY}, off: disabled-key }
+---
+apiVersion: trackhook.io/v1alpha1
+kind: Source
+metadata: { name: web }
+spec: { writeKeySecretRef: { name: keys, key: web } }
+---
+apiVersion: trackhook.io/v1alpha1
+kind: Source
+metadata: { name: app }
+spec: { writeKeySecretRef: { name: keys, key: app } }
+---
+apiVersion: trackhook.io/v1alpha1
+kind: Source
+metadata: { name: off }
+spec: { writeKeySecretRef: { name: keys, key: off }, enabled: false }
+`;
+
+export const DEFAULT_STREAM: EventsStreamSettings = {
+  maxAgeMs: 3_600_000,
+  maxBytes: 256 * 1024 * 1024,
+  duplicateWindowMs: 120_000,
+  replicas: 1,
+};
+
+export function configFromYaml(yaml: string): ConfigProvider {
+  const documents = parseAllDocuments(yaml).map((doc, i) => ({ origin: `test config, document ${i + 1}`, body: doc.toJS() }));
+  return staticConfig(compileConfig(documents.filter((d) => d.body)));
+}
+
+export interface IngestHarness {
+  app: FastifyInstance;
+  url: string;
+  nc: NatsConnection;
+  metrics: IngestMetrics;
+  close(): Promise<void>;
+}
+
+export async function startIngest(
+  nats: NatsHarness,
+  options: { config?: ConfigProvider; ingest?: IngestOptionsInput; stream?: EventsStreamSettings } = {},
+): Promise<IngestHarness> {
+  await ensureStream(nats.jsm, eventsStreamConfig(options.stream ?? DEFAULT_STREAM));
+  const nc = await nats.connect();
+  const metrics = new IngestMetrics({ defaultMetrics: false });
+  const app = await buildIngestApp({ nc, config: options.config ?? configFromYaml(TEST_CONFIG), metrics }, options.ingest);
+  const url = await app.listen({ host: "127.0.0.1", port: 0 });
+  return { app, url, nc, metrics, close: () => app.close() };
+}
+
+/** Every message in TRACKHOOK_EVENTS, in order, with its subject and Nats-Msg-Id. */
+export async function storedMessages(nats: NatsHarness): Promise<Array<{ subject: string; msgId: string | undefined; body: StoredMessage }>> {
+  const info = await nats.jsm.streams.info(EVENTS_STREAM);
+  const out = [];
+  for (let seq = info.state.first_seq; seq <= info.state.last_seq && info.state.messages > 0; seq++) {
+    const msg = await nats.jsm.streams.getMessage(EVENTS_STREAM, { seq }).catch(() => null);
+    if (!msg) continue;
+    out.push({ subject: msg.subject, msgId: msg.header?.get("Nats-Msg-Id"), body: msg.json<StoredMessage>() });
+  }
+  return out;
+}
+
+export function basic(key: string, colon = true): string {
+  return `Basic ${Buffer.from(colon ? `${key}:` : key).toString("base64")}`;
+}
+
+/** POSTs JSON (or raw bytes) with fetch and returns status, headers and parsed body. */
+export async function post(
+  url: string,
+  body: unknown,
+  init: { headers?: Record<string, string>; raw?: Uint8Array | string } = {},
+): Promise<{ status: number; headers: Headers; json: Record<string, unknown> }> {
+  const res = await fetch(url, {
+    method: "POST",
+    headers: { "content-type": "application/json", ...init.headers },
+    body: init.raw ?? JSON.stringify(body),
+  });
+  const text = await res.text();
+  return { status: res.status, headers: res.headers, json: text ? JSON.parse(text) : {} };
+}
