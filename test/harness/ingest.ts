@@ -97,3 +97,17 @@ export async function post(
   const text = await res.text();
   return { status: res.status, headers: res.headers, json: text ? JSON.parse(text) : {} };
 }
+
+/** The value of trackhook_ingest_messages_total for a reason (summed over sources and outcomes). */
+export async function messagesCounted(harness: IngestHarness, labels: { reason?: string; outcome?: string; source?: string }): Promise<number> {
+  const metric = await harness.metrics.messages.get();
+  return metric.values
+    .filter((v) => Object.entries(labels).every(([k, want]) => v.labels[k as keyof typeof v.labels] === want))
+    .reduce((sum, v) => sum + v.value, 0);
+}
+
+let counter = 0;
+/** A messageId unique within the test run. */
+export function uniqueId(prefix = "m"): string {
+  return `${prefix}-${process.pid}-${Date.now()}-${counter++}`;
+}

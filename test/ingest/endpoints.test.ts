@@ -1,0 +1,145 @@
+// Every route real SDKs call, CORS for browsers, the analytics.js settings endpoint, health and
+// metrics, and the 503 a full stream gives.
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { MESSAGE_TYPES } from "../../schema/mod.ts";
+import { startNats, type NatsHarness } from "../harness/nats.ts";
+import { DEFAULT_STREAM, WRITE_KEY, basic, post, startIngest, storedMessages, uniqueId, type IngestHarness } from "../harness/ingest.ts";
+
+let nats: NatsHarness;
+let ingest: IngestHarness;
+beforeAll(async () => {
+  nats = await startNats();
+  ingest = await startIngest(nats, { ingest: { corsOrigins: ["https://shop.example", "https://www.example"] } });
+});
+afterAll(async () => {
+  await ingest?.close();
+  await nats?.stop();
+});
+
+const auth = { authorization: basic(WRITE_KEY) };
+const bodies: Record<string, Record<string, unknown>> = {
+  identify: { userId: "u1", traits: { email: "a@example.com" } },
+  track: { userId: "u1", event: "Clicked" },
+  page: { anonymousId: "a1", name: "Home" },
+  screen: { userId: "u1", name: "Settings" },
+  group: { userId: "u1", groupId: "g1" },
+  alias: { userId: "u1", previousId: "a1" },
+};
+
+describe("routes", () => {
+  for (const type of MESSAGE_TYPES) {
+    for (const path of [type, type[0]!]) {
+      it(`POST /v1/${path} stores a ${type}`, async () => {
+        const messageId = uniqueId(path);
+        // The path decides the type, whatever the body says.
+        const res = await post(`${ingest.url}/v1/${path}`, { ...bodies[type], type: "bogus", messageId }, { headers: auth });
+        expect(res).toMatchObject({ status: 200, json: { success: true } });
+        const stored = (await storedMessages(nats)).find((m) => m.body.messageId === messageId);
+        expect(stored?.subject).toBe(`trackhook.events.default.web.${type}`);
+        expect(stored?.body.type).toBe(type);
+      });
+    }
+  }
+
+  for (const path of ["batch", "import", "b"]) {
+    it(`POST /v1/${path} stores a batch of all six kinds, alias included`, async () => {
+      const batch = MESSAGE_TYPES.map((type) => ({ ...bodies[type], type, messageId: uniqueId(`${path}-${type}`) }));
+      const res = await post(`${ingest.url}/v1/${path}`, { batch }, { headers: auth });
+      expect(res.status).toBe(200);
+      const stored = new Map((await storedMessages(nats)).map((m) => [m.body.messageId, m]));
+      for (const item of batch) expect(stored.get(item.messageId)?.subject).toBe(`trackhook.events.default.web.${item.type}`);
+    });
+  }
+});
+
+describe("CORS", () => {
+  it("answers a preflight from an allowed origin with the headers browsers need", async () => {
+    const res = await fetch(`${ingest.url}/v1/t`, {
+      method: "OPTIONS",
+      headers: { origin: "https://shop.example", "access-control-request-method": "POST", "access-control-request-headers": "authorization, content-type, x-retry-count" },
+    });
+    expect(res.status).toBe(204);
+    expect(res.headers.get("access-control-allow-origin")).toBe("https://shop.example");
+    expect(res.headers.get("access-control-allow-credentials")).toBe("true");
+    expect(res.headers.get("access-control-allow-methods")).toContain("POST");
+    const allowed = res.headers.get("access-control-allow-headers")!.toLowerCase();
+    for (const header of ["authorization", "content-type", "x-retry-count"]) expect(allowed).toContain(header);
+  });
+
+  it("adds CORS headers to the POST itself", async () => {
+    const res = await fetch(`${ingest.url}/v1/t`, {
+      method: "POST",
+      headers: { origin: "https://www.example", "content-type": "text/plain" },
+      body: JSON.stringify({ ...bodies.track, writeKey: WRITE_KEY }),
+    });
+    expect(res.status).toBe(200);
+    expect(res.headers.get("access-control-allow-origin")).toBe("https://www.example");
+  });
+
+  it("gives no CORS grant to an origin that is not configured", async () => {
+    const res = await fetch(`${ingest.url}/v1/t`, { method: "OPTIONS", headers: { origin: "https://evil.example", "access-control-request-method": "POST" } });
+    expect(res.headers.get("access-control-allow-origin")).toBeNull();
+  });
+});
+
+describe("settings endpoint (analytics.js CDN settings)", () => {
+  it("returns Segment.io settings pointing the browser SDK at this host", async () => {
+    const res = await fetch(`${ingest.url}/v1/projects/${WRITE_KEY}/settings`, { headers: { origin: "https://shop.example" } });
+    expect(res.status).toBe(200);
+    const body = (await res.json()) as { integrations: Record<string, Record<string, unknown>>; metrics: { sampleRate: number } };
+    const host = new URL(ingest.url).host;
+    expect(body.integrations["Segment.io"]).toMatchObject({ apiKey: WRITE_KEY, apiHost: `${host}/v1`, protocol: "http" });
+    expect(Object.keys(body.integrations)).toEqual(["Segment.io"]); // no legacy device-mode destinations
+    expect(body.metrics.sampleRate).toBe(0); // SDK metrics would otherwise go to Segment
+    expect(res.headers.get("access-control-allow-origin")).toBe("https://shop.example");
+  });
+
+  it("answers 404 for an unknown write key", async () => {
+    const res = await fetch(`${ingest.url}/v1/projects/unknown-key/settings`);
+    expect(res.status).toBe(404);
+    expect(await res.json()).toMatchObject({ success: false, code: "not_found" });
+  });
+});
+
+describe("operations endpoints", () => {
+  it("/healthz and /readyz answer 200 while JetStream is reachable", async () => {
+    expect((await fetch(`${ingest.url}/healthz`)).status).toBe(200);
+    const ready = await fetch(`${ingest.url}/readyz`);
+    expect(ready.status).toBe(200);
+  });
+
+  it("/metrics exposes request, message and publish-latency metrics", async () => {
+    const text = await (await fetch(`${ingest.url}/metrics`)).text();
+    expect(text).toMatch(/trackhook_ingest_requests_total\{route="\/v1\/track",status="200",code="ok"\} \d+/);
+    expect(text).toMatch(/trackhook_ingest_messages_total\{source="default\/web",outcome="accepted",reason=""\} \d+/);
+    expect(text).toMatch(/trackhook_ingest_publish_duration_seconds_count \d+/);
+  });
+});
+
+describe("a full stream", () => {
+  let small: NatsHarness;
+  let full: IngestHarness;
+  beforeAll(async () => {
+    small = await startNats();
+    full = await startIngest(small, { stream: { ...DEFAULT_STREAM, maxBytes: 64 * 1024 }, ingest: { retryAfterSeconds: 7 } });
+  });
+  afterAll(async () => {
+    await full?.close();
+    await small?.stop();
+  });
+
+  it("answers 503 storage_full with Retry-After instead of 200 once max_bytes is reached", async () => {
+    const answers: Array<{ status: number; code?: unknown; retryAfter: string | null; id: string }> = [];
+    for (let i = 0; i < 40; i++) {
+      const id = uniqueId("fill");
+      const res = await post(`${full.url}/v1/track`, { userId: "u", event: "Fill", messageId: id, properties: { pad: "x".repeat(8 * 1024) } }, { headers: auth });
+      answers.push({ status: res.status, code: res.json.code, retryAfter: res.headers.get("retry-after"), id });
+    }
+    const refused = answers.filter((a) => a.status !== 200);
+    expect(refused.length).toBeGreaterThan(0);
+    expect(refused.every((a) => a.status === 503 && a.code === "storage_full" && a.retryAfter === "7")).toBe(true);
+    // Every 200 is in the stream; no refused message is.
+    const stored = new Set((await storedMessages(small)).map((m) => m.body.messageId));
+    for (const a of answers) expect(stored.has(a.id)).toBe(a.status === 200);
+  });
+});

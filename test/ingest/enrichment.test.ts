@@ -1,0 +1,120 @@
+// Fields the ingest adds or normalises: messageId, receivedAt, sentAt, originalTimestamp,
+// clock-skew-corrected timestamp, batch-level context/integrations merged into items (the item
+// wins), context.ip for direct calls (behind trusted proxies), and context.library by default.
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import type { StoredMessage } from "../../schema/mod.ts";
+import { startNats, type NatsHarness } from "../harness/nats.ts";
+import { WRITE_KEY, basic, post, startIngest, storedMessages, uniqueId, type IngestHarness } from "../harness/ingest.ts";
+
+let nats: NatsHarness;
+let ingest: IngestHarness;
+beforeAll(async () => {
+  nats = await startNats();
+  ingest = await startIngest(nats, { ingest: { trustedProxies: ["127.0.0.1"] } });
+});
+afterAll(async () => {
+  await ingest?.close();
+  await nats?.stop();
+});
+
+const auth = { authorization: basic(WRITE_KEY) };
+
+async function sendAndRead(path: string, body: Record<string, unknown>, headers: Record<string, string> = {}): Promise<StoredMessage[]> {
+  const before = Date.now();
+  const res = await post(`${ingest.url}${path}`, body, { headers: { ...auth, ...headers } });
+  expect(res.status).toBe(200);
+  const ids = new Set(((body.batch as Array<{ messageId?: string }>) ?? [body]).map((m) => m.messageId));
+  const found = (await storedMessages(nats)).map((m) => m.body).filter((m) => ids.has(m.messageId));
+  for (const m of found) expect(Date.parse(m.receivedAt)).toBeGreaterThanOrEqual(before - 5);
+  return found;
+}
+
+describe("timestamps", () => {
+  it("corrects the client's clock skew: timestamp = receivedAt - (sentAt - originalTimestamp)", async () => {
+    // The client's clock is one hour ahead: it says it sent the message an hour from now.
+    const skew = 3_600_000;
+    const now = Date.now();
+    const [m] = await sendAndRead("/v1/track", {
+      userId: "u1", event: "Skewed", messageId: uniqueId(),
+      timestamp: new Date(now + skew - 2000).toISOString(), // happened 2s before it was sent
+      sentAt: new Date(now + skew).toISOString(),
+    });
+    const corrected = Date.parse(m!.timestamp);
+    expect(corrected).toBe(Date.parse(m!.receivedAt) - 2000);
+    expect(m!.originalTimestamp).toBe(new Date(now + skew - 2000).toISOString());
+  });
+
+  it("takes sentAt from the batch when items have none", async () => {
+    const receivedish = Date.now();
+    const [m] = await sendAndRead("/v1/batch", {
+      sentAt: new Date(receivedish - 10_000).toISOString(),
+      batch: [{ type: "track", userId: "u1", event: "Batched", messageId: uniqueId(), timestamp: new Date(receivedish - 15_000).toISOString() }],
+    });
+    expect(m!.sentAt).toBe(new Date(receivedish - 10_000).toISOString());
+    expect(Date.parse(m!.timestamp)).toBe(Date.parse(m!.receivedAt) - 5000);
+  });
+
+  it("keeps the message's own timestamp when there is no sentAt (historical import)", async () => {
+    const [m] = await sendAndRead("/v1/track", { userId: "u1", event: "Old", messageId: uniqueId(), timestamp: "2020-02-03T04:05:06.000Z" });
+    expect(m!.timestamp).toBe("2020-02-03T04:05:06.000Z");
+    expect(m!.originalTimestamp).toBe("2020-02-03T04:05:06.000Z");
+    expect(m).not.toHaveProperty("sentAt");
+  });
+
+  it("uses receivedAt when the message has no time at all", async () => {
+    const [m] = await sendAndRead("/v1/track", { userId: "u1", event: "Now", messageId: uniqueId() });
+    expect(m!.timestamp).toBe(m!.receivedAt);
+    expect(m!.originalTimestamp).toBe(m!.receivedAt);
+  });
+});
+
+describe("batch merge rules", () => {
+  it("merges batch-level context and integrations into each item; the item's keys win", async () => {
+    const [a, b] = await sendAndRead("/v1/batch", {
+      context: { locale: "en-US", app: { name: "shop" }, library: { name: "analytics-go", version: "3.3.0" } },
+      integrations: { All: false, Webhooks: true },
+      batch: [
+        { type: "track", userId: "u1", event: "A", messageId: uniqueId("a") },
+        { type: "track", userId: "u1", event: "B", messageId: uniqueId("b"), context: { locale: "de-DE" }, integrations: { Webhooks: false } },
+      ],
+    });
+    expect(a!.context).toMatchObject({ locale: "en-US", app: { name: "shop" }, library: { name: "analytics-go", version: "3.3.0" } });
+    expect(a!.integrations).toEqual({ All: false, Webhooks: true });
+    expect(b!.context).toMatchObject({ locale: "de-DE", app: { name: "shop" } });
+    expect(b!.integrations).toEqual({ All: false, Webhooks: false });
+  });
+});
+
+describe("generated and defaulted fields", () => {
+  it("assigns a messageId when the message has none", async () => {
+    const marker = uniqueId("no-id");
+    const res = await post(`${ingest.url}/v1/track`, { userId: "u1", event: marker }, { headers: auth });
+    expect(res.status).toBe(200);
+    const m = (await storedMessages(nats)).find((s) => (s.body as { event?: string }).event === marker);
+    expect(m?.body.messageId).toMatch(/^th-[0-9a-f-]{36}$/);
+    expect(m?.msgId).toBe(`default/web/${m?.body.messageId}`);
+  });
+
+  it("defaults context.library to unknown", async () => {
+    const [m] = await sendAndRead("/v1/identify", { userId: "u1", messageId: uniqueId() });
+    expect(m!.context.library).toEqual({ name: "unknown", version: "unknown" });
+  });
+
+  it("sets context.ip from the request when context.direct is true, through a trusted proxy", async () => {
+    const [direct] = await sendAndRead("/v1/track", { userId: "u1", event: "Direct", messageId: uniqueId(), context: { direct: true } }, { "x-forwarded-for": "203.0.113.7" });
+    expect(direct!.context.ip).toBe("203.0.113.7");
+    const [indirect] = await sendAndRead("/v1/track", { userId: "u1", event: "Server", messageId: uniqueId() }, { "x-forwarded-for": "203.0.113.7" });
+    expect(indirect!.context).not.toHaveProperty("ip");
+  });
+
+  it("keeps a context.ip the caller set", async () => {
+    const [m] = await sendAndRead("/v1/track", { userId: "u1", event: "Given", messageId: uniqueId(), context: { direct: true, ip: "198.51.100.1" } });
+    expect(m!.context.ip).toBe("198.51.100.1");
+  });
+
+  it("stores numeric ids as strings and never stores the write key", async () => {
+    const [m] = await sendAndRead("/v1/group", { userId: 42, groupId: 7, messageId: uniqueId(), writeKey: WRITE_KEY });
+    expect(m).toMatchObject({ userId: "42", groupId: "7" });
+    expect(m).not.toHaveProperty("writeKey");
+  });
+});

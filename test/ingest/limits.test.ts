@@ -1,0 +1,189 @@
+// Size and count limits, each on its own, and the encodings they apply through: limits count
+// decompressed bytes and are enforced while reading, so a gzip bomb is never inflated.
+import { request } from "node:http";
+import { Readable } from "node:stream";
+import { createGzip, deflateSync, gzipSync } from "node:zlib";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { startNats, type NatsHarness } from "../harness/nats.ts";
+import { WRITE_KEY, basic, post, startIngest, storedMessages, uniqueId, type IngestHarness } from "../harness/ingest.ts";
+
+let nats: NatsHarness;
+let ingest: IngestHarness;
+beforeAll(async () => {
+  nats = await startNats();
+  ingest = await startIngest(nats);
+});
+afterAll(async () => {
+  await ingest?.close();
+  await nats?.stop();
+});
+
+const KB = 1024;
+const auth = { authorization: basic(WRITE_KEY) };
+
+/** A track message whose JSON is exactly `bytes` long. */
+function trackOfSize(bytes: number, messageId = uniqueId()): Record<string, unknown> {
+  const base = { userId: "u1", event: "Sized", messageId, properties: { pad: "" } };
+  const pad = bytes - Buffer.byteLength(JSON.stringify(base));
+  base.properties.pad = "x".repeat(pad);
+  expect(Buffer.byteLength(JSON.stringify(base))).toBe(bytes);
+  return base;
+}
+
+/** A batch body whose JSON is exactly `bytes` long, made of items of at most 30KB. */
+function batchOfSize(bytes: number): { batch: Record<string, unknown>[] } {
+  const body = { batch: [] as Record<string, unknown>[] };
+  while (Buffer.byteLength(JSON.stringify(body)) + 31 * KB < bytes) body.batch.push({ type: "track", ...trackOfSize(30 * KB) });
+  const last = { type: "track", ...trackOfSize(200) } as { properties: { pad: string } };
+  body.batch.push(last);
+  last.properties.pad += "x".repeat(bytes - Buffer.byteLength(JSON.stringify(body)));
+  expect(Buffer.byteLength(JSON.stringify(body))).toBe(bytes);
+  return body;
+}
+
+describe("single-message limit (32KB)", () => {
+  it("accepts a message of exactly 32KB", async () => {
+    const message = trackOfSize(32 * KB);
+    const res = await post(`${ingest.url}/v1/track`, message, { headers: auth });
+    expect(res.status).toBe(200);
+    expect((await storedMessages(nats)).some((m) => m.body.messageId === message.messageId)).toBe(true);
+  });
+
+  it("refuses a message one byte over 32KB with 400 request_too_large", async () => {
+    const res = await post(`${ingest.url}/v1/track`, trackOfSize(32 * KB + 1), { headers: auth });
+    expect(res).toMatchObject({ status: 400, json: { code: "request_too_large" } });
+  });
+});
+
+describe("batch request limit (500KB)", () => {
+  it("accepts a batch of exactly 500KB", async () => {
+    const res = await post(`${ingest.url}/v1/batch`, batchOfSize(500 * KB), { headers: auth });
+    expect(res).toMatchObject({ status: 200, json: { success: true } });
+  });
+
+  it("refuses a batch one byte over 500KB with 400 batch_too_large", async () => {
+    const res = await post(`${ingest.url}/v1/batch`, batchOfSize(500 * KB + 1), { headers: auth });
+    expect(res).toMatchObject({ status: 400, json: { code: "batch_too_large" } });
+  });
+});
+
+describe("batch item limit (32KB)", () => {
+  it("accepts a batch item of exactly 32KB", async () => {
+    const item = { type: "track", ...trackOfSize(32 * KB - 15) };
+    expect(Buffer.byteLength(JSON.stringify(item))).toBe(32 * KB);
+    const res = await post(`${ingest.url}/v1/batch`, { batch: [item] }, { headers: auth });
+    expect(res.status).toBe(200);
+  });
+
+  it("refuses a batch item one byte over 32KB with 400 batch_item_too_large", async () => {
+    const item = { type: "track", ...trackOfSize(32 * KB - 14) };
+    const res = await post(`${ingest.url}/v1/batch`, { batch: [item] }, { headers: auth });
+    expect(res).toMatchObject({ status: 400, json: { code: "batch_item_too_large" } });
+  });
+});
+
+describe("batch item count limit (2,500)", () => {
+  const items = (n: number) => Array.from({ length: n }, (_, i) => ({ type: "track", userId: "u", event: "e", messageId: uniqueId(`n${i}`) }));
+
+  it("accepts and stores 2,500 items", async () => {
+    const batch = items(2500);
+    const res = await post(`${ingest.url}/v1/batch`, { batch }, { headers: auth });
+    expect(res.status).toBe(200);
+    const stored = new Set((await storedMessages(nats)).map((m) => m.body.messageId));
+    expect(batch.every((item) => stored.has(item.messageId))).toBe(true);
+  });
+
+  it("refuses 2,501 items with 400 too_many_batch_items", async () => {
+    const res = await post(`${ingest.url}/v1/batch`, { batch: items(2501) }, { headers: auth });
+    expect(res).toMatchObject({ status: 400, json: { code: "too_many_batch_items" } });
+  });
+});
+
+describe("content types and encodings", () => {
+  it("accepts JSON sent as text/plain (analytics.js)", async () => {
+    const id = uniqueId();
+    const res = await post(`${ingest.url}/v1/t`, { userId: "u1", event: "Plain", messageId: id, writeKey: WRITE_KEY }, { headers: { "content-type": "text/plain" } });
+    expect(res.status).toBe(200);
+    expect((await storedMessages(nats)).some((m) => m.body.messageId === id)).toBe(true);
+  });
+
+  it("accepts a gzip body (analytics-python, analytics-android)", async () => {
+    const id = uniqueId();
+    const raw = gzipSync(JSON.stringify({ batch: [{ type: "track", userId: "u1", event: "Gz", messageId: id }] }));
+    const res = await post(`${ingest.url}/v1/batch`, undefined, { headers: { ...auth, "content-encoding": "gzip" }, raw });
+    expect(res.status).toBe(200);
+    expect((await storedMessages(nats)).some((m) => m.body.messageId === id)).toBe(true);
+  });
+
+  it("accepts a deflate body", async () => {
+    const id = uniqueId();
+    const raw = deflateSync(JSON.stringify({ userId: "u1", event: "Deflated", messageId: id }));
+    const res = await post(`${ingest.url}/v1/track`, undefined, { headers: { ...auth, "content-encoding": "deflate" }, raw });
+    expect(res.status).toBe(200);
+  });
+
+  it("applies the limit to decompressed bytes: 33KB that gzips to 100 bytes is refused", async () => {
+    const raw = gzipSync(JSON.stringify(trackOfSize(33 * KB)));
+    expect(raw.length).toBeLessThan(1024);
+    const res = await post(`${ingest.url}/v1/track`, undefined, { headers: { ...auth, "content-encoding": "gzip" }, raw });
+    expect(res).toMatchObject({ status: 400, json: { code: "request_too_large" } });
+  });
+
+  it("refuses a corrupt gzip body with 400 invalid_compression", async () => {
+    const res = await post(`${ingest.url}/v1/track`, undefined, { headers: { ...auth, "content-encoding": "gzip" }, raw: "definitely not gzip" });
+    expect(res).toMatchObject({ status: 400, json: { code: "invalid_compression" } });
+  });
+
+  it("refuses an unknown Content-Encoding with 415 unsupported_content_encoding", async () => {
+    const res = await post(`${ingest.url}/v1/track`, { userId: "u", event: "e" }, { headers: { ...auth, "content-encoding": "br" } });
+    expect(res).toMatchObject({ status: 415, json: { code: "unsupported_content_encoding" } });
+  });
+});
+
+describe("gzip bomb (1GB of zeros, ~1MB compressed)", () => {
+  let bomb: Buffer;
+  beforeAll(async () => {
+    const gzip = createGzip({ level: 9 });
+    const chunks: Buffer[] = [];
+    gzip.on("data", (c: Buffer) => chunks.push(c));
+    const zeros = Buffer.alloc(1024 * 1024);
+    for (let i = 0; i < 1024; i++) if (!gzip.write(zeros)) await new Promise((r) => gzip.once("drain", r));
+    await new Promise((r) => gzip.end(r));
+    bomb = Buffer.concat(chunks);
+  });
+
+  /** Sends the bomb chunked (no Content-Length), so only the decompressed-bytes bound can stop it. */
+  function sendChunked(body: Buffer): Promise<{ status: number; json: Record<string, unknown> }> {
+    return new Promise((resolve, reject) => {
+      const url = new URL(`${ingest.url}/v1/batch`);
+      const req = request(
+        { host: url.hostname, port: url.port, path: url.pathname, method: "POST", headers: { ...auth, "content-encoding": "gzip", "content-type": "application/json", "transfer-encoding": "chunked" } },
+        (res) => {
+          let text = "";
+          res.on("data", (c) => (text += c));
+          res.on("end", () => resolve({ status: res.statusCode!, json: JSON.parse(text) }));
+        },
+      );
+      req.on("error", (err: NodeJS.ErrnoException) => (err.code === "EPIPE" || err.code === "ECONNRESET" ? undefined : reject(err)));
+      Readable.from([body.subarray(0, 64 * KB), body.subarray(64 * KB)]).pipe(req);
+    });
+  }
+
+  it("is refused with 400 batch_too_large after inflating no more than the limit", async () => {
+    const rssBefore = process.memoryUsage().rss;
+    const res = await sendChunked(bomb);
+    expect(res).toMatchObject({ status: 400, json: { code: "batch_too_large" } });
+    // Inflating 1GB would show as ~1GB of RSS; the bounded reader holds ~500KB.
+    expect(process.memoryUsage().rss - rssBefore).toBeLessThan(100 * 1024 * 1024);
+  });
+
+  it("is refused up front when its Content-Length already exceeds what can fit", async () => {
+    const res = await post(`${ingest.url}/v1/batch`, undefined, { headers: { ...auth, "content-encoding": "gzip" }, raw: bomb });
+    expect(res).toMatchObject({ status: 400, json: { code: "batch_too_large" } });
+  });
+
+  it("leaves the server answering normally afterwards", async () => {
+    const res = await post(`${ingest.url}/v1/track`, { userId: "u1", event: "After bomb" }, { headers: auth });
+    expect(res.status).toBe(200);
+  });
+});
