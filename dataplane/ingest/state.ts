@@ -1,4 +1,5 @@
 // What the routes share: options, the live source directory, the publisher, metrics.
+import type { MessageType } from "../../schema/mod.ts";
 import type { IngestMetrics } from "./metrics.ts";
 import type { IngestOptions } from "./options.ts";
 import type { EventPublisher } from "./publish.ts";
@@ -19,7 +20,7 @@ declare module "fastify" {
     /** Which body limit and shape a message route takes. */
     endpoint?: "single" | "batch";
     /** Set for single-message endpoints: the type the path implies. */
-    type?: import("../../schema/mod.ts").MessageType;
+    type?: MessageType;
   }
   interface FastifyRequest {
     /** Decompressed size of the request body. */

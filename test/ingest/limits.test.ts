@@ -22,7 +22,7 @@ const KB = 1024;
 const auth = { authorization: basic(WRITE_KEY) };
 
 /** A track message whose JSON is exactly `bytes` long. */
-function trackOfSize(bytes: number, messageId = uniqueId()): Record<string, unknown> {
+function trackOfSize(bytes: number, messageId = uniqueId()): { messageId: string; properties: { pad: string } } {
   const base = { userId: "u1", event: "Sized", messageId, properties: { pad: "" } };
   const pad = bytes - Buffer.byteLength(JSON.stringify(base));
   base.properties.pad = "x".repeat(pad);
@@ -34,7 +34,7 @@ function trackOfSize(bytes: number, messageId = uniqueId()): Record<string, unkn
 function batchOfSize(bytes: number): { batch: Record<string, unknown>[] } {
   const body = { batch: [] as Record<string, unknown>[] };
   while (Buffer.byteLength(JSON.stringify(body)) + 31 * KB < bytes) body.batch.push({ type: "track", ...trackOfSize(30 * KB) });
-  const last = { type: "track", ...trackOfSize(200) } as { properties: { pad: string } };
+  const last = { type: "track", ...trackOfSize(200) };
   body.batch.push(last);
   last.properties.pad += "x".repeat(bytes - Buffer.byteLength(JSON.stringify(body)));
   expect(Buffer.byteLength(JSON.stringify(body))).toBe(bytes);

@@ -1,0 +1,70 @@
+// The trackhook command as a user runs it: help, config errors at start, and `dev` serving the
+// example config with its own nats-server, then stopping cleanly on SIGTERM.
+import { spawn, spawnSync } from "node:child_process";
+import { mkdtempSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { fileURLToPath } from "node:url";
+import { describe, expect, it } from "vitest";
+import { basic, post } from "../harness/ingest.ts";
+
+const root = fileURLToPath(new URL("../..", import.meta.url));
+const CLI = join(root, "cli", "main.ts");
+const run = (...args: string[]) => spawnSync(process.execPath, [CLI, ...args], { cwd: root, encoding: "utf8", timeout: 20_000 });
+
+describe("trackhook CLI", () => {
+  it("--help lists the commands", () => {
+    const result = run("--help");
+    expect(result.status).toBe(0);
+    expect(result.stdout).toMatch(/dev\s+Run trackhook on a laptop/);
+    expect(result.stdout).toMatch(/ingest\s+Run the Segment-compatible Tracking API/);
+  });
+
+  it("<command> --help shows the command's flags", () => {
+    const result = run("ingest", "--help");
+    expect(result.status).toBe(0);
+    expect(result.stdout).toContain("--nats <url>");
+    expect(result.stdout).toContain("--duplicate-window");
+  });
+
+  it("an unknown command or flag is a usage error (exit 2)", () => {
+    expect(run("frobnicate").status).toBe(2);
+    const bad = run("dev", "--config", "examples", "--colour", "blue");
+    expect(bad.status).toBe(2);
+    expect(bad.stderr).toContain("--colour");
+  });
+
+  it("invalid config fails at start, naming the document and field", () => {
+    const dir = mkdtempSync(join(tmpdir(), "trackhook-cli-"));
+    writeFileSync(join(dir, "bad.yaml"), "apiVersion: trackhook.io/v1alpha1\nkind: Source\nmetadata: { name: web }\nspec: { writeKeySecretRef: { name: k } }\n");
+    const result = run("ingest", "--config", dir, "--nats", "nats://127.0.0.1:1");
+    expect(result.status).toBe(2);
+    expect(result.stderr).toContain(`${join(dir, "bad.yaml")}, document 1 (Source web): spec.writeKeySecretRef.key: is required`);
+  });
+
+  it("dev serves examples/ with its own nats-server and stops on SIGTERM", async () => {
+    const dataDir = mkdtempSync(join(tmpdir(), "trackhook-dev-"));
+    const child = spawn(process.execPath, [CLI, "dev", "--config", "examples/", "--port", "0", "--data-dir", dataDir, "--log-level", "warn"], { cwd: root });
+    let stderr = "";
+    child.stderr.on("data", (c: Buffer) => (stderr += c.toString()));
+    const exited = new Promise<number | null>((resolve) => child.on("exit", (code) => resolve(code)));
+    try {
+      const url = await new Promise<string>((resolve, reject) => {
+        const timer = setTimeout(() => reject(new Error(`dev did not start:\n${stderr}`)), 20_000);
+        child.stderr.on("data", () => {
+          const match = /ingest\s+(http:\/\/127\.0\.0\.1:\d+)/.exec(stderr);
+          if (match) {
+            clearTimeout(timer);
+            resolve(match[1]!);
+          }
+        });
+      });
+      expect(stderr).toContain("curl -u \"$WRITE_KEY:\"");
+      const res = await post(`${url}/v1/track`, { userId: "user-1", event: "Signed Up" }, { headers: { authorization: basic("dev-write-key") } });
+      expect(res).toMatchObject({ status: 200, json: { success: true } });
+    } finally {
+      child.kill("SIGTERM");
+    }
+    expect(await exited).toBe(0);
+  });
+});

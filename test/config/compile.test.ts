@@ -1,0 +1,144 @@
+// The --config loader: the documents a user would kubectl apply, compiled into the config the data
+// plane runs on; every invalid document is reported with its file, document and field.
+import { mkdtempSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { describe, expect, it } from "vitest";
+import { ConfigError, loadConfigFile, sha256Hex } from "../../dataplane/config/mod.ts";
+
+function configDir(files: Record<string, string>): string {
+  const dir = mkdtempSync(join(tmpdir(), "trackhook-config-"));
+  for (const [name, text] of Object.entries(files)) writeFileSync(join(dir, name), text);
+  return dir;
+}
+
+const secret = (name: string, key: string, value: string, namespace?: string) => `
+apiVersion: v1
+kind: Secret
+metadata: { name: ${name}${namespace ? `, namespace: ${namespace}` : ""} }
+data: { ${key}: ${Buffer.from(value).toString("base64")} }
+`;
+const source = (name: string, secretName: string, key: string, extra = "") => `
+apiVersion: trackhook.io/v1alpha1
+kind: Source
+metadata: { name: ${name} }
+spec: { writeKeySecretRef: { name: ${secretName}, key: ${key} }${extra} }
+`;
+
+function problemsOf(path: string): string[] {
+  try {
+    loadConfigFile(path);
+  } catch (err) {
+    expect(err).toBeInstanceOf(ConfigError);
+    return (err as ConfigError).problems;
+  }
+  throw new Error("expected a ConfigError");
+}
+
+describe("compiling config documents", () => {
+  it("compiles Sources with their key digests, defaults and namespace `default`", () => {
+    const dir = configDir({ "a.yaml": [secret("k", "writeKey", "s3cret"), source("web", "k", "writeKey")].join("---\n") });
+    const config = loadConfigFile(dir);
+    expect(config.sources).toEqual([{ namespace: "default", name: "web", enabled: true, writeKeySha256: sha256Hex("s3cret") }]);
+    expect(JSON.stringify(config)).not.toContain("s3cret");
+  });
+
+  it("reads every .yaml/.yml/.json file of a directory, and stringData wins over data", () => {
+    const dir = configDir({
+      "1-secret.yml": `${secret("k", "writeKey", "from-data")}stringData: { writeKey: from-string-data }\n`,
+      "2-source.yaml": source("web", "k", "writeKey"),
+      "notes.txt": "ignored",
+    });
+    expect(loadConfigFile(dir).sources[0]!.writeKeySha256).toBe(sha256Hex("from-string-data"));
+  });
+
+  it("compiles a WebhookDestination with secrets resolved and durations in ms", () => {
+    const dir = configDir({
+      "a.yaml": [
+        secret("k", "writeKey", "key-1"),
+        secret("hook", "secret", "signing-secret"),
+        source("web", "k", "writeKey"),
+        `apiVersion: trackhook.io/v1alpha1
+kind: WebhookDestination
+metadata: { name: crm }
+spec:
+  sources: [web]
+  urls: [https://hooks.example.com/a]
+  sharedSecretRef: { name: hook, key: secret }
+  headers: [{ name: X-Team, value: growth }, { name: Authorization, valueFrom: { secretKeyRef: { name: hook, key: secret } } }]
+  retryWindow: 1h30m
+`,
+      ].join("---\n"),
+    });
+    expect(loadConfigFile(dir).destinations).toEqual([
+      {
+        namespace: "default", name: "crm", enabled: true, sources: ["web"], urls: ["https://hooks.example.com/a"],
+        headers: [{ name: "X-Team", value: "growth" }, { name: "Authorization", value: "signing-secret" }],
+        sharedSecret: "signing-secret", timeoutMs: 5000, retryWindowMs: 5_400_000, maxInFlight: 100, standardWebhooks: false,
+      },
+    ]);
+  });
+
+  it("names the file, document and field of a schema violation", () => {
+    const dir = configDir({ "bad.yaml": [secret("k", "writeKey", "x"), source("web", "k", "writeKey", ", enabled: maybe")].join("---\n") });
+    const [problem] = problemsOf(dir);
+    expect(problem).toContain(join(dir, "bad.yaml"));
+    expect(problem).toContain("document 2 (Source web)");
+    expect(problem).toContain("spec.enabled: must be boolean");
+  });
+
+  it("reports a missing Secret key with the field that references it", () => {
+    const dir = configDir({ "a.yaml": source("web", "nope", "writeKey") });
+    expect(problemsOf(dir)).toEqual([expect.stringMatching(/Source web\): spec.writeKeySecretRef: Secret default\/nope has no key "writeKey"/)]);
+  });
+
+  it("rejects a Source name that cannot be a NATS subject token", () => {
+    const dir = configDir({ "a.yaml": [secret("k", "writeKey", "x"), source("web.site", "k", "writeKey")].join("---\n") });
+    expect(problemsOf(dir).join("\n")).toMatch(/metadata.name: must match pattern/);
+  });
+
+  it("rejects unknown kinds, unknown spec fields, six URLs, ftp URLs and unknown sources, all at once", () => {
+    const dir = configDir({
+      "a.yaml": [
+        secret("k", "writeKey", "x"),
+        source("web", "k", "writeKey"),
+        "apiVersion: v1\nkind: ConfigMap\nmetadata: { name: cm }\n",
+        `apiVersion: trackhook.io/v1alpha1
+kind: WebhookDestination
+metadata: { name: six }
+spec: { sources: [web], urls: [http://a.example, http://b.example, http://c.example, http://d.example, http://e.example, http://f.example] }
+`,
+        `apiVersion: trackhook.io/v1alpha1
+kind: WebhookDestination
+metadata: { name: ftp }
+spec: { sources: [web], urls: [ftp://files.example/x], colour: blue }
+`,
+        `apiVersion: trackhook.io/v1alpha1
+kind: WebhookDestination
+metadata: { name: ghost }
+spec: { sources: [mobile], urls: [https://a.example] }
+`,
+      ].join("---\n"),
+    });
+    const text = problemsOf(dir).join("\n");
+    expect(text).toMatch(/document 3 \(ConfigMap cm\): kind must be one of/);
+    expect(text).toMatch(/WebhookDestination six\): spec.urls: must NOT have more than 5 items/);
+    expect(text).toMatch(/WebhookDestination ftp\): spec.urls\[0\]: must match pattern/);
+    expect(text).toMatch(/WebhookDestination ftp\): spec: has unknown field "colour"/);
+    expect(text).toMatch(/WebhookDestination ghost\): spec.sources\[0\]: no Source "mobile" in namespace default/);
+  });
+
+  it("rejects two Sources sharing one write key", () => {
+    const dir = configDir({ "a.yaml": [secret("k", "writeKey", "same"), source("a", "k", "writeKey"), source("b", "k", "writeKey")].join("---\n") });
+    expect(problemsOf(dir).join("\n")).toMatch(/same write key is already used by Source default\/a/);
+  });
+
+  it("reports YAML syntax errors with their file", () => {
+    const dir = configDir({ "broken.yaml": "kind: Source\n  metadata: [\n" });
+    expect(problemsOf(dir)[0]).toContain("broken.yaml, document 1");
+  });
+
+  it("reports a missing path", () => {
+    expect(problemsOf("/no/such/trackhook/config")).toEqual(["/no/such/trackhook/config: no such file or directory"]);
+  });
+});

@@ -1,0 +1,85 @@
+// Config changes take effect without a restart: a new Source starts working, a rotated key
+// replaces the old one, and a broken edit keeps the last good config.
+import { mkdtempSync, renameSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { FileConfigProvider } from "../../dataplane/config/mod.ts";
+import { createLogger } from "../../dataplane/logging.ts";
+import { startNats, type NatsHarness } from "../harness/nats.ts";
+import { basic, post, startIngest, type IngestHarness } from "../harness/ingest.ts";
+
+const doc = (keys: Record<string, string>) =>
+  Object.entries(keys)
+    .map(([name, key]) => `apiVersion: v1
+kind: Secret
+metadata: { name: ${name}-key }
+stringData: { writeKey: ${key} }
+---
+apiVersion: trackhook.io/v1alpha1
+kind: Source
+metadata: { name: ${name} }
+spec: { writeKeySecretRef: { name: ${name}-key, key: writeKey } }
+`)
+    .join("---\n");
+
+let nats: NatsHarness;
+let ingest: IngestHarness;
+let provider: FileConfigProvider;
+const dir = mkdtempSync(join(tmpdir(), "trackhook-reload-"));
+const file = join(dir, "sources.yaml");
+
+/** Writes like an editor does: a new file renamed over the old one. */
+function save(text: string) {
+  writeFileSync(`${file}.tmp`, text);
+  renameSync(`${file}.tmp`, file);
+}
+
+async function statusFor(key: string): Promise<number> {
+  return (await post(`${ingest.url}/v1/track`, { userId: "u", event: "e" }, { headers: { authorization: basic(key) } })).status;
+}
+
+async function eventually(check: () => Promise<boolean>, timeoutMs = 5000): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  while (!(await check())) {
+    if (Date.now() > deadline) throw new Error("condition not met in time");
+    await new Promise((r) => setTimeout(r, 50));
+  }
+}
+
+beforeAll(async () => {
+  save(doc({ web: "key-one" }));
+  provider = new FileConfigProvider(file, createLogger({ level: "silent" }), 50);
+  nats = await startNats();
+  ingest = await startIngest(nats, { config: provider });
+});
+afterAll(async () => {
+  provider?.close();
+  await ingest?.close();
+  await nats?.stop();
+});
+
+describe("live config reload from files", () => {
+  it("starts with the config on disk", async () => {
+    expect(await statusFor("key-one")).toBe(200);
+    expect(await statusFor("key-two")).toBe(401);
+  });
+
+  it("a new Source works without a restart", async () => {
+    save(doc({ web: "key-one", app: "key-two" }));
+    await eventually(async () => (await statusFor("key-two")) === 200);
+  });
+
+  it("a rotated key takes effect and the old key stops working", async () => {
+    save(doc({ web: "key-one-rotated", app: "key-two" }));
+    await eventually(async () => (await statusFor("key-one-rotated")) === 200);
+    expect(await statusFor("key-one")).toBe(401);
+  });
+
+  it("a broken edit is refused and the last good config stays in force", async () => {
+    save("apiVersion: trackhook.io/v1alpha1\nkind: Source\nmetadata: { name: web }\nspec: {}\n");
+    await new Promise((r) => setTimeout(r, 400));
+    expect(await statusFor("key-one-rotated")).toBe(200);
+    expect(await statusFor("key-two")).toBe(200);
+  });
+});
