@@ -24,10 +24,12 @@ fi
 
 # nats-server: built from the Go module proxy at a pinned release.
 nats_ok() { [ -x "$bin/nats-server" ] && "$bin/nats-server" --version | grep -q "v$NATS_SERVER_VERSION\$"; }
-if ! nats_ok; then
-  command -v go >/dev/null || { echo "tools: Go is needed to build nats-server (go install)" >&2; exit 1; }
+if ! nats_ok && ! command -v go >/dev/null && command -v nats-server >/dev/null; then
+  echo "tools: no Go to build nats-server v$NATS_SERVER_VERSION; using $(command -v nats-server) ($(nats-server --version))" >&2
+elif ! nats_ok; then
+  command -v go >/dev/null || { echo "tools: Go >= 1.25 is needed to build nats-server (go install), or put nats-server on PATH" >&2; exit 1; }
   echo "tools: building nats-server v$NATS_SERVER_VERSION" >&2
   GOBIN="$bin" GOFLAGS=-trimpath go install "github.com/nats-io/nats-server/v2@v$NATS_SERVER_VERSION"
   nats_ok
 fi
-echo "tools: node $("$bin/node" --version), nats-server $("$bin/nats-server" --version)" >&2
+echo "tools: node $("$bin/node" --version), $( ("$bin/nats-server" --version || nats-server --version) 2>/dev/null)" >&2
