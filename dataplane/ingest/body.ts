@@ -2,7 +2,7 @@
 // gzip bomb is stopped after `limit` bytes of output instead of being inflated in memory.
 import type { IncomingHttpHeaders } from "node:http";
 import { createGunzip, createInflate } from "node:zlib";
-import type { Readable } from "node:stream";
+import { pipeline, type Readable } from "node:stream";
 import { errors, type IngestError } from "./errors.ts";
 
 export async function readBoundedBody(
@@ -18,14 +18,17 @@ export async function readBoundedBody(
   if (declared > (encoding === "identity" ? limit : wireLimit)) throw tooLarge();
 
   let source: Readable = raw;
-  if (encoding === "gzip" || encoding === "x-gzip") source = raw.pipe(createGunzip());
-  else if (encoding === "deflate") source = raw.pipe(createInflate());
+  // pipeline(), not pipe(): a client that disconnects must end the decompressor too, or the
+  // read below would wait forever.
+  if (encoding === "gzip" || encoding === "x-gzip") source = pipeline(raw, createGunzip(), () => {});
+  else if (encoding === "deflate") source = pipeline(raw, createInflate(), () => {});
   else if (encoding !== "identity") throw errors.unsupportedEncoding(encoding);
 
+  // Compressed bytes are bounded too: gzip members that inflate to nothing cost no output.
   let wireBytes = 0;
   const countWire = (chunk: Buffer) => {
     wireBytes += chunk.length;
-    if (wireBytes > wireLimit) raw.destroy();
+    if (wireBytes > wireLimit) source.destroy(tooLarge());
   };
   if (source !== raw) raw.on("data", countWire);
 

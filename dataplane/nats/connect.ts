@@ -14,6 +14,8 @@ export async function connectNats({ servers, name, log }: ConnectOptions): Promi
     servers: servers.split(",").map((s) => s.trim()),
     name,
     maxReconnectAttempts: -1,
+    // Pods may start before NATS does; keep trying instead of exiting.
+    waitOnFirstConnect: true,
     reconnectTimeWait: 500,
     // An Error per request for async stack traces costs ~40% of publish throughput.
     noAsyncTraces: true,

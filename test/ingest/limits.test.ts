@@ -182,6 +182,13 @@ describe("gzip bomb (1GB of zeros, ~1MB compressed)", () => {
     expect(res).toMatchObject({ status: 400, json: { code: "batch_too_large" } });
   });
 
+  it("bounds compressed bytes too: 600KB of empty gzip members (0 bytes inflated) is refused, not hung on", async () => {
+    const empty = gzipSync(Buffer.alloc(0));
+    const members = Buffer.concat(Array.from({ length: Math.ceil((600 * KB) / empty.length) }, () => empty));
+    const res = await sendChunked(members);
+    expect(res).toMatchObject({ status: 400, json: { code: "batch_too_large" } });
+  });
+
   it("leaves the server answering normally afterwards", async () => {
     const res = await post(`${ingest.url}/v1/track`, { userId: "u1", event: "After bomb" }, { headers: auth });
     expect(res.status).toBe(200);
