@@ -35,11 +35,20 @@ export const devCommand: Command = {
       log.info({ nats: natsUrl, storeDir, binary: natsServer.binary }, "started nats-server");
     }
     const nc = await connectNats({ servers: natsUrl, name: "trackhook-dev", log });
-    const ingest = await startIngest({
-      nc, config, log, stream, options,
-      host: values.host ?? "127.0.0.1",
-      port: integerFlag("port", values.port ?? "8080", 0, 65535),
-    });
+    let ingest;
+    try {
+      ingest = await startIngest({
+        nc, config, log, stream, options,
+        host: values.host ?? "127.0.0.1",
+        port: integerFlag("port", values.port ?? "8080", 0, 65535),
+      });
+    } catch (err) {
+      // Leave nothing running behind a failed start (a port in use, say).
+      config.close();
+      await nc.close();
+      await natsServer?.stop();
+      throw err;
+    }
 
     const sources = config.current().sources.map((s) => `${s.namespace}/${s.name}`);
     process.stderr.write(

@@ -28,7 +28,16 @@ export async function startIngest(args: {
   const jsm = await jetstreamManager(args.nc);
   await ensureStream(jsm, eventsStreamConfig(args.stream));
   const app = await buildIngestApp({ nc: args.nc, config: args.config, logger: args.log }, args.options);
-  const address = await app.listen({ host: args.host, port: args.port });
+  let address: string;
+  try {
+    address = await app.listen({ host: args.host, port: args.port });
+  } catch (err) {
+    await app.close();
+    if ((err as NodeJS.ErrnoException).code === "EADDRINUSE") {
+      throw new UsageError(`${args.host}:${args.port} is already in use; choose another port with --port <n>`);
+    }
+    throw err;
+  }
   args.log.info({ address, sources: args.config.current().sources.length }, "ingest listening");
   return { url: address, close: () => app.close() };
 }

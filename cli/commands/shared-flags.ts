@@ -21,7 +21,7 @@ export const ingestFlags = {
 export const ingestFlagsHelp = `
   --config <file|dir>        Source, WebhookDestination and Secret YAML documents (reloaded on change)
   --port <n>                 HTTP port (default 8080)
-  --host <addr>              listen address (default 0.0.0.0)
+  --host <addr>              listen address (default: ingest 0.0.0.0, dev 127.0.0.1)
   --cors-origins <list>      comma-separated origins allowed by CORS (default *)
   --trusted-proxies <list>   proxies whose X-Forwarded-For sets the client IP (addresses or CIDRs)
   --public-url <url>         base URL SDKs use, for the settings endpoint (default: request Host)

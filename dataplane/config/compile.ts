@@ -65,9 +65,12 @@ export function compileConfig(documents: RawDocument[]): CompiledConfig {
   }
 
   const secretValue = (origin: string, field: string, namespace: string, ref: { name: string; key: string }) => {
-    const value = secrets.get(`${namespace}/${ref.name}`)?.get(ref.key);
-    if (value === undefined) {
-      problems.push(`${origin}: ${field}: Secret ${namespace}/${ref.name} has no key "${ref.key}" in the config`);
+    const secret = secrets.get(`${namespace}/${ref.name}`);
+    const value = secret?.get(ref.key);
+    if (!secret) {
+      problems.push(`${origin}: ${field}: Secret ${namespace}/${ref.name} is not in the config`);
+    } else if (value === undefined) {
+      problems.push(`${origin}: ${field}: Secret ${namespace}/${ref.name} has no key "${ref.key}"`);
     } else if (value.length === 0) {
       problems.push(`${origin}: ${field}: Secret ${namespace}/${ref.name} key "${ref.key}" is empty`);
     }

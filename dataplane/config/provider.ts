@@ -5,6 +5,7 @@ import { basename, dirname } from "node:path";
 import type { CompiledConfig } from "../../schema/mod.ts";
 import type { Logger } from "../logging.ts";
 import { compileConfig } from "./compile.ts";
+import { ConfigError } from "./errors.ts";
 import { loadDocuments } from "./load.ts";
 
 export interface ConfigProvider {
@@ -65,7 +66,8 @@ export class FileConfigProvider implements ConfigProvider {
     try {
       next = loadConfigFile(this.path);
     } catch (err) {
-      this.log.error({ err, path: this.path }, "config reload failed; keeping the previous config");
+      const problems = err instanceof ConfigError ? err.problems : [String(err)];
+      this.log.error({ path: this.path, problems }, "config reload failed; keeping the previous config");
       return;
     }
     if (JSON.stringify(next) === JSON.stringify(this.#config)) return;

@@ -76,8 +76,14 @@ export class LocalNatsServer {
 
   async #spawn(): Promise<void> {
     const args = ["-a", "127.0.0.1", "-p", this.port === 0 ? "-1" : String(this.port), "-js", "-sd", this.storeDir, "--http_port", "0"];
-    const child = spawn(this.binary, args, { stdio: ["ignore", "ignore", "pipe"] });
+    // Its own process group: a terminal's Ctrl-C reaches only trackhook, which then stops the
+    // server after draining, instead of the server dying under in-flight publishes.
+    const child = spawn(this.binary, args, { stdio: ["ignore", "ignore", "pipe"], detached: true });
     this.#child = child;
+    // ...and it must not outlive us, however we exit.
+    const killOnExit = () => child.kill("SIGKILL");
+    process.once("exit", killOnExit);
+    child.once("exit", () => process.off("exit", killOnExit));
     await new Promise<void>((resolve, reject) => {
       let buffered = "";
       const onData = (chunk: Buffer) => {

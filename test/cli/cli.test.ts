@@ -68,3 +68,24 @@ describe("trackhook CLI", () => {
     expect(await exited).toBe(0);
   });
 });
+
+describe("trackhook dev failing to start", () => {
+  it("reports a port in use clearly and leaves no nats-server behind", async () => {
+    const { createServer } = await import("node:net");
+    const blocker = createServer().listen(0, "127.0.0.1");
+    await new Promise((r) => blocker.once("listening", r));
+    const port = (blocker.address() as { port: number }).port;
+    const dataDir = mkdtempSync(join(tmpdir(), "trackhook-dev-"));
+    try {
+      const result = run("dev", "--config", "examples/", "--port", String(port), "--data-dir", dataDir, "--log-level", "warn");
+      expect(result.status).toBe(2);
+      expect(result.stderr).toContain(`127.0.0.1:${port} is already in use; choose another port with --port <n>`);
+      // The nats-server it started (the only process with this store directory) must be gone.
+      const leftovers = spawnSync("pgrep", ["-f", "--", `-sd ${join(dataDir, "nats")}`], { encoding: "utf8" });
+      expect(leftovers.status, leftovers.stderr).toBe(1); // pgrep: 1 = no process matched, 2 = usage error
+      expect(leftovers.stdout.trim()).toBe("");
+    } finally {
+      blocker.close();
+    }
+  });
+});

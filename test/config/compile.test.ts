@@ -87,9 +87,12 @@ spec:
     expect(problem).toContain("spec.enabled: must be boolean");
   });
 
-  it("reports a missing Secret key with the field that references it", () => {
-    const dir = configDir({ "a.yaml": source("web", "nope", "writeKey") });
-    expect(problemsOf(dir)).toEqual([expect.stringMatching(/Source web\): spec.writeKeySecretRef: Secret default\/nope has no key "writeKey"/)]);
+  it("reports a missing Secret, and a missing key of a Secret, with the field that references it", () => {
+    const dir = configDir({ "a.yaml": [secret("k", "other", "x"), source("web", "nope", "writeKey"), source("app", "k", "writeKey")].join("---\n") });
+    expect(problemsOf(dir)).toEqual([
+      expect.stringMatching(/Source web\): spec.writeKeySecretRef: Secret default\/nope is not in the config$/),
+      expect.stringMatching(/Source app\): spec.writeKeySecretRef: Secret default\/k has no key "writeKey"$/),
+    ]);
   });
 
   it("rejects a Source name that cannot be a NATS subject token", () => {
