@@ -1,0 +1,869 @@
+// Ingest benchmark (not a test): prints a report, writes bench/results/ingest-latest.json, exits 0.
+//
+//   npm run bench:ingest                      # or: node bench/ingest.ts [options]
+//   node bench/ingest.ts --cpu-prof           # also profiles the ingest process: top frames per phase
+//   node bench/ingest.ts --ingest-node-options="--max-semi-space-size=16"   # try V8 flags on the ingest
+//   node bench/ingest.ts --ingest-cli /tmp/other-build/dist/cli/main.js   # compare another build
+//
+// Needs a build (`npm run build`: the ingest runs as `node dist/cli/main.js ingest`) and
+// nats-server (.tools/bin or PATH). Everything listens on 127.0.0.1. In one run it measures:
+//   A  raw JetStream ceiling: js.publish of the same ~300-byte events, pipelined, one process
+//   1  POST /v1/batch (100 events/request) against `trackhook ingest`, then checks the stream count
+//   B  bare Fastify ceiling: one POST route that JSON.parses the body and answers {"success":true}
+//   2  POST /v1/track against the ingest and against B, same concurrency
+//   3  /v1/track latency (p50/p99) at half the measured peak, open-loop (fixed schedule)
+//   4  peak RSS of the ingest process (VmHWM, and the max of sampled VmRSS)
+// CPU use of every process is sampled per phase from /proc, to show who is the bottleneck, and the
+// ingest's /metrics are scraped around each phase (PubAck time, event-loop delay, GC, heap).
+// Two cores run the load generator, the ingest and nats-server together: read the "other" CPU
+// column (anything else running on the machine) before trusting a run.
+import { spawn, execFileSync, type ChildProcess } from "node:child_process";
+import { copyFileSync, existsSync, mkdirSync, mkdtempSync, readFileSync, readdirSync, rmSync, statSync, writeFileSync } from "node:fs";
+import { cpus, loadavg, tmpdir } from "node:os";
+import { join } from "node:path";
+import { fileURLToPath } from "node:url";
+import { monitorEventLoopDelay } from "node:perf_hooks";
+import { parseArgs } from "node:util";
+import { jetstream, jetstreamManager, type JetStreamManager } from "@nats-io/jetstream";
+import { connect, type NatsConnection } from "@nats-io/transport-node";
+import { Pool } from "undici";
+import { EVENTS_STREAM, LocalNatsServer, eventMsgId, eventSubject, eventsStreamConfig } from "../dataplane/nats/mod.ts";
+
+const ROOT = fileURLToPath(new URL("..", import.meta.url));
+const RESULTS_DIR = join(ROOT, "bench", "results");
+const BARE = join(ROOT, "bench", "bare-fastify.ts");
+
+const { values: flags } = parseArgs({
+  options: {
+    "measure-s": { type: "string", default: "8" },
+    "warmup-s": { type: "string", default: "2" },
+    "latency-s": { type: "string", default: "10" },
+    window: { type: "string", default: "256" },
+    "batch-concurrency": { type: "string", default: "8" },
+    "batch-size": { type: "string", default: "100" },
+    "track-concurrency": { type: "string", default: "32" },
+    "cpu-prof": { type: "boolean", default: false },
+    "ingest-node-options": { type: "string", default: "" },
+    "ingest-cli": { type: "string", default: "" },
+    help: { type: "boolean", short: "h", default: false },
+  },
+});
+if (flags.help) {
+  process.stdout.write(`Usage: node bench/ingest.ts [--measure-s 8] [--warmup-s 2] [--latency-s 10] [--window 256]
+       [--batch-concurrency 8] [--batch-size 100] [--track-concurrency 32] [--cpu-prof]
+       [--ingest-node-options="--max-old-space-size=128"]   (extra node flags for the ingest process)
+       [--ingest-cli <path to cli/main.js>]                (another build of the ingest; default dist/cli/main.js)\n`);
+  process.exit(0);
+}
+const num = (name: keyof typeof flags) => {
+  const n = Number(flags[name]);
+  if (!Number.isFinite(n) || n <= 0) throw new Error(`--${name} must be a positive number`);
+  return n;
+};
+const P = {
+  measureMs: num("measure-s") * 1000,
+  warmupMs: num("warmup-s") * 1000,
+  latencyMs: num("latency-s") * 1000,
+  window: Math.floor(num("window")),
+  batchConcurrency: Math.floor(num("batch-concurrency")),
+  batchSize: Math.floor(num("batch-size")),
+  trackConcurrency: Math.floor(num("track-concurrency")),
+  cpuProf: flags["cpu-prof"] === true,
+  cli: flags["ingest-cli"] || join(ROOT, "dist", "cli", "main.js"),
+  ingestNodeOptions: (flags["ingest-node-options"] ?? "").split(/\s+/).filter(Boolean),
+};
+
+const TARGETS = { batchRatio: 1.0, trackRatio: 0.5, rssMB: 200 };
+/** Before starting, wait up to QUIET_WAIT_S seconds for the machine to be under QUIET_BUSY_PCT CPU. */
+const QUIET_WAIT_S = 60;
+const QUIET_BUSY_PCT = 20;
+
+// ---------------------------------------------------------------------------------------------
+// Events: ~300-byte track messages with unique messageIds (dedup would drop repeats).
+
+const WRITE_KEY = "dev-write-key"; // examples/dev.yaml
+const NAMESPACE = "default";
+const SOURCE = "website";
+const AUTH = `Basic ${Buffer.from(`${WRITE_KEY}:`).toString("base64")}`;
+const RUN = Math.random().toString(36).slice(2, 8);
+let sequence = 0;
+
+function nextMessageId(): string {
+  return `bench-${RUN}-${(sequence++).toString(36).padStart(8, "0")}`;
+}
+
+/** One track event as JSON text (string templating: the load generator must stay cheap). */
+function trackEvent(messageId: string): string {
+  const n = sequence % 100_000;
+  return (
+    `{"type":"track","event":"Order Completed","userId":"user-${n}","messageId":"${messageId}",` +
+    `"timestamp":"2026-01-15T10:00:00.000Z","properties":{"orderId":"order-${n}","revenue":42.5,` +
+    `"currency":"EUR","products":3},"context":{"library":{"name":"analytics-node",` +
+    `"version":"3.1.0"},"ip":"203.0.113.7"}}`
+  );
+}
+
+function batchBody(size: number): string {
+  const items = new Array<string>(size);
+  for (let i = 0; i < size; i++) items[i] = trackEvent(nextMessageId());
+  return `{"batch":[${items.join(",")}],"sentAt":"2026-01-15T10:00:01.000Z"}`;
+}
+
+const EVENT_BYTES = Buffer.byteLength(trackEvent("bench-xxxxxx-00000000"));
+
+// ---------------------------------------------------------------------------------------------
+// Process accounting from /proc.
+
+const CLK_TCK = 100; // `getconf CLK_TCK`: 100 on Linux
+
+function cpuTicks(pid: number | undefined): number | undefined {
+  if (!pid) return undefined;
+  try {
+    const stat = readFileSync(`/proc/${pid}/stat`, "utf8");
+    const fields = stat.slice(stat.lastIndexOf(")") + 2).split(" ");
+    return Number(fields[11]) + Number(fields[12]); // utime + stime
+  } catch {
+    return undefined;
+  }
+}
+
+function procStatusKB(pid: number | undefined, field: "VmRSS" | "VmHWM"): number | undefined {
+  if (!pid) return undefined;
+  try {
+    const match = new RegExp(`^${field}:\\s+(\\d+) kB`, "m").exec(readFileSync(`/proc/${pid}/status`, "utf8"));
+    return match ? Number(match[1]) : undefined;
+  } catch {
+    return undefined;
+  }
+}
+
+/** Busy jiffies of the whole machine (all cores), from /proc/stat. */
+function hostBusyTicks(): number | undefined {
+  try {
+    const fields = readFileSync("/proc/stat", "utf8").split("\n")[0]!.trim().split(/\s+/).slice(1).map(Number);
+    const total = fields.slice(0, 8).reduce((a, b) => a + b, 0);
+    return total - (fields[3] ?? 0) - (fields[4] ?? 0); // minus idle and iowait
+  } catch {
+    return undefined;
+  }
+}
+
+type Pids = Record<string, number | undefined>;
+type CpuShare = Record<string, number>;
+
+/**
+ * CPU use (% of one core) of each process over a phase; "bench" is this process, "other" is what
+ * the rest of the machine used meanwhile (anything else running skews the figures).
+ */
+async function withCpu<T>(pids: Pids, run: () => Promise<T>): Promise<{ result: T; cpu: CpuShare; seconds: number }> {
+  const before = Object.fromEntries(Object.entries(pids).map(([k, pid]) => [k, cpuTicks(pid)]));
+  const hostBefore = hostBusyTicks();
+  const ownBefore = process.cpuUsage();
+  const t0 = performance.now();
+  const result = await run();
+  const seconds = (performance.now() - t0) / 1000;
+  const own = process.cpuUsage(ownBefore);
+  const cpu: CpuShare = { bench: round(((own.user + own.system) / 1e6 / seconds) * 100, 0) };
+  for (const [name, pid] of Object.entries(pids)) {
+    const a = before[name];
+    const b = cpuTicks(pid);
+    if (a !== undefined && b !== undefined) cpu[name] = round(((b - a) / CLK_TCK / seconds) * 100, 0);
+  }
+  const hostAfter = hostBusyTicks();
+  if (hostBefore !== undefined && hostAfter !== undefined) {
+    const host = ((hostAfter - hostBefore) / CLK_TCK / seconds) * 100;
+    const ours = Object.values(cpu).reduce((a, b) => a + b, 0);
+    cpu.other = Math.max(0, round(host - ours, 0));
+  }
+  return { result, cpu, seconds };
+}
+
+// ---------------------------------------------------------------------------------------------
+// Child processes.
+
+const children = new Set<ChildProcess>();
+const natsServers: LocalNatsServer[] = [];
+const tempDirs: string[] = [];
+
+async function startNats(prefix: string): Promise<LocalNatsServer> {
+  const server = await LocalNatsServer.start({ storeDir: tempDir(prefix) });
+  natsServers.push(server);
+  return server;
+}
+
+function tempDir(prefix: string): string {
+  const dir = mkdtempSync(join(tmpdir(), prefix));
+  tempDirs.push(dir);
+  return dir;
+}
+
+/** Spawns a process and resolves once a stdout line matches `ready`; keeps the last lines for errors. */
+async function spawnUntil(command: string, args: string[], ready: RegExp, timeoutMs = 20_000): Promise<{ child: ChildProcess; match: RegExpExecArray; tail: string[] }> {
+  const child = spawn(command, args, { cwd: ROOT, stdio: ["ignore", "pipe", "pipe"] });
+  children.add(child);
+  child.once("exit", () => children.delete(child));
+  const tail: string[] = [];
+  const keep = (line: string) => {
+    tail.push(line);
+    if (tail.length > 50) tail.shift();
+  };
+  const match = await new Promise<RegExpExecArray>((resolve, reject) => {
+    const timer = setTimeout(() => reject(new Error(`${command} ${args.join(" ")} not ready after ${timeoutMs} ms:\n${tail.join("\n")}`)), timeoutMs);
+    let buffered = "";
+    child.stdout!.on("data", (chunk: Buffer) => {
+      buffered += chunk.toString();
+      let newline: number;
+      while ((newline = buffered.indexOf("\n")) >= 0) {
+        const line = buffered.slice(0, newline);
+        buffered = buffered.slice(newline + 1);
+        keep(line);
+        const m = ready.exec(line);
+        if (m) {
+          clearTimeout(timer);
+          resolve(m);
+        }
+      }
+    });
+    child.stderr!.on("data", (chunk: Buffer) => chunk.toString().split("\n").filter(Boolean).forEach(keep));
+    child.once("exit", (code, signal) => {
+      clearTimeout(timer);
+      reject(new Error(`${command} exited before it was ready (code ${code}, signal ${signal}):\n${tail.join("\n")}`));
+    });
+  });
+  return { child, match, tail };
+}
+
+async function stopChild(child: ChildProcess, timeoutMs = 10_000): Promise<void> {
+  if (child.exitCode !== null || child.signalCode !== null) return;
+  const exited = new Promise<void>((resolve) => child.once("exit", () => resolve()));
+  child.kill("SIGTERM");
+  const timer = setTimeout(() => child.kill("SIGKILL"), timeoutMs);
+  await exited;
+  clearTimeout(timer);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Load generation.
+
+interface ClosedLoopResult {
+  /** Completed requests (any status) and 200s inside the measured interval. */
+  requests: number;
+  ok: number;
+  perSecond: number;
+  eventsPerSecond: number;
+  /** Over the whole phase, warm-up included: events in 200 responses, for the stream check. */
+  totalOkEvents: number;
+  totalRequests: number;
+  statuses: Record<string, number>;
+  failures: number;
+  firstError?: string;
+}
+
+/** `concurrency` workers, each sending the next request when its previous one is answered. */
+async function closedLoop(opts: {
+  origin: string;
+  path: string;
+  concurrency: number;
+  body: () => string;
+  eventsPerRequest: number;
+  warmupMs: number;
+  measureMs: number;
+}): Promise<ClosedLoopResult> {
+  const pool = new Pool(opts.origin, { connections: opts.concurrency, pipelining: 1, keepAliveTimeout: 60_000 });
+  const headers = { "content-type": "application/json", authorization: AUTH };
+  const start = performance.now();
+  const measureFrom = start + opts.warmupMs;
+  const end = measureFrom + opts.measureMs;
+  const r: ClosedLoopResult = { requests: 0, ok: 0, perSecond: 0, eventsPerSecond: 0, totalOkEvents: 0, totalRequests: 0, statuses: {}, failures: 0 };
+  const worker = async () => {
+    while (performance.now() < end) {
+      const body = opts.body();
+      let status = "error";
+      try {
+        const res = await pool.request({ method: "POST", path: opts.path, headers, body });
+        status = String(res.statusCode);
+        if (res.statusCode === 200) await res.body.dump();
+        else r.firstError ??= `${res.statusCode} ${await res.body.text()}`;
+      } catch (err) {
+        r.failures++;
+        r.firstError ??= (err as Error).message;
+      }
+      const now = performance.now();
+      r.totalRequests++;
+      r.statuses[status] = (r.statuses[status] ?? 0) + 1;
+      if (status === "200") r.totalOkEvents += opts.eventsPerRequest;
+      if (now >= measureFrom && now < end) {
+        r.requests++;
+        if (status === "200") r.ok++;
+      }
+    }
+  };
+  await Promise.all(Array.from({ length: opts.concurrency }, worker));
+  await pool.close();
+  r.perSecond = r.ok / (opts.measureMs / 1000);
+  r.eventsPerSecond = r.perSecond * opts.eventsPerRequest;
+  return r;
+}
+
+interface LatencyResult {
+  targetRate: number;
+  achievedRate: number;
+  sent: number;
+  ok: number;
+  okEvents: number;
+  statuses: Record<string, number>;
+  /** From the scheduled send time (includes any queueing: no coordinated omission). */
+  fromSchedule: Percentiles;
+  /** From the moment the request was handed to the client. */
+  service: Percentiles;
+  /** This process's own event-loop delay, ms: high values would mean the load generator, not the server, adds latency. */
+  benchLoopDelay: { p99: number; max: number };
+}
+
+interface Percentiles {
+  p50: number;
+  p90: number;
+  p99: number;
+  p999: number;
+  max: number;
+}
+
+function percentiles(values: number[]): Percentiles {
+  const sorted = Float64Array.from(values).sort();
+  const at = (q: number) => (sorted.length ? sorted[Math.min(sorted.length - 1, Math.floor(q * sorted.length))]! : NaN);
+  return { p50: round(at(0.5), 2), p90: round(at(0.9), 2), p99: round(at(0.99), 2), p999: round(at(0.999), 2), max: round(sorted.at(-1) ?? NaN, 2) };
+}
+
+/** Open loop: request i is due at start + i/rate whatever happened to the others. */
+async function openLoop(opts: { origin: string; path: string; rate: number; durationMs: number; body: () => string }): Promise<LatencyResult> {
+  const pool = new Pool(opts.origin, { connections: 512, pipelining: 1, keepAliveTimeout: 60_000 });
+  const headers = { "content-type": "application/json", authorization: AUTH };
+  const interval = 1000 / opts.rate;
+  const total = Math.max(1, Math.floor((opts.rate * opts.durationMs) / 1000));
+  const fromSchedule: number[] = [];
+  const service: number[] = [];
+  const statuses: Record<string, number> = {};
+  const inFlight = new Set<Promise<void>>();
+  let ok = 0;
+  const send = (scheduled: number) => {
+    const sent = performance.now();
+    const body = opts.body();
+    const p = pool
+      .request({ method: "POST", path: opts.path, headers, body })
+      .then(async (res) => {
+        await res.body.dump();
+        return String(res.statusCode);
+      })
+      .catch(() => "error")
+      .then((status) => {
+        const done = performance.now();
+        statuses[status] = (statuses[status] ?? 0) + 1;
+        if (status === "200") ok++;
+        fromSchedule.push(done - scheduled);
+        service.push(done - sent);
+        inFlight.delete(p);
+      });
+    inFlight.add(p);
+  };
+  const loop = monitorEventLoopDelay({ resolution: 1 });
+  loop.enable();
+  const start = performance.now() + 20;
+  let next = 0;
+  await new Promise<void>((resolve) => {
+    const tick = () => {
+      const now = performance.now();
+      while (next < total && start + next * interval <= now) send(start + next++ * interval);
+      if (next >= total) return resolve();
+      setTimeout(tick, Math.max(0, start + next * interval - performance.now()));
+    };
+    setTimeout(tick, 20);
+  });
+  const lastScheduled = start + (total - 1) * interval;
+  await Promise.all(inFlight);
+  loop.disable();
+  await pool.close();
+  return {
+    targetRate: round(opts.rate, 0),
+    achievedRate: round(total / ((lastScheduled - start + interval) / 1000), 0),
+    sent: total,
+    ok,
+    okEvents: ok,
+    statuses,
+    fromSchedule: percentiles(fromSchedule),
+    service: percentiles(service),
+    // The histogram counts the 1 ms sampling interval in every value.
+    benchLoopDelay: { p99: round(Math.max(0, loop.percentile(99) / 1e6 - 1), 2), max: round(Math.max(0, loop.max / 1e6 - 1), 2) },
+  };
+}
+
+// ---------------------------------------------------------------------------------------------
+// Phases.
+
+async function natsConnect(url: string): Promise<NatsConnection> {
+  return connect({ servers: url, noAsyncTraces: true, maxReconnectAttempts: 10 });
+}
+
+/** The stream settings `trackhook ingest` uses by default (72h, 10GiB, 10m duplicate window, R1). */
+const STREAM = eventsStreamConfig({ maxAgeMs: 72 * 3_600_000, maxBytes: 10 * 1024 ** 3, duplicateWindowMs: 600_000, replicas: 1 });
+
+async function rawCeiling(): Promise<{ eventsPerSecond: number; published: number; stored: number; failures: number; cpu: CpuShare; cpuUsPerEvent: number }> {
+  const server = await startNats("trackhook-bench-raw-");
+  const nc = await natsConnect(server.url);
+  try {
+    const jsm = await jetstreamManager(nc);
+    await jsm.streams.add(STREAM);
+    const js = jetstream(nc);
+    const subject = eventSubject(NAMESPACE, SOURCE, "track");
+    let published = 0;
+    let measured = 0;
+    let failures = 0;
+    const { cpu, seconds } = await withCpu({ nats: server.pid }, async () => {
+      const start = performance.now();
+      const measureFrom = start + P.warmupMs;
+      const end = measureFrom + P.measureMs;
+      // A window of P.window publishes in flight: each slot publishes its next one when acked.
+      const slot = async () => {
+        while (performance.now() < end) {
+          const messageId = nextMessageId();
+          try {
+            await js.publish(subject, trackEvent(messageId), {
+              msgID: eventMsgId(NAMESPACE, SOURCE, messageId),
+              expect: { streamName: EVENTS_STREAM },
+              timeout: 5000,
+            });
+            published++;
+            const now = performance.now();
+            if (now >= measureFrom && now < end) measured++;
+          } catch {
+            failures++;
+          }
+        }
+      };
+      await Promise.all(Array.from({ length: P.window }, slot));
+    });
+    const stored = (await jsm.streams.info(EVENTS_STREAM)).state.messages;
+    return { eventsPerSecond: measured / (P.measureMs / 1000), published, stored, failures, cpu, cpuUsPerEvent: usPer(cpu.bench, seconds, published) };
+  } finally {
+    await nc.close();
+    await server.stop();
+  }
+}
+
+async function streamCount(jsm: JetStreamManager): Promise<number> {
+  return (await jsm.streams.info(EVENTS_STREAM)).state.messages;
+}
+
+// ---------------------------------------------------------------------------------------------
+// The ingest's own /metrics, scraped around each phase: where a request's time goes.
+
+type Samples = Map<string, number>;
+
+async function scrape(origin: string): Promise<Samples> {
+  const samples: Samples = new Map();
+  try {
+    const text = await (await fetch(`${origin}/metrics`)).text();
+    for (const line of text.split("\n")) {
+      if (!line || line.startsWith("#")) continue;
+      const space = line.lastIndexOf(" ");
+      samples.set(line.slice(0, space), Number(line.slice(space + 1)));
+    }
+  } catch {
+    // diagnostics only
+  }
+  return samples;
+}
+
+interface IngestDiagnostics {
+  /** JetStream publish -> PubAck per message (trackhook_ingest_publish_duration_seconds), ms. */
+  publishes: number;
+  publishMeanMs: number;
+  publishP50Ms: number;
+  publishP99Ms: number;
+  /** Event-loop delay over the phase beyond prom-client's 10 ms sampling interval (reset at each scrape), ms. */
+  loopDelayP50Ms: number;
+  loopDelayP99Ms: number;
+  loopDelayMaxMs: number;
+  /** Time in GC over the phase, ms, and the heap at its end, MB. */
+  gcMs: number;
+  heapUsedMB: number;
+  heapTotalMB: number;
+  /** V8's young generation at the end of the phase (it grows under a high allocation rate), MB. */
+  newSpaceMB: number;
+}
+
+const PUBLISH = "trackhook_ingest_publish_duration_seconds";
+
+function bucketQuantile(before: Samples, after: Samples, q: number): number {
+  const buckets: Array<[number, number]> = [];
+  for (const [key, value] of after) {
+    const m = new RegExp(`^${PUBLISH}_bucket\\{le="([^"]+)"\\}$`).exec(key);
+    if (m) buckets.push([m[1] === "+Inf" ? Infinity : Number(m[1]), value - (before.get(key) ?? 0)]);
+  }
+  buckets.sort((a, b) => a[0] - b[0]);
+  const total = buckets.at(-1)?.[1] ?? 0;
+  const hit = buckets.find(([, count]) => count >= q * total);
+  return hit ? hit[0] * 1000 : NaN; // the bucket's upper bound
+}
+
+const LOOP_RESOLUTION_MS = 10; // prom-client's eventLoopMonitoringPrecision default
+
+const loopDelay = (m: Samples, stat: string) => round(Math.max(0, (m.get(`nodejs_eventloop_lag_${stat}_seconds`) ?? NaN) * 1000 - LOOP_RESOLUTION_MS), 1);
+
+function diagnostics(before: Samples, after: Samples): IngestDiagnostics {
+  const delta = (key: string) => (after.get(key) ?? 0) - (before.get(key) ?? 0);
+  const sumMatching = (prefix: string, m: Samples) => [...m].filter(([k]) => k.startsWith(prefix)).reduce((a, [, v]) => a + v, 0);
+  const publishes = delta(`${PUBLISH}_count`);
+  return {
+    publishes,
+    publishMeanMs: round((delta(`${PUBLISH}_sum`) / Math.max(1, publishes)) * 1000, 2),
+    publishP50Ms: bucketQuantile(before, after, 0.5),
+    publishP99Ms: bucketQuantile(before, after, 0.99),
+    loopDelayP50Ms: loopDelay(after, "p50"),
+    loopDelayP99Ms: loopDelay(after, "p99"),
+    loopDelayMaxMs: loopDelay(after, "max"),
+    gcMs: round((sumMatching("nodejs_gc_duration_seconds_sum", after) - sumMatching("nodejs_gc_duration_seconds_sum", before)) * 1000, 0),
+    heapUsedMB: round((after.get("nodejs_heap_size_used_bytes") ?? NaN) / 2 ** 20, 1),
+    heapTotalMB: round((after.get("nodejs_heap_size_total_bytes") ?? NaN) / 2 ** 20, 1),
+    newSpaceMB: round((after.get('nodejs_heap_space_size_total_bytes{space="new"}') ?? NaN) / 2 ** 20, 1),
+  };
+}
+
+const phaseWindows: PhaseWindow[] = [];
+const rss = { maxKB: 0, phaseMaxKB: 0 };
+
+/** Runs a phase against the ingest with CPU accounting, /metrics before and after, and its RSS. */
+async function ingestPhase<T>(phase: string, origin: string, pids: Pids, run: () => Promise<T>) {
+  const before = await scrape(origin);
+  rss.phaseMaxKB = 0;
+  const fromUs = monotonicUs();
+  const { result, cpu, seconds } = await withCpu(pids, run);
+  phaseWindows.push({ phase, fromUs, toUs: monotonicUs() });
+  const ingest = { ...diagnostics(before, await scrape(origin)), rssMaxMB: round(rss.phaseMaxKB / 1024, 1) };
+  return { result, cpu, seconds, ingest };
+}
+
+/** CPU microseconds a process spent per event over a phase. */
+const usPer = (cpuPct: number | undefined, seconds: number, events: number) => round((((cpuPct ?? NaN) / 100) * seconds * 1e6) / events, 1);
+
+const diagText = (d: IngestDiagnostics & { rssMaxMB: number }) =>
+  `publish->PubAck mean ${d.publishMeanMs} ms (p50 <= ${d.publishP50Ms} ms, p99 <= ${d.publishP99Ms} ms); ` +
+  `event-loop delay p50 ${d.loopDelayP50Ms} ms, p99 ${d.loopDelayP99Ms} ms, max ${d.loopDelayMaxMs} ms;\n` +
+  `            GC ${d.gcMs} ms; heap used/total at end ${d.heapUsedMB}/${d.heapTotalMB} MB (new space ${d.newSpaceMB} MB); RSS max ${d.rssMaxMB} MB`;
+
+// ---------------------------------------------------------------------------------------------
+// CPU profile summary (--cpu-prof).
+
+interface ProfileNode {
+  id: number;
+  callFrame: { functionName: string; url: string; lineNumber: number };
+  children?: number[];
+}
+
+interface ProfileSummary {
+  phase: string;
+  /** CPU time sampled in the phase (idle excluded), ms. */
+  sampledMs: number;
+  byPackage: Array<{ pkg: string; selfPct: number }>;
+  topSelf: Array<{ frame: string; selfPct: number }>;
+  /** Inclusive time of the trackhook and NATS client frames: which step of a request costs what. */
+  topTotal: Array<{ frame: string; totalPct: number }>;
+}
+
+/** A phase as a window of CLOCK_MONOTONIC microseconds, the clock of V8's profiler timestamps. */
+interface PhaseWindow {
+  phase: string;
+  fromUs: number;
+  toUs: number;
+}
+
+const monotonicUs = () => Number(process.hrtime.bigint() / 1000n);
+
+function frameKey(node: ProfileNode): string {
+  const { functionName, url, lineNumber } = node.callFrame;
+  const name = functionName || "(anonymous)";
+  if (!url) return name;
+  const short = url.replace(/^file:\/\//, "").replace(ROOT, "").replace(/^.*node_modules\//, "");
+  return `${name} ${short}:${lineNumber + 1}`;
+}
+
+function packageOf(node: ProfileNode): string {
+  const url = node.callFrame.url.replace(/^file:\/\//, "");
+  if (!url) return node.callFrame.functionName || "(native)";
+  if (url.startsWith("node:")) return url.replace(/^node:(internal\/)?/, "node:").split("/").slice(0, 2).join("/");
+  const pkg = /node_modules\/((?:@[^/]+\/)?[^/]+)/.exec(url);
+  if (pkg) return pkg[1]!;
+  if (url.includes("/dist/")) return `trackhook:${url.slice(url.indexOf("/dist/") + 6)}`;
+  return url;
+}
+
+/** Self time by package and frame, and inclusive time of our own and the NATS client's frames, per phase. */
+function summarizeProfile(file: string, windows: PhaseWindow[]): ProfileSummary[] {
+  const profile = JSON.parse(readFileSync(file, "utf8")) as { nodes: ProfileNode[]; samples: number[]; timeDeltas: number[]; startTime: number };
+  const byId = new Map(profile.nodes.map((n) => [n.id, n]));
+  const parent = new Map<number, number>();
+  for (const n of profile.nodes) for (const c of n.children ?? []) parent.set(c, n.id);
+  const acc = windows.map((w) => ({ w, all: 0, self: new Map<string, number>(), total: new Map<string, number>(), pkgs: new Map<string, number>() }));
+  const add = (m: Map<string, number>, k: string, v: number) => m.set(k, (m.get(k) ?? 0) + v);
+  let t = profile.startTime;
+  profile.samples.forEach((id, i) => {
+    const dt = Math.max(0, profile.timeDeltas[i] ?? 0);
+    t += dt;
+    const node = byId.get(id);
+    const a = acc.find(({ w }) => t >= w.fromUs && t < w.toUs);
+    if (!a || !node || node.callFrame.functionName === "(idle)") return;
+    a.all += dt;
+    add(a.self, frameKey(node), dt);
+    add(a.pkgs, packageOf(node), dt);
+    const seen = new Set<string>();
+    for (let cur: number | undefined = id; cur !== undefined; cur = parent.get(cur)) {
+      const n = byId.get(cur)!;
+      if (!/\/dist\/|@nats-io/.test(n.callFrame.url)) continue;
+      const k = frameKey(n);
+      if (!seen.has(k)) add(a.total, k, dt);
+      seen.add(k);
+    }
+  });
+  const top = (m: Map<string, number>, n: number) => [...m.entries()].sort((x, y) => y[1] - x[1]).slice(0, n);
+  return acc.map(({ w, all, self, total, pkgs }) => {
+    const pct = (v: number) => round((v / Math.max(1, all)) * 100, 1);
+    return {
+      phase: w.phase,
+      sampledMs: round(all / 1000, 0),
+      byPackage: top(pkgs, 12).map(([pkg, v]) => ({ pkg, selfPct: pct(v) })),
+      topSelf: top(self, 20).map(([frame, v]) => ({ frame, selfPct: pct(v) })),
+      topTotal: top(total, 20).map(([frame, v]) => ({ frame, totalPct: pct(v) })),
+    };
+  });
+}
+
+// ---------------------------------------------------------------------------------------------
+// Report helpers.
+
+function round(n: number, digits: number): number {
+  const f = 10 ** digits;
+  return Math.round(n * f) / f;
+}
+
+const fmt = (n: number) => (Number.isFinite(n) ? Math.round(n).toLocaleString("en-US") : "n/a");
+const cpuText = (cpu: CpuShare) => Object.entries(cpu).map(([k, v]) => `${k} ${v}%`).join(", ");
+const verdict = (ok: boolean) => (ok ? "PASS" : "MISS");
+
+function log(line: string) {
+  process.stdout.write(`${line}\n`);
+}
+
+function gitCommit(): string | undefined {
+  try {
+    return execFileSync("git", ["rev-parse", "--short", "HEAD"], { cwd: ROOT, encoding: "utf8" }).trim();
+  } catch {
+    return undefined;
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+
+async function main(): Promise<void> {
+  if (!existsSync(P.cli)) throw new Error(`${P.cli} not found: run \`npm run build\` first`);
+  log(`trackhook ingest bench: ${cpus().length} CPUs (${cpus()[0]?.model ?? "?"}), node ${process.version}, event ${EVENT_BYTES} bytes`);
+  log(`  warm-up ${P.warmupMs / 1000}s + measure ${P.measureMs / 1000}s per phase; publish window ${P.window}; batch ${P.batchSize} x ${P.batchConcurrency} conc; track ${P.trackConcurrency} conc`);
+  // On a shared machine, wait (a bounded time) for whatever else is running to finish.
+  const load = loadavg()[0]!;
+  let busyPct = NaN;
+  for (let waited = 0; waited < QUIET_WAIT_S; waited++) {
+    const busy0 = hostBusyTicks();
+    await new Promise((resolve) => setTimeout(resolve, 1000));
+    busyPct = busy0 === undefined ? NaN : round((((hostBusyTicks() ?? busy0) - busy0) / CLK_TCK) * 100, 0);
+    if (!(busyPct > QUIET_BUSY_PCT)) break;
+    if (waited === 0) log(`  machine busy (${busyPct}% CPU): waiting up to ${QUIET_WAIT_S}s for it to calm down ...`);
+  }
+  log(`  machine before start: ${busyPct}% CPU busy (of ${cpus().length * 100}%), load average ${load.toFixed(2)}${busyPct > QUIET_BUSY_PCT ? " -- something else is running: figures will be noisy (see \"other\" CPU per phase)" : ""}`);
+  log(`  ${P.cli.startsWith(ROOT) ? P.cli.slice(ROOT.length) : P.cli} built ${statSync(P.cli).mtime.toISOString()}${P.cpuProf ? "; ingest runs with --cpu-prof (figures include profiler overhead)" : ""}${P.ingestNodeOptions.length ? `; ingest node flags: ${P.ingestNodeOptions.join(" ")}` : ""}`);
+
+  // A: raw JetStream ceiling.
+  log("\n[A] raw JetStream publish ceiling ...");
+  const raw = await rawCeiling();
+  log(`    ${fmt(raw.eventsPerSecond)} events/s (stored ${fmt(raw.stored)} of ${fmt(raw.published)} acked, ${raw.failures} failures)`);
+  log(`    CPU ${cpuText(raw.cpu)}; publisher ${raw.cpuUsPerEvent} us CPU per event`);
+
+  // The ingest process with its own nats-server and store.
+  const nats = await startNats("trackhook-bench-store-");
+  const configDir = tempDir("trackhook-bench-config-");
+  copyFileSync(join(ROOT, "examples", "dev.yaml"), join(configDir, "dev.yaml"));
+  const profDir = P.cpuProf ? tempDir("trackhook-bench-prof-") : undefined;
+  const nodeFlags = [...P.ingestNodeOptions, ...(profDir ? ["--cpu-prof", "--cpu-prof-dir", profDir] : [])];
+  const ingestSpawn = await spawnUntil(
+    process.execPath,
+    [...nodeFlags, P.cli, "ingest", "--config", configDir, "--nats", nats.url, "--host", "127.0.0.1", "--port", "0", "--log-level", "info"],
+    /"address":"(http:\/\/[^"]+)".*"msg":"ingest listening"|"msg":"ingest listening".*"address":"(http:\/\/[^"]+)"/,
+  );
+  const ingest = ingestSpawn.child;
+  const ingestUrl = ingestSpawn.match[1] ?? ingestSpawn.match[2]!;
+  const bare = await spawnUntil(process.execPath, [BARE, "0"], /^listening (http:\/\/\S+)/);
+  const bareUrl = bare.match[1]!;
+  const pids: Pids = { ingest: ingest.pid, nats: nats.pid };
+  log(`    ingest ${ingestUrl} (pid ${ingest.pid}), nats-server ${nats.url} (pid ${nats.pid}), bare fastify ${bareUrl} (pid ${bare.child.pid})`);
+
+  const rssTimer = setInterval(() => {
+    const kb = procStatusKB(ingest.pid, "VmRSS") ?? 0;
+    rss.maxKB = Math.max(rss.maxKB, kb);
+    rss.phaseMaxKB = Math.max(rss.phaseMaxKB, kb);
+  }, 100);
+  log(`    ingest RSS after start: ${((procStatusKB(ingest.pid, "VmRSS") ?? NaN) / 1024).toFixed(1)} MB`);
+
+  const nc = await natsConnect(nats.url);
+  const jsm = await jetstreamManager(nc);
+  try {
+    // 1: /v1/batch.
+    log(`\n[1] POST /v1/batch (${P.batchSize} events/request, concurrency ${P.batchConcurrency}) ...`);
+    const before = await streamCount(jsm);
+    const batch = await ingestPhase("batch", ingestUrl, pids, () =>
+      closedLoop({ origin: ingestUrl, path: "/v1/batch", concurrency: P.batchConcurrency, body: () => batchBody(P.batchSize), eventsPerRequest: P.batchSize, warmupMs: P.warmupMs, measureMs: P.measureMs }),
+    );
+    const batchStored = (await streamCount(jsm)) - before;
+    const batchCheck = batchStored === batch.result.totalOkEvents;
+    const batchUs = usPer(batch.cpu.ingest, batch.seconds, batch.result.totalOkEvents);
+    log(`    ${fmt(batch.result.eventsPerSecond)} events/s = ${fmt(batch.result.perSecond)} requests/s; statuses ${JSON.stringify(batch.result.statuses)}`);
+    log(`    CPU ${cpuText(batch.cpu)}; ingest ${batchUs} us CPU per event`);
+    log(`    ingest: ${diagText(batch.ingest)}`);
+    log(`    stream check: sent ${fmt(batch.result.totalOkEvents)} events in 200 responses, stream holds ${fmt(batchStored)} new messages: ${batchCheck ? "OK" : "MISMATCH"}`);
+    if (batch.result.firstError) log(`    first error: ${batch.result.firstError.slice(0, 300)}`);
+
+    // 2: /v1/track, ingest then bare Fastify, same concurrency.
+    log(`\n[2] POST /v1/track (concurrency ${P.trackConcurrency}) against the ingest ...`);
+    const beforeTrack = await streamCount(jsm);
+    const track = await ingestPhase("track", ingestUrl, pids, () =>
+      closedLoop({ origin: ingestUrl, path: "/v1/track", concurrency: P.trackConcurrency, body: () => trackEvent(nextMessageId()), eventsPerRequest: 1, warmupMs: P.warmupMs, measureMs: P.measureMs }),
+    );
+    const trackStored = (await streamCount(jsm)) - beforeTrack;
+    const trackCheck = trackStored === track.result.totalOkEvents;
+    const trackUs = usPer(track.cpu.ingest, track.seconds, track.result.totalRequests);
+    log(`    ${fmt(track.result.perSecond)} requests/s; statuses ${JSON.stringify(track.result.statuses)}`);
+    log(`    CPU ${cpuText(track.cpu)}; ingest ${trackUs} us CPU per request`);
+    log(`    ingest: ${diagText(track.ingest)}`);
+    log(`    stream check: ${fmt(track.result.totalOkEvents)} accepted, stream holds ${fmt(trackStored)} new messages: ${trackCheck ? "OK" : "MISMATCH"}`);
+    if (track.result.firstError) log(`    first error: ${track.result.firstError.slice(0, 300)}`);
+
+    log(`[B] POST /v1/track (concurrency ${P.trackConcurrency}) against bare Fastify ...`);
+    const bareRun = await withCpu({ bare: bare.child.pid }, () =>
+      closedLoop({ origin: bareUrl, path: "/v1/track", concurrency: P.trackConcurrency, body: () => trackEvent(nextMessageId()), eventsPerRequest: 1, warmupMs: P.warmupMs, measureMs: P.measureMs }),
+    );
+    const bareUs = usPer(bareRun.cpu.bare, bareRun.seconds, bareRun.result.totalRequests);
+    log(`    ${fmt(bareRun.result.perSecond)} requests/s; statuses ${JSON.stringify(bareRun.result.statuses)}`);
+    log(`    CPU ${cpuText(bareRun.cpu)}; bare server ${bareUs} us CPU per request`);
+    const bareRssMB = round((procStatusKB(bare.child.pid, "VmHWM") ?? NaN) / 1024, 1);
+    log(`    bare server peak RSS ${bareRssMB} MB`);
+    await stopChild(bare.child);
+
+    // 3: latency at half the peak, open loop.
+    const rate = Math.max(1, track.result.perSecond / 2);
+    log(`\n[3] /v1/track latency, open loop at ${fmt(rate)} requests/s for ${P.latencyMs / 1000}s ...`);
+    const beforeLatency = await streamCount(jsm);
+    const latency = await ingestPhase("latency", ingestUrl, pids, () => openLoop({ origin: ingestUrl, path: "/v1/track", rate, durationMs: P.latencyMs, body: () => trackEvent(nextMessageId()) }));
+    const latencyStored = (await streamCount(jsm)) - beforeLatency;
+    const l = latency.result;
+    log(`    achieved ${fmt(l.achievedRate)}/s; p50 ${l.fromSchedule.p50} ms, p90 ${l.fromSchedule.p90} ms, p99 ${l.fromSchedule.p99} ms, p99.9 ${l.fromSchedule.p999} ms, max ${l.fromSchedule.max} ms; statuses ${JSON.stringify(l.statuses)}`);
+    log(`    CPU ${cpuText(latency.cpu)}`);
+    log(`    service time (from send): p50 ${l.service.p50} ms, p99 ${l.service.p99} ms; load generator's own event-loop delay p99 ${l.benchLoopDelay.p99} ms, max ${l.benchLoopDelay.max} ms`);
+    log(`    ingest: ${diagText(latency.ingest)}`);
+    log(`    stream check: ${fmt(l.okEvents)} accepted, stream holds ${fmt(latencyStored)} new messages: ${latencyStored === l.okEvents ? "OK" : "MISMATCH"}`);
+
+    // 4: RSS, read before the ingest stops.
+    clearInterval(rssTimer);
+    const hwmKB = procStatusKB(ingest.pid, "VmHWM") ?? NaN;
+    rss.maxKB = Math.max(rss.maxKB, procStatusKB(ingest.pid, "VmRSS") ?? 0);
+    const rssMB = hwmKB / 1024;
+
+    await stopChild(ingest);
+    let profile: ProfileSummary[] | undefined;
+    if (profDir) {
+      const file = readdirSync(profDir).find((f) => f.endsWith(".cpuprofile"));
+      if (file) {
+        mkdirSync(RESULTS_DIR, { recursive: true });
+        const kept = join(RESULTS_DIR, "ingest-latest.cpuprofile");
+        copyFileSync(join(profDir, file), kept);
+        profile = summarizeProfile(kept, phaseWindows);
+      }
+    }
+
+    // Report.
+    const batchRatio = batch.result.eventsPerSecond / raw.eventsPerSecond;
+    const trackRatio = track.result.perSecond / bareRun.result.perSecond;
+    const rows: Array<[string, string, string, string]> = [
+      ["A  raw JetStream publish (1 process, window)", `${fmt(raw.eventsPerSecond)} events/s`, "", ""],
+      ["   ingest POST /v1/batch", `${fmt(batch.result.eventsPerSecond)} events/s`, "", ""],
+      ["   batch / A", round(batchRatio, 3).toFixed(3), `>= ${TARGETS.batchRatio.toFixed(1)}`, verdict(batchRatio >= TARGETS.batchRatio)],
+      ["   batch stream check", `${fmt(batchStored)} / ${fmt(batch.result.totalOkEvents)}`, "equal", verdict(batchCheck)],
+      ["B  bare Fastify POST", `${fmt(bareRun.result.perSecond)} req/s`, "", ""],
+      ["   ingest POST /v1/track", `${fmt(track.result.perSecond)} req/s`, "", ""],
+      ["   track / B", round(trackRatio, 3).toFixed(3), `>= ${TARGETS.trackRatio.toFixed(1)}`, verdict(trackRatio >= TARGETS.trackRatio)],
+      ["   track stream check", `${fmt(trackStored)} / ${fmt(track.result.totalOkEvents)}`, "equal", verdict(trackCheck)],
+      [`   /v1/track p50 @ ${fmt(l.achievedRate)}/s`, `${l.fromSchedule.p50} ms`, "", ""],
+      [`   /v1/track p99 @ ${fmt(l.achievedRate)}/s`, `${l.fromSchedule.p99} ms`, "", ""],
+      ["   ingest peak RSS (VmHWM)", `${rssMB.toFixed(1)} MB`, `< ${TARGETS.rssMB} MB`, verdict(rssMB < TARGETS.rssMB)],
+    ];
+    const w = [0, 1, 2, 3].map((i) => Math.max(...rows.map((r) => r[i]!.length), ["measure", "value", "target", ""][i]!.length));
+    const line = (r: string[]) => `  ${r[0]!.padEnd(w[0]!)}  ${r[1]!.padStart(w[1]!)}  ${r[2]!.padEnd(w[2]!)}  ${r[3]}`;
+    log(`\n${line(["measure", "value", "target", ""])}\n  ${"-".repeat(w[0]! + w[1]! + w[2]! + 10)}`);
+    for (const r of rows) log(line(r));
+    log(`  (sampled VmRSS max ${(rss.maxKB / 1024).toFixed(1)} MB)`);
+
+    if (profile) {
+      log(`\nCPU profile of the ingest (bench/results/ingest-latest.cpuprofile), by phase:`);
+      for (const ph of profile) {
+        log(`\n  [${ph.phase}] ${fmt(ph.sampledMs)} ms of CPU sampled. Self time by package:`);
+        log(`    ${ph.byPackage.map((p) => `${p.pkg} ${p.selfPct}%`).join(", ")}`);
+        log("  top frames by self time:");
+        for (const f of ph.topSelf.slice(0, 15)) log(`    ${f.selfPct.toFixed(1).padStart(5)}%  ${f.frame}`);
+        log("  trackhook and NATS client frames by total (inclusive) time:");
+        for (const f of ph.topTotal.slice(0, 15)) log(`    ${f.totalPct.toFixed(1).padStart(5)}%  ${f.frame}`);
+      }
+    }
+
+    const results = {
+      date: new Date().toISOString(),
+      commit: gitCommit(),
+      machine: { cpus: cpus().length, model: cpus()[0]?.model, node: process.version, loadavgAtStart: round(load, 2), busyPctAtStart: busyPct },
+      params: { ...P, eventBytes: EVENT_BYTES },
+      raw: { eventsPerSecond: round(raw.eventsPerSecond, 0), published: raw.published, stored: raw.stored, failures: raw.failures, cpuPct: raw.cpu, publisherCpuUsPerEvent: raw.cpuUsPerEvent },
+      batch: { eventsPerSecond: round(batch.result.eventsPerSecond, 0), requestsPerSecond: round(batch.result.perSecond, 0), statuses: batch.result.statuses, sentEvents: batch.result.totalOkEvents, storedEvents: batchStored, streamCheck: batchCheck, cpuPct: batch.cpu, ingestCpuUsPerEvent: batchUs, ingest: batch.ingest },
+      track: { requestsPerSecond: round(track.result.perSecond, 0), statuses: track.result.statuses, sentEvents: track.result.totalOkEvents, storedEvents: trackStored, streamCheck: trackCheck, cpuPct: track.cpu, ingestCpuUsPerRequest: trackUs, ingest: track.ingest },
+      bareFastify: { requestsPerSecond: round(bareRun.result.perSecond, 0), statuses: bareRun.result.statuses, cpuPct: bareRun.cpu, cpuUsPerRequest: bareUs, peakRssMB: bareRssMB },
+      latency: { ...l, storedEvents: latencyStored, cpuPct: latency.cpu, ingest: latency.ingest },
+      rss: { peakMB: round(rssMB, 1), sampledMaxMB: round(rss.maxKB / 1024, 1) },
+      ratios: { batchOverRaw: round(batchRatio, 3), trackOverBare: round(trackRatio, 3) },
+      targets: {
+        batchRatio: { target: TARGETS.batchRatio, met: batchRatio >= TARGETS.batchRatio },
+        trackRatio: { target: TARGETS.trackRatio, met: trackRatio >= TARGETS.trackRatio },
+        rssMB: { target: TARGETS.rssMB, met: rssMB < TARGETS.rssMB },
+      },
+      ...(profile ? { profile } : {}),
+    };
+    mkdirSync(RESULTS_DIR, { recursive: true });
+    const out = join(RESULTS_DIR, "ingest-latest.json");
+    writeFileSync(out, `${JSON.stringify(results, null, 2)}\n`);
+    log(`\nwrote ${out}`);
+  } finally {
+    clearInterval(rssTimer);
+    await nc.close().catch(() => {});
+  }
+}
+
+async function cleanup(): Promise<void> {
+  for (const child of [...children]) await stopChild(child).catch(() => {});
+  for (const server of natsServers) await server.stop().catch(() => {});
+  for (const dir of tempDirs) rmSync(dir, { recursive: true, force: true });
+}
+
+process.once("SIGINT", () => {
+  void cleanup().then(() => process.exit(130));
+});
+
+try {
+  await main();
+  await cleanup();
+  process.exit(0);
+} catch (err) {
+  process.stderr.write(`bench failed: ${err instanceof Error ? (err.stack ?? err.message) : String(err)}\n`);
+  await cleanup();
+  process.exit(1);
+}
