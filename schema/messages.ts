@@ -20,7 +20,8 @@ export const Integrations = Type.Record(Type.String(), Type.Union([Type.Boolean(
 export type Integrations = Static<typeof Integrations>;
 
 const common = {
-  messageId: Type.Optional(Type.String({ minLength: 1, maxLength: 100 })),
+  // Becomes part of the Nats-Msg-Id header: printable characters only.
+  messageId: Type.Optional(Type.String({ minLength: 1, maxLength: 100, pattern: "^[^\\x00-\\x1f\\x7f]+$" })),
   userId: Type.Optional(Identifier),
   anonymousId: Type.Optional(Identifier),
   timestamp: Type.Optional(DateText),

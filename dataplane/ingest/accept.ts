@@ -40,7 +40,9 @@ export function judge(item: unknown, routeType: MessageType | undefined): Verdic
   // SDKs send null for absent fields (analytics-python: "userId": null for anonymous users).
   const message: Record<string, unknown> = {};
   for (const [key, value] of Object.entries(item)) {
-    if (value !== null && !(value === "" && (key === "userId" || key === "anonymousId"))) message[key] = value;
+    // "__proto__" would be assigned as the prototype, letting inherited fields pass `required`.
+    if (key === "__proto__" || value === null || (value === "" && (key === "userId" || key === "anonymousId"))) continue;
+    message[key] = value;
   }
   const type = routeType ?? message.type;
   if (!isMessageType(type)) {

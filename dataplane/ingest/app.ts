@@ -2,7 +2,7 @@
 // metrics. The entrypoint (cli/commands/ingest.ts) connects NATS, builds this, and listens;
 // tests build it the same way and use inject() or listen on port 0.
 import Fastify, { LogController, type FastifyBaseLogger, type FastifyError, type FastifyInstance } from "fastify";
-import { jetstream, jetstreamManager } from "@nats-io/jetstream";
+import { jetstreamManager } from "@nats-io/jetstream";
 import type { NatsConnection } from "@nats-io/transport-node";
 import type { ConfigProvider } from "../config/mod.ts";
 import type { Logger } from "../logging.ts";
@@ -31,7 +31,7 @@ export async function buildIngestApp(deps: IngestAppDeps, input: IngestOptionsIn
   const options = resolveIngestOptions(input);
   const metrics = deps.metrics ?? new IngestMetrics();
   const publisher = new EventPublisher(
-    jetstream(deps.nc),
+    deps.nc,
     { timeoutMs: options.publishTimeoutMs, retryAfterSeconds: options.retryAfterSeconds },
     metrics,
   );
@@ -66,13 +66,21 @@ export async function buildIngestApp(deps: IngestAppDeps, input: IngestOptionsIn
     keepAliveTimeout: 72_000,
   });
 
-  app.addHook("onClose", async () => unsubscribe());
+  app.addHook("onClose", async () => {
+    unsubscribe();
+    publisher.close();
+  });
   app.addHook("onResponse", async (request, reply) => {
     metrics.requests.inc({
       route: request.routeOptions.url ?? "unmatched",
       status: String(reply.statusCode),
       code: request.errorCode ?? (reply.statusCode < 400 ? "ok" : "error"),
     });
+  });
+
+  // A client that goes away mid-request gets no answer, so onResponse never runs for it.
+  app.addHook("onRequestAbort", async (request) => {
+    metrics.requests.inc({ route: request.routeOptions.url ?? "unmatched", status: "499", code: "client_aborted" });
   });
 
   app.setErrorHandler((err: FastifyError | IngestError, request, reply) => {
@@ -82,7 +90,7 @@ export async function buildIngestApp(deps: IngestAppDeps, input: IngestOptionsIn
     else request.log.info({ code: error.code, route: request.routeOptions.url }, error.message);
     if (error.retryAfter) reply.header("retry-after", String(error.retryAfter));
     // The rest of an over-size body is not read; the connection cannot be reused.
-    if (/too_large/.test(error.code)) reply.header("connection", "close");
+    if (error.code.endsWith("_too_large")) reply.header("connection", "close");
     reply.code(error.statusCode).send(error.toJSON());
   });
   app.setNotFoundHandler((request, reply) => {

@@ -1,61 +1,83 @@
 // Reads a request body with its limit enforced on the decompressed bytes *while reading*, so a
 // gzip bomb is stopped after `limit` bytes of output instead of being inflated in memory.
 import type { IncomingHttpHeaders } from "node:http";
-import { createGunzip, createInflate } from "node:zlib";
-import { pipeline, type Readable } from "node:stream";
+import type { Readable } from "node:stream";
+import { createGunzip, createInflate, type Gunzip, type Inflate } from "node:zlib";
 import { errors, type IngestError } from "./errors.ts";
 
-export async function readBoundedBody(
-  raw: Readable,
-  headers: IncomingHttpHeaders,
-  limit: number,
-  tooLarge: () => IngestError,
-): Promise<Buffer> {
+/** JSON deeper than this is refused: nothing in a Segment message needs it, and JSON.stringify would overflow the stack on it. */
+export const MAX_JSON_DEPTH = 64;
+
+export function readBoundedBody(raw: Readable, headers: IncomingHttpHeaders, limit: number, tooLarge: () => IngestError): Promise<Buffer> {
   const encoding = (headers["content-encoding"] ?? "identity").trim().toLowerCase();
-  const declared = Number(headers["content-length"]);
+  let decoder: Gunzip | Inflate | undefined;
+  if (encoding === "gzip" || encoding === "x-gzip") decoder = createGunzip();
+  else if (encoding === "deflate") decoder = createInflate();
+  else if (encoding !== "identity") return Promise.reject(errors.unsupportedEncoding(encoding));
+
   // Compressed data can be a little larger than its output; anything past this margin cannot fit.
-  const wireLimit = limit + 16 * 1024;
-  if (declared > (encoding === "identity" ? limit : wireLimit)) throw tooLarge();
-
-  let source: Readable = raw;
-  // pipeline(), not pipe(): a client that disconnects must end the decompressor too, or the
-  // read below would wait forever.
-  if (encoding === "gzip" || encoding === "x-gzip") source = pipeline(raw, createGunzip(), () => {});
-  else if (encoding === "deflate") source = pipeline(raw, createInflate(), () => {});
-  else if (encoding !== "identity") throw errors.unsupportedEncoding(encoding);
-
   // Compressed bytes are bounded too: gzip members that inflate to nothing cost no output.
-  let wireBytes = 0;
-  const countWire = (chunk: Buffer) => {
-    wireBytes += chunk.length;
-    if (wireBytes > wireLimit) source.destroy(tooLarge());
-  };
-  if (source !== raw) raw.on("data", countWire);
+  const wireLimit = decoder ? limit + 16 * 1024 : limit;
+  if (Number(headers["content-length"]) > wireLimit) return Promise.reject(tooLarge());
 
-  const chunks: Buffer[] = [];
-  let size = 0;
-  try {
-    for await (const chunk of source as AsyncIterable<Buffer>) {
-      size += chunk.length;
-      if (size > limit) {
-        source.destroy();
-        throw tooLarge();
+  return new Promise<Buffer>((resolve, reject) => {
+    const chunks: Buffer[] = [];
+    let size = 0;
+    let wireBytes = 0;
+    let settled = false;
+
+    // Stops reading without destroying the socket, so the 400 still reaches the client; the
+    // error handler adds Connection: close because the rest of the body stays unread.
+    const stop = (err: Error) => {
+      if (settled) return;
+      settled = true;
+      raw.off("data", onWire);
+      raw.pause();
+      if (decoder) {
+        raw.unpipe(decoder);
+        decoder.destroy();
       }
-      chunks.push(chunk);
+      reject(err);
+    };
+    const onOutput = (chunk: Buffer) => {
+      size += chunk.length;
+      if (size > limit) stop(tooLarge());
+      else chunks.push(chunk);
+    };
+    const onWire = (chunk: Buffer) => {
+      wireBytes += chunk.length;
+      if (wireBytes > wireLimit) stop(tooLarge());
+      else if (!decoder) onOutput(chunk);
+    };
+    const onEnd = () => {
+      if (settled) return;
+      settled = true;
+      resolve(Buffer.concat(chunks, size));
+    };
+
+    let received = false;
+    raw.on("data", onWire);
+    raw.on("end", () => (received = true));
+    raw.on("error", (err) => stop(errors.clientAborted(err)));
+    // "close" also follows a complete body, before the decompressor has finished with it.
+    raw.on("close", () => received || stop(errors.clientAborted()));
+    if (decoder) {
+      raw.pipe(decoder);
+      decoder.on("data", onOutput);
+      decoder.on("end", onEnd);
+      decoder.on("error", (err) => stop(errors.invalidCompression(err)));
+    } else {
+      raw.on("end", onEnd);
     }
-  } catch (err) {
-    if ((err as IngestError).statusCode) throw err;
-    if (wireBytes > wireLimit) throw tooLarge();
-    if (source !== raw) throw errors.invalidCompression(err);
-    throw err;
-  } finally {
-    raw.off("data", countWire);
-  }
-  return Buffer.concat(chunks, size);
+  });
 }
 
-/** JSON.parse of a body, after a UTF-8 BOM if any; the result must be a JSON object. */
+/**
+ * JSON.parse of a body (after a UTF-8 BOM, if any); the result must be a JSON object no deeper
+ * than MAX_JSON_DEPTH. Depth is checked on the bytes first, which costs one pass over them.
+ */
 export function parseJsonObject(body: Buffer): Record<string, unknown> {
+  if (jsonDepthExceeds(body, MAX_JSON_DEPTH)) throw errors.invalidBody(`Body is nested deeper than ${MAX_JSON_DEPTH} levels`);
   let text = body.toString("utf8");
   if (text.charCodeAt(0) === 0xfeff) text = text.slice(1);
   let parsed: unknown;
@@ -66,4 +88,23 @@ export function parseJsonObject(body: Buffer): Record<string, unknown> {
   }
   if (parsed === null || typeof parsed !== "object" || Array.isArray(parsed)) throw errors.invalidBody("Body must be a JSON object");
   return parsed as Record<string, unknown>;
+}
+
+const QUOTE = 0x22, BACKSLASH = 0x5c, OPEN_BRACE = 0x7b, OPEN_BRACKET = 0x5b, CLOSE_BRACE = 0x7d, CLOSE_BRACKET = 0x5d;
+
+/** Whether JSON text nests objects/arrays deeper than `max`, ignoring brackets inside strings. */
+export function jsonDepthExceeds(bytes: Uint8Array, max: number): boolean {
+  let depth = 0;
+  let inString = false;
+  for (let i = 0; i < bytes.length; i++) {
+    const b = bytes[i];
+    if (inString) {
+      if (b === BACKSLASH) i++;
+      else if (b === QUOTE) inString = false;
+    } else if (b === QUOTE) inString = true;
+    else if (b === OPEN_BRACE || b === OPEN_BRACKET) {
+      if (++depth > max) return true;
+    } else if (b === CLOSE_BRACE || b === CLOSE_BRACKET) depth--;
+  }
+  return false;
 }

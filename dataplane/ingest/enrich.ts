@@ -15,6 +15,7 @@ export interface EnrichContext {
   batch?: BatchDefaults;
 }
 
+const MAX_DATE_MS = 8.64e15;
 const UNKNOWN_LIBRARY = Object.freeze({ name: "unknown", version: "unknown" });
 const ID_FIELDS = ["userId", "anonymousId", "groupId", "previousId"] as const;
 
@@ -48,6 +49,8 @@ export function enrich(message: Record<string, unknown>, type: MessageType, ctx:
   if (original === undefined) timestamp = receivedAt;
   else if (sentAt === undefined) timestamp = original;
   else timestamp = receivedAt - (sentAt - original);
+  // Absurd inputs (year 275760 minus year 2000) can leave the range of a Date.
+  if (!(Math.abs(timestamp) <= MAX_DATE_MS)) timestamp = receivedAt;
 
   const stored: Record<string, unknown> = { ...message, type };
   delete stored.writeKey; // a credential: never stored, never forwarded

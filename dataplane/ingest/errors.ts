@@ -15,6 +15,7 @@ export type IngestErrorCode =
   | "invalid_write_key"
   | "not_found"
   | "storage_unavailable"
+  | "client_aborted"
   | "storage_full"
   | "internal_error";
 
@@ -46,9 +47,10 @@ export const errors = {
   unsupportedEncoding: (encoding: string) =>
     new IngestError("unsupported_content_encoding", 415, `Content-Encoding "${encoding}" is not supported (use gzip, deflate or none)`),
   requestTooLarge: (limit: number) => new IngestError("request_too_large", 400, `Request body is over the ${kb(limit)} limit for a single message`),
-  batchTooLarge: (limit: number) => new IngestError("batch_too_large", 400, `Batch request body is over the ${kb(limit)} limit`),
-  batchItemTooLarge: (index: number, limit: number) =>
-    new IngestError("batch_item_too_large", 400, `Batch item ${index} is over the ${kb(limit)} limit for one message`),
+  batchTooLarge: (limit: number, when = "") =>
+    new IngestError("batch_too_large", 400, `Batch request body is over the ${kb(limit)} limit${when ? ` ${when}` : ""}`),
+  batchItemTooLarge: (index: number, limit: number, when = "") =>
+    new IngestError("batch_item_too_large", 400, `Batch item ${index} is over the ${kb(limit)} limit for one message${when ? ` ${when}` : ""}`),
   tooManyBatchItems: (count: number, limit: number) =>
     new IngestError("too_many_batch_items", 400, `Batch has ${count} items; the limit is ${limit}`),
   missingWriteKey: () =>
@@ -59,5 +61,7 @@ export const errors = {
     new IngestError("storage_unavailable", 503, "Messages could not be stored; retry later", { cause, retryAfter }),
   storageFull: (retryAfter: number, cause?: unknown) =>
     new IngestError("storage_full", 503, "The event stream is full; retry later", { cause, retryAfter }),
+  /** The client went away mid-body: nothing was read, nothing stored, nobody to answer. */
+  clientAborted: (cause?: unknown) => new IngestError("client_aborted", 400, "The client closed the connection before the body was read", { cause }),
   internal: (cause?: unknown) => new IngestError("internal_error", 500, "Internal error", { cause }),
 } as const;

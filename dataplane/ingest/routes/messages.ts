@@ -1,12 +1,19 @@
 // The Tracking API: single-message endpoints, their browser aliases, and the batch endpoints.
 import type { FastifyInstance, FastifyReply, FastifyRequest } from "fastify";
-import type { MessageType, StoredMessage } from "../../../schema/mod.ts";
+import { describeErrors, validateBatchBody, type MessageType } from "../../../schema/mod.ts";
 import { judge, type RejectReason } from "../accept.ts";
 import { authenticate } from "../auth.ts";
 import { readBoundedBody, parseJsonObject } from "../body.ts";
 import { enrich, type BatchDefaults } from "../enrich.ts";
 import { errors } from "../errors.ts";
+import type { PreparedMessage } from "../publish.ts";
 import type { IngestState } from "../state.ts";
+
+/**
+ * Bytes a stored message may grow by over what was sent: receivedAt, timestamps, messageId,
+ * context.library, and a batch's own context merged in. Beyond this, merging is refused.
+ */
+const ENRICHMENT_ALLOWANCE = 1024;
 
 const SINGLE: Record<string, MessageType> = {
   identify: "identify", i: "identify",
@@ -55,7 +62,7 @@ async function handle(state: IngestState, request: FastifyRequest, reply: Fastif
   let items: unknown[];
   let batch: BatchDefaults | undefined;
   if (config.endpoint === "batch") {
-    if (!Array.isArray(body.batch)) throw errors.invalidBody('Batch body must have a "batch" array');
+    if (!validateBatchBody(body)) throw errors.invalidBody(`Invalid batch body: ${describeErrors(validateBatchBody.errors).join("; ")}`);
     if (body.batch.length > limits.batchItems) throw errors.tooManyBatchItems(body.batch.length, limits.batchItems);
     // Only a body larger than the item limit can hold an item over it.
     if ((request.bodyBytes ?? 0) > limits.itemBytes) {
@@ -63,7 +70,7 @@ async function handle(state: IngestState, request: FastifyRequest, reply: Fastif
         if (Buffer.byteLength(JSON.stringify(item) ?? "") > limits.itemBytes) throw errors.batchItemTooLarge(index, limits.itemBytes);
       });
     }
-    batch = { context: body.context as never, integrations: body.integrations as never, sentAt: body.sentAt };
+    batch = { context: body.context, integrations: body.integrations, sentAt: body.sentAt };
     items = body.batch;
   } else {
     items = [body];
@@ -76,11 +83,26 @@ async function handle(state: IngestState, request: FastifyRequest, reply: Fastif
   };
 
   const receivedAt = new Date();
-  const accepted: StoredMessage[] = [];
-  for (const item of items) {
+  const accepted: PreparedMessage[] = [];
+  let storedBytes = 0;
+  for (const [index, item] of items.entries()) {
     const verdict = judge(item, config.type);
-    if (verdict.accepted) accepted.push(enrich(verdict.message, verdict.type, { receivedAt, ip: request.ip, batch }));
-    else notAccepted(verdict.reason, verdict.detail, item);
+    if (!verdict.accepted) {
+      notAccepted(verdict.reason, verdict.detail, item);
+      continue;
+    }
+    const message = enrich(verdict.message, verdict.type, { receivedAt, ip: request.ip, batch });
+    // Serialised once: these bytes are what is stored and, later, signed and delivered.
+    const payload = Buffer.from(JSON.stringify(message));
+    // A batch's context is merged into every item, so what is stored is bounded again here.
+    if (payload.length > limits.itemBytes + ENRICHMENT_ALLOWANCE) {
+      throw batch ? errors.batchItemTooLarge(index, limits.itemBytes, "after merging the batch context") : errors.requestTooLarge(limits.singleBytes);
+    }
+    storedBytes += payload.length;
+    accepted.push({ message, payload });
+  }
+  if (batch && storedBytes > limits.batchBytes + items.length * ENRICHMENT_ALLOWANCE) {
+    throw errors.batchTooLarge(limits.batchBytes, "after merging the batch context");
   }
 
   if (accepted.length > 0) {
@@ -93,7 +115,7 @@ async function handle(state: IngestState, request: FastifyRequest, reply: Fastif
     }
     outcomes.forEach((outcome, i) => {
       if (outcome === "stored") state.metrics.messages.inc({ source: sourceId, outcome: "accepted", reason: "" });
-      else notAccepted("duplicate_message_id", "messageId already seen for this source", accepted[i]);
+      else notAccepted("duplicate_message_id", "messageId already seen for this source", accepted[i]!.message);
     });
   }
   reply.header("content-type", "application/json; charset=utf-8");
