@@ -1,12 +1,17 @@
 // Write-key authentication. Keys are never held in memory as text: the directory maps SHA-256
-// digests to sources, so a lookup's timing depends only on the digest of what the caller sent,
-// which tells an attacker nothing about any real key; the final comparison is constant-time.
-import { createHash, timingSafeEqual } from "node:crypto";
+// digests to sources. A lookup's timing therefore depends only on the digest of what the caller
+// sent, which tells an attacker nothing about any real key (this is the constant-time property;
+// comparing a digest with the entry found by that same digest would add nothing).
+import { createHash } from "node:crypto";
 import type { CompiledConfig, CompiledSource } from "../../schema/mod.ts";
 import { errors } from "./errors.ts";
 
+/** Authorization headers remembered per directory; SDKs send the same few over and over. */
+const HEADER_CACHE_SIZE = 1024;
+
 export class SourceDirectory {
   readonly #byDigest: Map<string, CompiledSource>;
+  readonly #byHeader = new Map<string, CompiledSource>();
 
   constructor(config: CompiledConfig) {
     // A disabled source is absent: its key is refused exactly like an unknown one.
@@ -20,9 +25,24 @@ export class SourceDirectory {
   /** The enabled source whose write key this is, if any. */
   find(writeKey: string): CompiledSource | undefined {
     const digest = createHash("sha256").update(writeKey, "utf8").digest();
-    const source = this.#byDigest.get(digest.toString("hex"));
-    if (!source) return undefined;
-    return timingSafeEqual(Buffer.from(source.writeKeySha256, "hex"), digest) ? source : undefined;
+    return this.#byDigest.get(digest.toString("hex"));
+  }
+
+  /**
+   * find() for the key of an Authorization header, remembering headers that matched. Only
+   * known-good headers are kept, so the cache cannot be filled by guessing; a new config builds
+   * a new directory, so a rotated key is forgotten with it.
+   */
+  findByHeader(authorization: string): CompiledSource | undefined {
+    const cached = this.#byHeader.get(authorization);
+    if (cached) return cached;
+    const key = basicAuthUser(authorization);
+    const source = key === undefined ? undefined : this.find(key);
+    if (source) {
+      if (this.#byHeader.size >= HEADER_CACHE_SIZE) this.#byHeader.clear();
+      this.#byHeader.set(authorization, source);
+    }
+    return source;
   }
 }
 
@@ -42,13 +62,10 @@ export function basicAuthUser(header: string | undefined): string | undefined {
  * body's `writeKey` (analytics.js, analytics-python, mobile SDKs).
  */
 export function authenticate(directory: SourceDirectory, authorization: string | undefined, bodyWriteKey: unknown): CompiledSource {
-  const candidates = [basicAuthUser(authorization), typeof bodyWriteKey === "string" && bodyWriteKey.length > 0 ? bodyWriteKey : undefined];
-  let sawKey = false;
-  for (const key of candidates) {
-    if (key === undefined) continue;
-    sawKey = true;
-    const source = directory.find(key);
-    if (source) return source;
-  }
-  throw sawKey ? errors.invalidWriteKey() : errors.missingWriteKey();
+  const fromHeader = authorization ? directory.findByHeader(authorization) : undefined;
+  if (fromHeader) return fromHeader;
+  const bodyKey = typeof bodyWriteKey === "string" && bodyWriteKey.length > 0 ? bodyWriteKey : undefined;
+  const fromBody = bodyKey === undefined ? undefined : directory.find(bodyKey);
+  if (fromBody) return fromBody;
+  throw bodyKey !== undefined || basicAuthUser(authorization) !== undefined ? errors.invalidWriteKey() : errors.missingWriteKey();
 }

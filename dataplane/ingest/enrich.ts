@@ -10,8 +10,8 @@ export interface BatchDefaults {
 
 export interface EnrichContext {
   receivedAt: Date;
-  /** The caller's address (after trusted proxies), used when context.direct is true. */
-  ip: string;
+  /** The caller's address (after trusted proxies); asked for only when context.direct is true. */
+  ip: () => string;
   batch?: BatchDefaults;
 }
 
@@ -38,7 +38,7 @@ export function enrich(message: Record<string, unknown>, type: MessageType, ctx:
     ? { ...(isObject(batch?.integrations) ? batch.integrations : {}), ...(isObject(message.integrations) ? message.integrations : {}) }
     : undefined;
   if (!isObject(context.library) || typeof context.library.name !== "string") context.library = { ...UNKNOWN_LIBRARY };
-  if (context.direct === true && typeof context.ip !== "string") context.ip = ctx.ip;
+  if (context.direct === true && typeof context.ip !== "string") context.ip = ctx.ip();
 
   // Clock-skew correction as Segment does it: timestamp = receivedAt - (sentAt - originalTimestamp).
   const sentAtValue = message.sentAt ?? batch?.sentAt;

@@ -91,7 +91,7 @@ async function handle(state: IngestState, request: FastifyRequest, reply: Fastif
       notAccepted(verdict.reason, verdict.detail, item);
       continue;
     }
-    const message = enrich(verdict.message, verdict.type, { receivedAt, ip: request.ip, batch });
+    const message = enrich(verdict.message, verdict.type, { receivedAt, ip: () => request.ip, batch });
     // Serialised once: these bytes are what is stored and, later, signed and delivered.
     const payload = Buffer.from(JSON.stringify(message));
     // A batch's context is merged into every item, so what is stored is bounded again here.
