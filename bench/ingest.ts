@@ -690,7 +690,10 @@ async function main(): Promise<void> {
   const configDir = tempDir("trackhook-bench-config-");
   copyFileSync(join(ROOT, "examples", "dev.yaml"), join(configDir, "dev.yaml"));
   const profDir = P.cpuProf ? tempDir("trackhook-bench-prof-") : undefined;
-  const nodeFlags = [...P.ingestNodeOptions, ...(profDir ? ["--cpu-prof", "--cpu-prof-dir", profDir] : [])];
+  // The flags the CLI ships in its shebang (`#!/usr/bin/env -S node <flags>`) apply here too, so
+  // the bench measures the ingest as users run it.
+  const shippedFlags = /^#!\/usr\/bin\/env -S node(.*)$/.exec(readFileSync(P.cli, "utf8").split("\n", 1)[0]!)?.[1]!.trim().split(/\s+/).filter(Boolean) ?? [];
+  const nodeFlags = [...shippedFlags, ...P.ingestNodeOptions, ...(profDir ? ["--cpu-prof", "--cpu-prof-dir", profDir] : [])];
   const ingestSpawn = await spawnUntil(
     process.execPath,
     [...nodeFlags, P.cli, "ingest", "--config", configDir, "--nats", nats.url, "--host", "127.0.0.1", "--port", "0", "--log-level", "info"],
