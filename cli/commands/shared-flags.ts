@@ -1,8 +1,8 @@
 // Flags that `ingest` and `dev` share, and how they become options.
 import type { ParseArgsConfig } from "node:util";
-import type { IngestOptionsInput } from "../../dataplane/ingest/mod.ts";
+import { InvalidOptionsError, resolveIngestOptions, type IngestOptions } from "../../dataplane/ingest/mod.ts";
 import type { EventsStreamSettings } from "../../dataplane/nats/mod.ts";
-import { durationFlag, integerFlag, listFlag, parseBytes } from "../args.ts";
+import { UsageError, durationFlag, integerFlag, listFlag, parseBytes } from "../args.ts";
 
 export const ingestFlags = {
   config: { type: "string" },
@@ -45,12 +45,18 @@ export function streamSettings(values: Values): EventsStreamSettings {
   };
 }
 
-export function ingestOptions(values: Values): IngestOptionsInput {
-  const options: IngestOptionsInput = {};
+/** Ingest options from flags, validated before anything connects: a bad flag is a usage error. */
+export function ingestOptions(values: Values): IngestOptions {
   const origins = listFlag(values["cors-origins"]);
   const proxies = listFlag(values["trusted-proxies"]);
-  if (origins) options.corsOrigins = origins;
-  if (proxies) options.trustedProxies = proxies;
-  if (values["public-url"]) options.publicUrl = values["public-url"];
-  return options;
+  try {
+    return resolveIngestOptions({
+      ...(origins ? { corsOrigins: origins } : {}),
+      ...(proxies ? { trustedProxies: proxies } : {}),
+      ...(values["public-url"] ? { publicUrl: values["public-url"] } : {}),
+    });
+  } catch (err) {
+    if (err instanceof InvalidOptionsError) throw new UsageError(err.message);
+    throw err;
+  }
 }

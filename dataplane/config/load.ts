@@ -32,10 +32,15 @@ export function loadDocuments(path: string): RawDocument[] {
   const problems: string[] = [];
   for (const file of configFiles(path)) {
     const text = readFileSync(file, "utf8");
-    parseAllDocuments(text).forEach((doc, index) => {
+    // prettyErrors off: a pretty error quotes the offending line, which may hold a secret.
+    parseAllDocuments(text, { prettyErrors: false }).forEach((doc, index) => {
       const origin = `${file}, document ${index + 1}`;
-      if (doc.errors.length > 0) {
-        problems.push(`${origin}: ${doc.errors[0]!.message}`);
+      const [error] = doc.errors;
+      if (error) {
+        const before = text.slice(0, error.pos[0]);
+        const line = before.split("\n").length;
+        const column = before.length - before.lastIndexOf("\n");
+        problems.push(`${origin}: YAML syntax error ${error.code} at line ${line}, column ${column}`);
         return;
       }
       const body = doc.toJS();

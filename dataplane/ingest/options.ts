@@ -1,4 +1,5 @@
 // Ingest options: one schema with defaults, validated once at startup into a frozen object.
+import { isIP } from "node:net";
 import { Type, type Static } from "@sinclair/typebox";
 import { Ajv } from "ajv";
 import { describeErrors } from "../../schema/mod.ts";
@@ -44,7 +45,16 @@ export class InvalidOptionsError extends Error {
 export function resolveIngestOptions(input: IngestOptionsInput = {}): IngestOptions {
   const options = structuredClone(input) as Static<typeof IngestOptionsSchema>;
   if (!validate(options)) throw new InvalidOptionsError(`invalid ingest options: ${describeErrors(validate.errors).join("; ")}`);
+  const badProxy = options.trustedProxies.find((entry) => !isAddressOrCidr(entry));
+  if (badProxy) throw new InvalidOptionsError(`invalid ingest options: trustedProxies: "${badProxy}" is not an IP address or CIDR`);
   return deepFreeze(options);
+}
+
+function isAddressOrCidr(text: string): boolean {
+  const [address, prefix, ...rest] = text.split("/");
+  const family = isIP(address ?? "");
+  if (family === 0 || rest.length > 0) return false;
+  return prefix === undefined || (/^\d+$/.test(prefix) && Number(prefix) <= (family === 4 ? 32 : 128));
 }
 
 function deepFreeze<T>(value: T): T {

@@ -10,6 +10,7 @@ export interface ConnectOptions {
 }
 
 export async function connectNats({ servers, name, log }: ConnectOptions): Promise<NatsConnection> {
+  log.info({ servers }, "connecting to NATS (waiting until it answers)");
   const nc = await connect({
     servers: servers.split(",").map((s) => s.trim()),
     name,

@@ -34,6 +34,12 @@ describe("trackhook CLI", () => {
     expect(bad.stderr).toContain("--colour");
   });
 
+  it("an invalid flag value is a usage error before anything connects", () => {
+    const result = run("ingest", "--config", "examples", "--nats", "nats://127.0.0.1:1", "--trusted-proxies", "10.0.0.0/8,not-an-ip");
+    expect(result.status).toBe(2);
+    expect(result.stderr).toContain('trustedProxies: "not-an-ip" is not an IP address or CIDR');
+  });
+
   it("invalid config fails at start, naming the document and field", () => {
     const dir = mkdtempSync(join(tmpdir(), "trackhook-cli-"));
     writeFileSync(join(dir, "bad.yaml"), "apiVersion: trackhook.io/v1alpha1\nkind: Source\nmetadata: { name: web }\nspec: { writeKeySecretRef: { name: k } }\n");

@@ -136,9 +136,11 @@ spec: { sources: [mobile], urls: [https://a.example] }
     expect(problemsOf(dir).join("\n")).toMatch(/same write key is already used by Source default\/a/);
   });
 
-  it("reports YAML syntax errors with their file", () => {
-    const dir = configDir({ "broken.yaml": "kind: Source\n  metadata: [\n" });
-    expect(problemsOf(dir)[0]).toContain("broken.yaml, document 1");
+  it("reports YAML syntax errors with their file and line, without quoting the line (it may hold a secret)", () => {
+    const dir = configDir({ "broken.yaml": 'apiVersion: v1\nkind: Secret\nmetadata: { name: k }\nstringData: { writeKey: "super-secret-123\n' });
+    const [problem] = problemsOf(dir);
+    expect(problem).toMatch(/broken\.yaml, document 1: YAML syntax error [A-Z_]+ at line \d+, column \d+$/);
+    expect(problem).not.toContain("super-secret-123");
   });
 
   it("reports a missing path", () => {

@@ -9,7 +9,9 @@ export function settingsRoutes(app: FastifyInstance, state: IngestState): void {
   app.get<{ Params: { writeKey: string } }>("/v1/projects/:writeKey/settings", async (request, reply) => {
     if (!state.directory.find(request.params.writeKey)) throw errors.notFound("Unknown write key");
     const { host, protocol } = publicBase(state, request);
-    reply.header("cache-control", "public, max-age=60");
+    // Without --public-url the answer depends on the Host header, which a client controls: a
+    // shared cache must not hand one client's answer to another.
+    reply.header("cache-control", state.options.publicUrl ? "public, max-age=60" : "private, max-age=60");
     return {
       integrations: {
         "Segment.io": {
