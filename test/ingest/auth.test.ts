@@ -56,7 +56,7 @@ describe("auth", () => {
   it("stores messages under the authenticated source, without the write key", async () => {
     const stored = await storedMessages(nats);
     const byId = new Map(stored.map((m) => [m.body.messageId, m]));
-    expect(byId.get("basic-colon")?.subject).toBe("trackhook.events.default.web.track");
+    for (const id of ["basic-colon", "basic-no-colon", "body-key"]) expect(byId.get(id)?.subject).toBe("trackhook.events.default.web.track");
     expect(byId.get("batch-body-key")?.subject).toBe("trackhook.events.default.app.track");
     expect(byId.get("batch-body-key")?.msgId).toBe("default/app/batch-body-key");
     expect(byId.has("no-key") || byId.has("bad-key") || byId.has("disabled")).toBe(false);

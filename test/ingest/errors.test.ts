@@ -134,6 +134,8 @@ describe("other answers", () => {
   });
 
   it("counts every answer in trackhook_ingest_requests_total by route, status and code", async () => {
+    await post(`${ingest.url}/v1/track`, undefined, { headers: auth, raw: "{" });
+    await send("/v1/track", { userId: "u1", event: "Counted" });
     const metric = await ingest.metrics.requests.get();
     const find = (code: string) => metric.values.find((v) => v.labels.code === code);
     expect(find("invalid_json")?.labels).toMatchObject({ route: "/v1/track", status: "400" });

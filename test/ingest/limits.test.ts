@@ -120,6 +120,7 @@ describe("content types and encodings", () => {
     const raw = deflateSync(JSON.stringify({ userId: "u1", event: "Deflated", messageId: id }));
     const res = await post(`${ingest.url}/v1/track`, undefined, { headers: { ...auth, "content-encoding": "deflate" }, raw });
     expect(res.status).toBe(200);
+    expect((await storedMessages(nats)).find((m) => m.body.messageId === id)?.body).toMatchObject({ event: "Deflated", userId: "u1" });
   });
 
   it("applies the limit to decompressed bytes: 33KB that gzips to 100 bytes is refused", async () => {

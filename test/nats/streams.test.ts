@@ -1,0 +1,51 @@
+// TRACKHOOK_EVENTS is created with the settings of DESIGN.md, and updated in place when an
+// existing stream's settings differ (a new max_bytes, say), keeping its messages.
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { EVENTS_STREAM, ensureStream, eventsStreamConfig } from "../../dataplane/nats/mod.ts";
+import { startNats, type NatsHarness } from "../harness/nats.ts";
+
+let nats: NatsHarness;
+beforeAll(async () => {
+  nats = await startNats();
+});
+afterAll(async () => {
+  await nats?.stop();
+});
+
+const settings = { maxAgeMs: 72 * 3_600_000, maxBytes: 1024 ** 3, duplicateWindowMs: 10 * 60_000, replicas: 1 };
+const NS_PER_MS = 1_000_000;
+
+describe("events stream", () => {
+  it("is created with limits retention, file storage, discard new, max_age, max_bytes and the duplicate window", async () => {
+    await ensureStream(nats.jsm, eventsStreamConfig(settings));
+    const { config } = await nats.jsm.streams.info(EVENTS_STREAM);
+    expect(config).toMatchObject({
+      name: "TRACKHOOK_EVENTS",
+      subjects: ["trackhook.events.>"],
+      retention: "limits",
+      storage: "file",
+      discard: "new",
+      max_age: settings.maxAgeMs * NS_PER_MS,
+      max_bytes: settings.maxBytes,
+      duplicate_window: settings.duplicateWindowMs * NS_PER_MS,
+      num_replicas: 1,
+    });
+  });
+
+  it("is updated in place when settings change, keeping its messages", async () => {
+    await nats.js.publish("trackhook.events.default.web.track", "{}", { msgID: "default/web/keep-me" });
+    await ensureStream(nats.jsm, eventsStreamConfig({ ...settings, maxBytes: 2 * 1024 ** 3, duplicateWindowMs: 60_000 }));
+    const info = await nats.jsm.streams.info(EVENTS_STREAM);
+    expect(info.config.max_bytes).toBe(2 * 1024 ** 3);
+    expect(info.config.duplicate_window).toBe(60_000 * NS_PER_MS);
+    expect(info.state.messages).toBe(1);
+  });
+
+  it("is left alone when nothing changed", async () => {
+    const before = await nats.jsm.streams.info(EVENTS_STREAM);
+    await ensureStream(nats.jsm, eventsStreamConfig({ ...settings, maxBytes: 2 * 1024 ** 3, duplicateWindowMs: 60_000 }));
+    const after = await nats.jsm.streams.info(EVENTS_STREAM);
+    expect(after.config).toEqual(before.config);
+    expect(after.created).toBe(before.created);
+  });
+});
