@@ -1,13 +1,15 @@
 // Test harness: the ingest app, connected to a harness nats-server, configured from YAML text,
 // listening on a free port. Helpers read back what landed in TRACKHOOK_EVENTS.
+import { request } from "node:http";
 import type { FastifyInstance } from "fastify";
+import { afterAll, beforeAll } from "vitest";
 import { parseAllDocuments } from "yaml";
 import type { NatsConnection } from "@nats-io/transport-node";
 import { compileConfig, staticConfig, type ConfigProvider } from "../../dataplane/config/mod.ts";
 import { buildIngestApp, IngestMetrics, type IngestOptionsInput } from "../../dataplane/ingest/mod.ts";
 import { EVENTS_STREAM, ensureStream, eventsStreamConfig, type EventsStreamSettings } from "../../dataplane/nats/mod.ts";
 import type { StoredMessage } from "../../schema/mod.ts";
-import type { NatsHarness } from "./nats.ts";
+import { startNats, type NatsHarness } from "./nats.ts";
 
 export const WRITE_KEY = "test-write-key-1";
 export const OTHER_WRITE_KEY = "test-write-key-2";
@@ -110,4 +112,52 @@ let counter = 0;
 /** A messageId unique within the test run. */
 export function uniqueId(prefix = "m"): string {
   return `${prefix}-${process.pid}-${Date.now()}-${counter++}`;
+}
+
+/**
+ * The usual setup of an ingest test file: a nats-server and an ingest started before its tests
+ * and stopped after them. Read `env.nats` and `env.ingest` inside tests and hooks.
+ */
+export function useIngest(options: Parameters<typeof startIngest>[1] = {}): { readonly nats: NatsHarness; readonly ingest: IngestHarness } {
+  let nats: NatsHarness | undefined;
+  let ingest: IngestHarness | undefined;
+  beforeAll(async () => {
+    nats = await startNats();
+    ingest = await startIngest(nats, options);
+  });
+  afterAll(async () => {
+    await ingest?.close();
+    await nats?.stop();
+  });
+  return {
+    get nats() {
+      return nats!;
+    },
+    get ingest() {
+      return ingest!;
+    },
+  };
+}
+
+/** POSTs a body with Transfer-Encoding: chunked (no Content-Length), as streaming clients do. */
+export function postChunked(
+  url: string,
+  chunks: Iterable<Uint8Array | string>,
+  headers: Record<string, string> = {},
+): Promise<{ status: number; json: Record<string, unknown> }> {
+  return new Promise((resolve, reject) => {
+    const target = new URL(url);
+    const req = request(
+      { host: target.hostname, port: target.port, path: target.pathname, method: "POST", headers: { "content-type": "application/json", ...headers, "transfer-encoding": "chunked" } },
+      (res) => {
+        let text = "";
+        res.on("data", (c) => (text += c));
+        res.on("end", () => resolve({ status: res.statusCode!, json: JSON.parse(text) }));
+      },
+    );
+    // The server may answer (and stop reading) before the whole body is sent.
+    req.on("error", (err: NodeJS.ErrnoException) => (err.code === "EPIPE" || err.code === "ECONNRESET" ? undefined : reject(err)));
+    for (const chunk of chunks) req.write(chunk);
+    req.end();
+  });
 }

@@ -3,18 +3,9 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { MESSAGE_TYPES } from "../../schema/mod.ts";
 import { startNats, type NatsHarness } from "../harness/nats.ts";
-import { DEFAULT_STREAM, WRITE_KEY, basic, post, startIngest, storedMessages, uniqueId, type IngestHarness } from "../harness/ingest.ts";
+import { DEFAULT_STREAM, WRITE_KEY, basic, post, startIngest, storedMessages, uniqueId, useIngest, type IngestHarness } from "../harness/ingest.ts";
 
-let nats: NatsHarness;
-let ingest: IngestHarness;
-beforeAll(async () => {
-  nats = await startNats();
-  ingest = await startIngest(nats, { ingest: { corsOrigins: ["https://shop.example", "https://www.example"] } });
-});
-afterAll(async () => {
-  await ingest?.close();
-  await nats?.stop();
-});
+const env = useIngest({ ingest: { corsOrigins: ["https://shop.example", "https://www.example"] } });
 
 const auth = { authorization: basic(WRITE_KEY) };
 const bodies: Record<string, Record<string, unknown>> = {
@@ -32,9 +23,9 @@ describe("routes", () => {
       it(`POST /v1/${path} stores a ${type}`, async () => {
         const messageId = uniqueId(path);
         // The path decides the type, whatever the body says.
-        const res = await post(`${ingest.url}/v1/${path}`, { ...bodies[type], type: "bogus", messageId }, { headers: auth });
+        const res = await post(`${env.ingest.url}/v1/${path}`, { ...bodies[type], type: "bogus", messageId }, { headers: auth });
         expect(res).toMatchObject({ status: 200, json: { success: true } });
-        const stored = (await storedMessages(nats)).find((m) => m.body.messageId === messageId);
+        const stored = (await storedMessages(env.nats)).find((m) => m.body.messageId === messageId);
         expect(stored?.subject).toBe(`trackhook.events.default.web.${type}`);
         expect(stored?.body.type).toBe(type);
       });
@@ -44,9 +35,9 @@ describe("routes", () => {
   for (const path of ["batch", "import", "b"]) {
     it(`POST /v1/${path} stores a batch of all six kinds, alias included`, async () => {
       const batch = MESSAGE_TYPES.map((type) => ({ ...bodies[type], type, messageId: uniqueId(`${path}-${type}`) }));
-      const res = await post(`${ingest.url}/v1/${path}`, { batch }, { headers: auth });
+      const res = await post(`${env.ingest.url}/v1/${path}`, { batch }, { headers: auth });
       expect(res.status).toBe(200);
-      const stored = new Map((await storedMessages(nats)).map((m) => [m.body.messageId, m]));
+      const stored = new Map((await storedMessages(env.nats)).map((m) => [m.body.messageId, m]));
       for (const item of batch) expect(stored.get(item.messageId)?.subject).toBe(`trackhook.events.default.web.${item.type}`);
     });
   }
@@ -54,7 +45,7 @@ describe("routes", () => {
 
 describe("CORS", () => {
   it("answers a preflight from an allowed origin with the headers browsers need", async () => {
-    const res = await fetch(`${ingest.url}/v1/t`, {
+    const res = await fetch(`${env.ingest.url}/v1/t`, {
       method: "OPTIONS",
       headers: { origin: "https://shop.example", "access-control-request-method": "POST", "access-control-request-headers": "authorization, content-type, x-retry-count" },
     });
@@ -67,7 +58,7 @@ describe("CORS", () => {
   });
 
   it("adds CORS headers to the POST itself", async () => {
-    const res = await fetch(`${ingest.url}/v1/t`, {
+    const res = await fetch(`${env.ingest.url}/v1/t`, {
       method: "POST",
       headers: { origin: "https://www.example", "content-type": "text/plain" },
       body: JSON.stringify({ ...bodies.track, writeKey: WRITE_KEY }),
@@ -77,17 +68,17 @@ describe("CORS", () => {
   });
 
   it("gives no CORS grant to an origin that is not configured", async () => {
-    const res = await fetch(`${ingest.url}/v1/t`, { method: "OPTIONS", headers: { origin: "https://evil.example", "access-control-request-method": "POST" } });
+    const res = await fetch(`${env.ingest.url}/v1/t`, { method: "OPTIONS", headers: { origin: "https://evil.example", "access-control-request-method": "POST" } });
     expect(res.headers.get("access-control-allow-origin")).toBeNull();
   });
 });
 
 describe("settings endpoint (analytics.js CDN settings)", () => {
   it("returns Segment.io settings pointing the browser SDK at this host", async () => {
-    const res = await fetch(`${ingest.url}/v1/projects/${WRITE_KEY}/settings`, { headers: { origin: "https://shop.example" } });
+    const res = await fetch(`${env.ingest.url}/v1/projects/${WRITE_KEY}/settings`, { headers: { origin: "https://shop.example" } });
     expect(res.status).toBe(200);
     const body = (await res.json()) as { integrations: Record<string, Record<string, unknown>>; metrics: { sampleRate: number } };
-    const host = new URL(ingest.url).host;
+    const host = new URL(env.ingest.url).host;
     expect(body.integrations["Segment.io"]).toMatchObject({ apiKey: WRITE_KEY, apiHost: `${host}/v1`, protocol: "http" });
     expect(Object.keys(body.integrations)).toEqual(["Segment.io"]); // no legacy device-mode destinations
     expect(body.metrics.sampleRate).toBe(0); // SDK metrics would otherwise go to Segment
@@ -95,7 +86,7 @@ describe("settings endpoint (analytics.js CDN settings)", () => {
   });
 
   it("answers 404 for an unknown write key", async () => {
-    const res = await fetch(`${ingest.url}/v1/projects/unknown-key/settings`);
+    const res = await fetch(`${env.ingest.url}/v1/projects/unknown-key/settings`);
     expect(res.status).toBe(404);
     expect(await res.json()).toMatchObject({ success: false, code: "not_found" });
   });
@@ -103,13 +94,13 @@ describe("settings endpoint (analytics.js CDN settings)", () => {
 
 describe("operations endpoints", () => {
   it("/healthz and /readyz answer 200 while JetStream is reachable", async () => {
-    expect((await fetch(`${ingest.url}/healthz`)).status).toBe(200);
-    const ready = await fetch(`${ingest.url}/readyz`);
+    expect((await fetch(`${env.ingest.url}/healthz`)).status).toBe(200);
+    const ready = await fetch(`${env.ingest.url}/readyz`);
     expect(ready.status).toBe(200);
   });
 
   it("/metrics exposes request, message and publish-latency metrics", async () => {
-    const text = await (await fetch(`${ingest.url}/metrics`)).text();
+    const text = await (await fetch(`${env.ingest.url}/metrics`)).text();
     expect(text).toMatch(/trackhook_ingest_requests_total\{route="\/v1\/track",status="200",code="ok"\} \d+/);
     expect(text).toMatch(/trackhook_ingest_messages_total\{source="default\/web",outcome="accepted",reason=""\} \d+/);
     expect(text).toMatch(/trackhook_ingest_publish_duration_seconds_count \d+/);

@@ -1,30 +1,20 @@
 // Fields the ingest adds or normalises: messageId, receivedAt, sentAt, originalTimestamp,
 // clock-skew-corrected timestamp, batch-level context/integrations merged into items (the item
 // wins), context.ip for direct calls (behind trusted proxies), and context.library by default.
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { describe, expect, it } from "vitest";
 import type { StoredMessage } from "../../schema/mod.ts";
-import { startNats, type NatsHarness } from "../harness/nats.ts";
-import { WRITE_KEY, basic, post, startIngest, storedMessages, uniqueId, type IngestHarness } from "../harness/ingest.ts";
+import { WRITE_KEY, basic, post, storedMessages, uniqueId, useIngest } from "../harness/ingest.ts";
 
-let nats: NatsHarness;
-let ingest: IngestHarness;
-beforeAll(async () => {
-  nats = await startNats();
-  ingest = await startIngest(nats, { ingest: { trustedProxies: ["127.0.0.1"] } });
-});
-afterAll(async () => {
-  await ingest?.close();
-  await nats?.stop();
-});
+const env = useIngest({ ingest: { trustedProxies: ["127.0.0.1"] } });
 
 const auth = { authorization: basic(WRITE_KEY) };
 
 async function sendAndRead(path: string, body: Record<string, unknown>, headers: Record<string, string> = {}): Promise<StoredMessage[]> {
   const before = Date.now();
-  const res = await post(`${ingest.url}${path}`, body, { headers: { ...auth, ...headers } });
+  const res = await post(`${env.ingest.url}${path}`, body, { headers: { ...auth, ...headers } });
   expect(res.status).toBe(200);
   const ids = new Set(((body.batch as Array<{ messageId?: string }>) ?? [body]).map((m) => m.messageId));
-  const found = (await storedMessages(nats)).map((m) => m.body).filter((m) => ids.has(m.messageId));
+  const found = (await storedMessages(env.nats)).map((m) => m.body).filter((m) => ids.has(m.messageId));
   for (const m of found) expect(Date.parse(m.receivedAt)).toBeGreaterThanOrEqual(before - 5);
   return found;
 }
@@ -88,9 +78,9 @@ describe("batch merge rules", () => {
 describe("generated and defaulted fields", () => {
   it("assigns a messageId when the message has none", async () => {
     const marker = uniqueId("no-id");
-    const res = await post(`${ingest.url}/v1/track`, { userId: "u1", event: marker }, { headers: auth });
+    const res = await post(`${env.ingest.url}/v1/track`, { userId: "u1", event: marker }, { headers: auth });
     expect(res.status).toBe(200);
-    const m = (await storedMessages(nats)).find((s) => (s.body as { event?: string }).event === marker);
+    const m = (await storedMessages(env.nats)).find((s) => (s.body as { event?: string }).event === marker);
     expect(m?.body.messageId).toMatch(/^th-[0-9a-f-]{36}$/);
     expect(m?.msgId).toBe(`default/web/${m?.body.messageId}`);
   });

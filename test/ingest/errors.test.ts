@@ -1,30 +1,20 @@
 // The spec's Errors table, one test per row, plus the other messages that are answered 200 but
 // not accepted. "Not accepted" is proven three ways: 200 answer, nothing in the stream, and the
 // reason counted in metrics.
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { startNats, type NatsHarness } from "../harness/nats.ts";
-import { WRITE_KEY, basic, messagesCounted, post, startIngest, storedMessages, uniqueId, type IngestHarness } from "../harness/ingest.ts";
+import { describe, expect, it } from "vitest";
+import { WRITE_KEY, basic, messagesCounted, post, storedMessages, uniqueId, useIngest } from "../harness/ingest.ts";
 
-let nats: NatsHarness;
-let ingest: IngestHarness;
-beforeAll(async () => {
-  nats = await startNats();
-  ingest = await startIngest(nats);
-});
-afterAll(async () => {
-  await ingest?.close();
-  await nats?.stop();
-});
+const env = useIngest();
 
 const auth = { authorization: basic(WRITE_KEY) };
-const send = (path: string, body: unknown) => post(`${ingest.url}${path}`, body, { headers: auth });
+const send = (path: string, body: unknown) => post(`${env.ingest.url}${path}`, body, { headers: auth });
 async function isStored(messageId: string): Promise<boolean> {
-  return (await storedMessages(nats)).some((m) => m.body.messageId === messageId);
+  return (await storedMessages(env.nats)).some((m) => m.body.messageId === messageId);
 }
 
 describe("spec Errors table", () => {
   it("body that is not valid JSON -> 400 invalid_json", async () => {
-    const res = await post(`${ingest.url}/v1/track`, undefined, { headers: auth, raw: '{"userId": "u1", "event": ' });
+    const res = await post(`${env.ingest.url}/v1/track`, undefined, { headers: auth, raw: '{"userId": "u1", "event": ' });
     expect(res).toMatchObject({ status: 400, json: { success: false, code: "invalid_json", message: expect.any(String) } });
   });
 
@@ -53,30 +43,30 @@ describe("spec Errors table", () => {
 
   it("neither userId nor anonymousId -> 200, not accepted (no_user_anon_id)", async () => {
     const id = uniqueId();
-    const before = await messagesCounted(ingest, { reason: "no_user_anon_id" });
+    const before = await messagesCounted(env.ingest, { reason: "no_user_anon_id" });
     const res = await send("/v1/track", { event: "Anonymous?", messageId: id });
     expect(res).toMatchObject({ status: 200, json: { success: true } });
     expect(await isStored(id)).toBe(false);
-    expect(await messagesCounted(ingest, { reason: "no_user_anon_id" })).toBe(before + 1);
+    expect(await messagesCounted(env.ingest, { reason: "no_user_anon_id" })).toBe(before + 1);
   });
 
   it("track without event -> 200, not accepted (missing_event)", async () => {
     const id = uniqueId();
-    const before = await messagesCounted(ingest, { reason: "missing_event" });
+    const before = await messagesCounted(env.ingest, { reason: "missing_event" });
     const res = await send("/v1/track", { userId: "u1", messageId: id });
     expect(res).toMatchObject({ status: 200, json: { success: true } });
     expect(await isStored(id)).toBe(false);
-    expect(await messagesCounted(ingest, { reason: "missing_event" })).toBe(before + 1);
+    expect(await messagesCounted(env.ingest, { reason: "missing_event" })).toBe(before + 1);
   });
 
   it("messageId already seen -> 200, stored once (duplicate_message_id)", async () => {
     const id = uniqueId("dup");
-    const before = await messagesCounted(ingest, { reason: "duplicate_message_id" });
+    const before = await messagesCounted(env.ingest, { reason: "duplicate_message_id" });
     const first = await send("/v1/track", { userId: "u1", event: "Once", messageId: id });
     const second = await send("/v1/track", { userId: "u1", event: "Once", messageId: id });
     expect([first.status, second.status]).toEqual([200, 200]);
-    expect((await storedMessages(nats)).filter((m) => m.body.messageId === id)).toHaveLength(1);
-    expect(await messagesCounted(ingest, { reason: "duplicate_message_id" })).toBe(before + 1);
+    expect((await storedMessages(env.nats)).filter((m) => m.body.messageId === id)).toHaveLength(1);
+    expect(await messagesCounted(env.ingest, { reason: "duplicate_message_id" })).toBe(before + 1);
   });
 });
 
@@ -94,10 +84,10 @@ describe("other messages answered 200 but not accepted", () => {
   for (const [what, reason, item] of cases) {
     it(`${what} -> ${reason}, and the good items of the same batch are stored`, async () => {
       const good = uniqueId("good");
-      const before = await messagesCounted(ingest, { reason });
+      const before = await messagesCounted(env.ingest, { reason });
       const res = await send("/v1/batch", { batch: [item, { type: "identify", userId: "u1", messageId: good }] });
       expect(res).toMatchObject({ status: 200, json: { success: true } });
-      expect(await messagesCounted(ingest, { reason })).toBe(before + 1);
+      expect(await messagesCounted(env.ingest, { reason })).toBe(before + 1);
       expect(await isStored(good)).toBe(true);
     });
   }
@@ -106,7 +96,7 @@ describe("other messages answered 200 but not accepted", () => {
     const id = uniqueId();
     const res = await send("/v1/track", { userId: null, anonymousId: "anon-9", event: "e", messageId: id });
     expect(res.status).toBe(200);
-    const stored = (await storedMessages(nats)).find((m) => m.body.messageId === id);
+    const stored = (await storedMessages(env.nats)).find((m) => m.body.messageId === id);
     expect(stored?.body).toMatchObject({ anonymousId: "anon-9" });
     expect(stored?.body).not.toHaveProperty("userId");
   });
@@ -114,7 +104,7 @@ describe("other messages answered 200 but not accepted", () => {
 
 describe("other answers", () => {
   it("a JSON body that is not an object -> 400 invalid_body", async () => {
-    const res = await post(`${ingest.url}/v1/track`, [1, 2], { headers: auth });
+    const res = await post(`${env.ingest.url}/v1/track`, [1, 2], { headers: auth });
     expect(res).toMatchObject({ status: 400, json: { code: "invalid_body" } });
   });
 
@@ -124,7 +114,7 @@ describe("other answers", () => {
   });
 
   it("an empty body -> 400 invalid_json", async () => {
-    const res = await post(`${ingest.url}/v1/track`, undefined, { headers: auth, raw: "" });
+    const res = await post(`${env.ingest.url}/v1/track`, undefined, { headers: auth, raw: "" });
     expect(res).toMatchObject({ status: 400, json: { code: "invalid_json" } });
   });
 
@@ -134,9 +124,9 @@ describe("other answers", () => {
   });
 
   it("counts every answer in trackhook_ingest_requests_total by route, status and code", async () => {
-    await post(`${ingest.url}/v1/track`, undefined, { headers: auth, raw: "{" });
+    await post(`${env.ingest.url}/v1/track`, undefined, { headers: auth, raw: "{" });
     await send("/v1/track", { userId: "u1", event: "Counted" });
-    const metric = await ingest.metrics.requests.get();
+    const metric = await env.ingest.metrics.requests.get();
     const find = (code: string) => metric.values.find((v) => v.labels.code === code);
     expect(find("invalid_json")?.labels).toMatchObject({ route: "/v1/track", status: "400" });
     expect(find("ok")?.value).toBeGreaterThan(0);

@@ -2,22 +2,13 @@
 // the same port and store. Proves the ingest's contract across the outage: it keeps answering
 // (503 storage_unavailable with Retry-After, never a false 200), every 200 survives the crash,
 // and a client that re-sends everything afterwards gets 200s without creating duplicates.
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { describe, expect, it } from "vitest";
 import { EVENTS_STREAM } from "../../dataplane/nats/mod.ts";
-import { startNats, randomName, type NatsHarness } from "../harness/nats.ts";
-import { WRITE_KEY, basic, startIngest, storedMessages, type IngestHarness } from "../harness/ingest.ts";
+import { randomName } from "../harness/nats.ts";
+import { WRITE_KEY, basic, storedMessages, useIngest } from "../harness/ingest.ts";
 
-let nats: NatsHarness;
-let ingest: IngestHarness;
-beforeAll(async () => {
-  nats = await startNats();
-  // A short publish timeout keeps requests made during the outage (and the test) short.
-  ingest = await startIngest(nats, { ingest: { publishTimeoutMs: 1000, retryAfterSeconds: 2 } });
-});
-afterAll(async () => {
-  await ingest?.close();
-  await nats?.stop();
-});
+// A short publish timeout keeps requests made during the outage (and the test) short.
+const env = useIngest({ ingest: { publishTimeoutMs: 1000, retryAfterSeconds: 2 } });
 
 /** One HTTP request: a single /v1/track message or a small /v1/batch of track messages. */
 interface Unit {
@@ -60,7 +51,7 @@ function makeUnits(label: string, count: number): Unit[] {
 async function send(unit: Unit): Promise<Outcome> {
   const start = performance.now();
   try {
-    const res = await fetch(`${ingest.url}${unit.path}`, {
+    const res = await fetch(`${env.ingest.url}${unit.path}`, {
       method: "POST",
       headers: { "content-type": "application/json", authorization: basic(WRITE_KEY) },
       body: JSON.stringify(unit.body),
@@ -99,12 +90,12 @@ async function until(what: string, check: () => boolean | Promise<boolean>, time
 }
 
 async function ready(): Promise<boolean> {
-  const res = await fetch(`${ingest.url}/readyz`).catch(() => undefined);
+  const res = await fetch(`${env.ingest.url}/readyz`).catch(() => undefined);
   return res?.status === 200;
 }
 
 async function streamAnswers(): Promise<boolean> {
-  return nats.jsm.streams.info(EVENTS_STREAM).then(() => true, () => false);
+  return env.nats.jsm.streams.info(EVENTS_STREAM).then(() => true, () => false);
 }
 
 describe("nats-server killed under load", () => {
@@ -134,7 +125,7 @@ describe("nats-server killed under load", () => {
     // Kill in the middle of the stream of requests, while some are in flight.
     await until("100 answers before the kill", () => outcomes.length >= 100);
     const killedWith200 = outcomes.filter((o) => o.status === 200).length;
-    await nats.server.kill("SIGKILL");
+    await env.nats.server.kill("SIGKILL");
     const downFrom = performance.now();
 
     const probeOutcomes = await Promise.all(probes.map(send));
@@ -144,7 +135,7 @@ describe("nats-server killed under load", () => {
     const downUntil = performance.now();
 
     releaseLate();
-    await nats.server.restart();
+    await env.nats.server.restart();
     await traffic;
 
     // Sanity of the setup itself: the kill really came mid-stream and after successful requests.
@@ -174,7 +165,7 @@ describe("nats-server killed under load", () => {
     // (b) Every message whose request got a 200 survived the SIGKILL.
     const acked = outcomes.filter((o) => o.status === 200).flatMap((o) => o.unit.ids);
     expect(acked.length).toBeGreaterThan(0);
-    const afterCrash = await storedMessages(nats);
+    const afterCrash = await storedMessages(env.nats);
     const storedIds = afterCrash.map((m) => m.body.messageId);
     const storedSet = new Set(storedIds);
     expect(acked.filter((id) => !storedSet.has(id))).toEqual([]);
@@ -186,7 +177,7 @@ describe("nats-server killed under load", () => {
     await sendAll(allUnits, 6, (o) => resent.push(o));
     expect(resent.filter((o) => o.status !== 200).map((o) => ({ status: o.status, code: o.code, ids: o.unit.ids }))).toEqual([]);
 
-    const final = await storedMessages(nats);
+    const final = await storedMessages(env.nats);
     const counts = new Map<string, number>();
     for (const m of final) {
       counts.set(m.body.messageId, (counts.get(m.body.messageId) ?? 0) + 1);

@@ -1,51 +1,27 @@
 // Regression tests for inputs found to break the ingest in review: each once crashed it, stored
 // something it should not have, or answered 503/500 forever to a request that can never succeed.
 import { request } from "node:http";
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { startNats, type NatsHarness } from "../harness/nats.ts";
-import { OTHER_WRITE_KEY, WRITE_KEY, basic, post, startIngest, storedMessages, uniqueId, type IngestHarness } from "../harness/ingest.ts";
+import { describe, expect, it } from "vitest";
+import { OTHER_WRITE_KEY, WRITE_KEY, basic, post, postChunked, storedMessages, uniqueId, useIngest } from "../harness/ingest.ts";
 
-let nats: NatsHarness;
-let ingest: IngestHarness;
-beforeAll(async () => {
-  nats = await startNats();
-  ingest = await startIngest(nats);
-});
-afterAll(async () => {
-  await ingest?.close();
-  await nats?.stop();
-});
+const env = useIngest();
 
 const auth = { authorization: basic(WRITE_KEY) };
-const stored = async (id: string) => (await storedMessages(nats)).filter((m) => m.body.messageId === id);
+const stored = async (id: string) => (await storedMessages(env.nats)).filter((m) => m.body.messageId === id);
 
-/** POSTs a body with Transfer-Encoding: chunked (no Content-Length), as streaming clients do. */
-function postChunked(path: string, body: string): Promise<{ status: number; json: Record<string, unknown> }> {
-  return new Promise((resolve, reject) => {
-    const url = new URL(`${ingest.url}${path}`);
-    const req = request(
-      { host: url.hostname, port: url.port, path: url.pathname, method: "POST", headers: { ...auth, "content-type": "application/json", "transfer-encoding": "chunked" } },
-      (res) => {
-        let text = "";
-        res.on("data", (c) => (text += c));
-        res.on("end", () => resolve({ status: res.statusCode!, json: JSON.parse(text) }));
-      },
-    );
-    req.on("error", (err: NodeJS.ErrnoException) => (err.code === "EPIPE" ? undefined : reject(err)));
-    for (let i = 0; i < body.length; i += 8192) req.write(body.slice(i, i + 8192));
-    req.end();
-  });
-}
+/** A body sent in 8KB chunks without Content-Length. */
+const sendChunked = (path: string, body: string) =>
+  postChunked(`${env.ingest.url}${path}`, Array.from({ length: Math.ceil(body.length / 8192) }, (_, i) => body.slice(i * 8192, (i + 1) * 8192)), auth);
 
 describe("limits on streamed (chunked) bodies answer 400, not a reset connection", () => {
   it("a 40KB chunked single message", async () => {
-    const res = await postChunked("/v1/track", JSON.stringify({ userId: "u", event: "e", properties: { pad: "x".repeat(40 * 1024) } }));
+    const res = await sendChunked("/v1/track", JSON.stringify({ userId: "u", event: "e", properties: { pad: "x".repeat(40 * 1024) } }));
     expect(res).toMatchObject({ status: 400, json: { code: "request_too_large" } });
   });
 
   it("a 600KB chunked batch", async () => {
     const batch = Array.from({ length: 30 }, () => ({ type: "track", userId: "u", event: "e", properties: { pad: "x".repeat(20 * 1024) } }));
-    const res = await postChunked("/v1/batch", JSON.stringify({ batch }));
+    const res = await sendChunked("/v1/batch", JSON.stringify({ batch }));
     expect(res).toMatchObject({ status: 400, json: { code: "batch_too_large" } });
   });
 });
@@ -53,7 +29,7 @@ describe("limits on streamed (chunked) bodies answer 400, not a reset connection
 describe("batch-level fields", () => {
   it("a batch context that would make merged items larger than 32KB is refused, nothing stored", async () => {
     const ids = Array.from({ length: 20 }, () => uniqueId("ctx"));
-    const res = await post(`${ingest.url}/v1/batch`, {
+    const res = await post(`${env.ingest.url}/v1/batch`, {
       context: { pad: "x".repeat(400 * 1024) },
       batch: ids.map((messageId) => ({ type: "track", userId: "u", event: "e", messageId })),
     }, { headers: auth });
@@ -63,7 +39,7 @@ describe("batch-level fields", () => {
   });
 
   it("many items with a moderate batch context are bounded in total", async () => {
-    const res = await post(`${ingest.url}/v1/batch`, {
+    const res = await post(`${env.ingest.url}/v1/batch`, {
       context: { pad: "x".repeat(20 * 1024) },
       batch: Array.from({ length: 200 }, () => ({ type: "track", userId: "u", event: "e" })),
     }, { headers: auth });
@@ -71,7 +47,7 @@ describe("batch-level fields", () => {
   });
 
   it("a batch envelope with invalid integrations is refused with 400 invalid_body", async () => {
-    const res = await post(`${ingest.url}/v1/batch`, { integrations: { All: "nope" }, batch: [{ type: "track", userId: "u", event: "e" }] }, { headers: auth });
+    const res = await post(`${env.ingest.url}/v1/batch`, { integrations: { All: "nope" }, batch: [{ type: "track", userId: "u", event: "e" }] }, { headers: auth });
     expect(res).toMatchObject({ status: 400, json: { code: "invalid_body" } });
     expect(res.json.message).toContain("integrations");
   });
@@ -80,7 +56,7 @@ describe("batch-level fields", () => {
 describe("inputs that used to give 503/500 forever", () => {
   it("a messageId with CR/LF is not accepted (it would be an invalid header), and the batch's good items are stored", async () => {
     const good = uniqueId("good");
-    const res = await post(`${ingest.url}/v1/batch`, {
+    const res = await post(`${env.ingest.url}/v1/batch`, {
       batch: [{ type: "track", userId: "u", event: "e", messageId: "a\r\nb" }, { type: "track", userId: "u", event: "e", messageId: good }],
     }, { headers: auth });
     expect(res.status).toBe(200);
@@ -89,20 +65,20 @@ describe("inputs that used to give 503/500 forever", () => {
 
   it("JSON nested deeper than 64 levels is refused with 400 invalid_body", async () => {
     const deep = `{"userId":"u","event":"e","properties":${"[".repeat(10_000)}${"]".repeat(10_000)}}`;
-    const res = await post(`${ingest.url}/v1/track`, undefined, { headers: auth, raw: deep });
+    const res = await post(`${env.ingest.url}/v1/track`, undefined, { headers: auth, raw: deep });
     expect(res).toMatchObject({ status: 400, json: { code: "invalid_body" } });
   });
 
   it("brackets inside strings do not count as nesting", async () => {
     const id = uniqueId();
-    const res = await post(`${ingest.url}/v1/track`, { userId: "u", event: "[".repeat(500), messageId: id, properties: { s: '{"\\"[[[' } }, { headers: auth });
+    const res = await post(`${env.ingest.url}/v1/track`, { userId: "u", event: "[".repeat(500), messageId: id, properties: { s: '{"\\"[[[' } }, { headers: auth });
     expect(res.status).toBe(200);
     expect(await stored(id)).toHaveLength(1);
   });
 
   it("a timestamp skew that leaves the range of a Date falls back to receivedAt", async () => {
     const id = uniqueId();
-    const res = await post(`${ingest.url}/v1/track`, { userId: "u", event: "e", messageId: id, timestamp: "+275760-09-13T00:00:00Z", sentAt: "2000-01-01T00:00:00Z" }, { headers: auth });
+    const res = await post(`${env.ingest.url}/v1/track`, { userId: "u", event: "e", messageId: id, timestamp: "+275760-09-13T00:00:00Z", sentAt: "2000-01-01T00:00:00Z" }, { headers: auth });
     expect(res.status).toBe(200);
     const [m] = await stored(id);
     expect(m!.body.timestamp).toBe(m!.body.receivedAt);
@@ -112,8 +88,8 @@ describe("inputs that used to give 503/500 forever", () => {
 describe("prototype keys", () => {
   it("a __proto__ key cannot supply userId, type or event", async () => {
     const id = uniqueId("proto");
-    const single = await post(`${ingest.url}/v1/track`, undefined, { headers: auth, raw: `{"__proto__":{"userId":"ghost"},"event":"no-ids","messageId":"${id}"}` });
-    const batch = await post(`${ingest.url}/v1/batch`, undefined, { headers: auth, raw: `{"batch":[{"__proto__":{"type":"track","userId":"x","event":"y"},"messageId":"${id}-b"}]}` });
+    const single = await post(`${env.ingest.url}/v1/track`, undefined, { headers: auth, raw: `{"__proto__":{"userId":"ghost"},"event":"no-ids","messageId":"${id}"}` });
+    const batch = await post(`${env.ingest.url}/v1/batch`, undefined, { headers: auth, raw: `{"batch":[{"__proto__":{"type":"track","userId":"x","event":"y"},"messageId":"${id}-b"}]}` });
     expect([single.status, batch.status]).toEqual([200, 200]);
     expect(await stored(id)).toHaveLength(0);
     expect(await stored(`${id}-b`)).toHaveLength(0);
@@ -123,8 +99,8 @@ describe("prototype keys", () => {
 describe("deduplication is per source", () => {
   it("the same messageId from two sources is stored twice, once per source", async () => {
     const id = uniqueId("shared");
-    await post(`${ingest.url}/v1/track`, { userId: "u", event: "e", messageId: id }, { headers: auth });
-    await post(`${ingest.url}/v1/track`, { userId: "u", event: "e", messageId: id }, { headers: { authorization: basic(OTHER_WRITE_KEY) } });
+    await post(`${env.ingest.url}/v1/track`, { userId: "u", event: "e", messageId: id }, { headers: auth });
+    await post(`${env.ingest.url}/v1/track`, { userId: "u", event: "e", messageId: id }, { headers: { authorization: basic(OTHER_WRITE_KEY) } });
     const copies = await stored(id);
     expect(copies.map((c) => c.msgId).sort()).toEqual([`default/app/${id}`, `default/web/${id}`]);
   });
@@ -133,7 +109,7 @@ describe("deduplication is per source", () => {
 describe("client IP", () => {
   it("X-Forwarded-For is ignored when no proxy is trusted (no spoofing)", async () => {
     const id = uniqueId();
-    await post(`${ingest.url}/v1/track`, { userId: "u", event: "e", messageId: id, context: { direct: true } }, { headers: { ...auth, "x-forwarded-for": "203.0.113.9" } });
+    await post(`${env.ingest.url}/v1/track`, { userId: "u", event: "e", messageId: id, context: { direct: true } }, { headers: { ...auth, "x-forwarded-for": "203.0.113.9" } });
     const [m] = await stored(id);
     expect(m!.body.context.ip).toBe("127.0.0.1");
   });
@@ -142,7 +118,7 @@ describe("client IP", () => {
 describe("a client that disconnects mid-body", () => {
   it("is counted as client_aborted, not as a server error", async () => {
     await new Promise<void>((resolve) => {
-      const url = new URL(`${ingest.url}/v1/batch`);
+      const url = new URL(`${env.ingest.url}/v1/batch`);
       const req = request({ host: url.hostname, port: url.port, path: url.pathname, method: "POST", headers: { ...auth, "content-length": "100000" } });
       req.on("error", () => resolve());
       req.write('{"batch":[');
@@ -150,7 +126,7 @@ describe("a client that disconnects mid-body", () => {
       setTimeout(resolve, 400);
     });
     await new Promise((r) => setTimeout(r, 200));
-    const metric = await ingest.metrics.requests.get();
+    const metric = await env.ingest.metrics.requests.get();
     expect(metric.values.some((v) => v.labels.code === "client_aborted")).toBe(true);
     expect(metric.values.some((v) => v.labels.status === "500")).toBe(false);
   });

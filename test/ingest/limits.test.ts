@@ -1,22 +1,10 @@
 // Size and count limits, each on its own, and the encodings they apply through: limits count
 // decompressed bytes and are enforced while reading, so a gzip bomb is never inflated.
-import { request } from "node:http";
-import { Readable } from "node:stream";
 import { createGzip, deflateSync, gzipSync } from "node:zlib";
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { startNats, type NatsHarness } from "../harness/nats.ts";
-import { WRITE_KEY, basic, post, startIngest, storedMessages, uniqueId, type IngestHarness } from "../harness/ingest.ts";
+import { beforeAll, describe, expect, it } from "vitest";
+import { WRITE_KEY, basic, post, postChunked, storedMessages, uniqueId, useIngest } from "../harness/ingest.ts";
 
-let nats: NatsHarness;
-let ingest: IngestHarness;
-beforeAll(async () => {
-  nats = await startNats();
-  ingest = await startIngest(nats);
-});
-afterAll(async () => {
-  await ingest?.close();
-  await nats?.stop();
-});
+const env = useIngest();
 
 const KB = 1024;
 const auth = { authorization: basic(WRITE_KEY) };
@@ -44,25 +32,25 @@ function batchOfSize(bytes: number): { batch: Record<string, unknown>[] } {
 describe("single-message limit (32KB)", () => {
   it("accepts a message of exactly 32KB", async () => {
     const message = trackOfSize(32 * KB);
-    const res = await post(`${ingest.url}/v1/track`, message, { headers: auth });
+    const res = await post(`${env.ingest.url}/v1/track`, message, { headers: auth });
     expect(res.status).toBe(200);
-    expect((await storedMessages(nats)).some((m) => m.body.messageId === message.messageId)).toBe(true);
+    expect((await storedMessages(env.nats)).some((m) => m.body.messageId === message.messageId)).toBe(true);
   });
 
   it("refuses a message one byte over 32KB with 400 request_too_large", async () => {
-    const res = await post(`${ingest.url}/v1/track`, trackOfSize(32 * KB + 1), { headers: auth });
+    const res = await post(`${env.ingest.url}/v1/track`, trackOfSize(32 * KB + 1), { headers: auth });
     expect(res).toMatchObject({ status: 400, json: { code: "request_too_large" } });
   });
 });
 
 describe("batch request limit (500KB)", () => {
   it("accepts a batch of exactly 500KB", async () => {
-    const res = await post(`${ingest.url}/v1/batch`, batchOfSize(500 * KB), { headers: auth });
+    const res = await post(`${env.ingest.url}/v1/batch`, batchOfSize(500 * KB), { headers: auth });
     expect(res).toMatchObject({ status: 200, json: { success: true } });
   });
 
   it("refuses a batch one byte over 500KB with 400 batch_too_large", async () => {
-    const res = await post(`${ingest.url}/v1/batch`, batchOfSize(500 * KB + 1), { headers: auth });
+    const res = await post(`${env.ingest.url}/v1/batch`, batchOfSize(500 * KB + 1), { headers: auth });
     expect(res).toMatchObject({ status: 400, json: { code: "batch_too_large" } });
   });
 });
@@ -71,13 +59,13 @@ describe("batch item limit (32KB)", () => {
   it("accepts a batch item of exactly 32KB", async () => {
     const item = { type: "track", ...trackOfSize(32 * KB - 15) };
     expect(Buffer.byteLength(JSON.stringify(item))).toBe(32 * KB);
-    const res = await post(`${ingest.url}/v1/batch`, { batch: [item] }, { headers: auth });
+    const res = await post(`${env.ingest.url}/v1/batch`, { batch: [item] }, { headers: auth });
     expect(res.status).toBe(200);
   });
 
   it("refuses a batch item one byte over 32KB with 400 batch_item_too_large", async () => {
     const item = { type: "track", ...trackOfSize(32 * KB - 14) };
-    const res = await post(`${ingest.url}/v1/batch`, { batch: [item] }, { headers: auth });
+    const res = await post(`${env.ingest.url}/v1/batch`, { batch: [item] }, { headers: auth });
     expect(res).toMatchObject({ status: 400, json: { code: "batch_item_too_large" } });
   });
 });
@@ -87,14 +75,14 @@ describe("batch item count limit (2,500)", () => {
 
   it("accepts and stores 2,500 items", async () => {
     const batch = items(2500);
-    const res = await post(`${ingest.url}/v1/batch`, { batch }, { headers: auth });
+    const res = await post(`${env.ingest.url}/v1/batch`, { batch }, { headers: auth });
     expect(res.status).toBe(200);
-    const stored = new Set((await storedMessages(nats)).map((m) => m.body.messageId));
+    const stored = new Set((await storedMessages(env.nats)).map((m) => m.body.messageId));
     expect(batch.every((item) => stored.has(item.messageId))).toBe(true);
   });
 
   it("refuses 2,501 items with 400 too_many_batch_items", async () => {
-    const res = await post(`${ingest.url}/v1/batch`, { batch: items(2501) }, { headers: auth });
+    const res = await post(`${env.ingest.url}/v1/batch`, { batch: items(2501) }, { headers: auth });
     expect(res).toMatchObject({ status: 400, json: { code: "too_many_batch_items" } });
   });
 });
@@ -102,41 +90,41 @@ describe("batch item count limit (2,500)", () => {
 describe("content types and encodings", () => {
   it("accepts JSON sent as text/plain (analytics.js)", async () => {
     const id = uniqueId();
-    const res = await post(`${ingest.url}/v1/t`, { userId: "u1", event: "Plain", messageId: id, writeKey: WRITE_KEY }, { headers: { "content-type": "text/plain" } });
+    const res = await post(`${env.ingest.url}/v1/t`, { userId: "u1", event: "Plain", messageId: id, writeKey: WRITE_KEY }, { headers: { "content-type": "text/plain" } });
     expect(res.status).toBe(200);
-    expect((await storedMessages(nats)).some((m) => m.body.messageId === id)).toBe(true);
+    expect((await storedMessages(env.nats)).some((m) => m.body.messageId === id)).toBe(true);
   });
 
   it("accepts a gzip body (analytics-python, analytics-android)", async () => {
     const id = uniqueId();
     const raw = gzipSync(JSON.stringify({ batch: [{ type: "track", userId: "u1", event: "Gz", messageId: id }] }));
-    const res = await post(`${ingest.url}/v1/batch`, undefined, { headers: { ...auth, "content-encoding": "gzip" }, raw });
+    const res = await post(`${env.ingest.url}/v1/batch`, undefined, { headers: { ...auth, "content-encoding": "gzip" }, raw });
     expect(res.status).toBe(200);
-    expect((await storedMessages(nats)).some((m) => m.body.messageId === id)).toBe(true);
+    expect((await storedMessages(env.nats)).some((m) => m.body.messageId === id)).toBe(true);
   });
 
   it("accepts a deflate body", async () => {
     const id = uniqueId();
     const raw = deflateSync(JSON.stringify({ userId: "u1", event: "Deflated", messageId: id }));
-    const res = await post(`${ingest.url}/v1/track`, undefined, { headers: { ...auth, "content-encoding": "deflate" }, raw });
+    const res = await post(`${env.ingest.url}/v1/track`, undefined, { headers: { ...auth, "content-encoding": "deflate" }, raw });
     expect(res.status).toBe(200);
-    expect((await storedMessages(nats)).find((m) => m.body.messageId === id)?.body).toMatchObject({ event: "Deflated", userId: "u1" });
+    expect((await storedMessages(env.nats)).find((m) => m.body.messageId === id)?.body).toMatchObject({ event: "Deflated", userId: "u1" });
   });
 
   it("applies the limit to decompressed bytes: 33KB that gzips to 100 bytes is refused", async () => {
     const raw = gzipSync(JSON.stringify(trackOfSize(33 * KB)));
     expect(raw.length).toBeLessThan(1024);
-    const res = await post(`${ingest.url}/v1/track`, undefined, { headers: { ...auth, "content-encoding": "gzip" }, raw });
+    const res = await post(`${env.ingest.url}/v1/track`, undefined, { headers: { ...auth, "content-encoding": "gzip" }, raw });
     expect(res).toMatchObject({ status: 400, json: { code: "request_too_large" } });
   });
 
   it("refuses a corrupt gzip body with 400 invalid_compression", async () => {
-    const res = await post(`${ingest.url}/v1/track`, undefined, { headers: { ...auth, "content-encoding": "gzip" }, raw: "definitely not gzip" });
+    const res = await post(`${env.ingest.url}/v1/track`, undefined, { headers: { ...auth, "content-encoding": "gzip" }, raw: "definitely not gzip" });
     expect(res).toMatchObject({ status: 400, json: { code: "invalid_compression" } });
   });
 
   it("refuses an unknown Content-Encoding with 415 unsupported_content_encoding", async () => {
-    const res = await post(`${ingest.url}/v1/track`, { userId: "u", event: "e" }, { headers: { ...auth, "content-encoding": "br" } });
+    const res = await post(`${env.ingest.url}/v1/track`, { userId: "u", event: "e" }, { headers: { ...auth, "content-encoding": "br" } });
     expect(res).toMatchObject({ status: 415, json: { code: "unsupported_content_encoding" } });
   });
 });
@@ -153,22 +141,9 @@ describe("gzip bomb (1GB of zeros, ~1MB compressed)", () => {
     bomb = Buffer.concat(chunks);
   });
 
-  /** Sends the bomb chunked (no Content-Length), so only the decompressed-bytes bound can stop it. */
-  function sendChunked(body: Buffer): Promise<{ status: number; json: Record<string, unknown> }> {
-    return new Promise((resolve, reject) => {
-      const url = new URL(`${ingest.url}/v1/batch`);
-      const req = request(
-        { host: url.hostname, port: url.port, path: url.pathname, method: "POST", headers: { ...auth, "content-encoding": "gzip", "content-type": "application/json", "transfer-encoding": "chunked" } },
-        (res) => {
-          let text = "";
-          res.on("data", (c) => (text += c));
-          res.on("end", () => resolve({ status: res.statusCode!, json: JSON.parse(text) }));
-        },
-      );
-      req.on("error", (err: NodeJS.ErrnoException) => (err.code === "EPIPE" || err.code === "ECONNRESET" ? undefined : reject(err)));
-      Readable.from([body.subarray(0, 64 * KB), body.subarray(64 * KB)]).pipe(req);
-    });
-  }
+  /** Sends a body chunked (no Content-Length), so only the bounds applied while reading can stop it. */
+  const sendChunked = (body: Buffer) =>
+    postChunked(`${env.ingest.url}/v1/batch`, [body.subarray(0, 64 * KB), body.subarray(64 * KB)], { ...auth, "content-encoding": "gzip" });
 
   it("is refused with 400 batch_too_large after inflating no more than the limit", async () => {
     const rssBefore = process.memoryUsage().rss;
@@ -179,7 +154,7 @@ describe("gzip bomb (1GB of zeros, ~1MB compressed)", () => {
   });
 
   it("is refused up front when its Content-Length already exceeds what can fit", async () => {
-    const res = await post(`${ingest.url}/v1/batch`, undefined, { headers: { ...auth, "content-encoding": "gzip" }, raw: bomb });
+    const res = await post(`${env.ingest.url}/v1/batch`, undefined, { headers: { ...auth, "content-encoding": "gzip" }, raw: bomb });
     expect(res).toMatchObject({ status: 400, json: { code: "batch_too_large" } });
   });
 
@@ -191,7 +166,7 @@ describe("gzip bomb (1GB of zeros, ~1MB compressed)", () => {
   });
 
   it("leaves the server answering normally afterwards", async () => {
-    const res = await post(`${ingest.url}/v1/track`, { userId: "u1", event: "After bomb" }, { headers: auth });
+    const res = await post(`${env.ingest.url}/v1/track`, { userId: "u1", event: "After bomb" }, { headers: auth });
     expect(res.status).toBe(200);
   });
 });

@@ -2,20 +2,11 @@
 // calls, batched to /v1/batch with Basic auth and a body writeKey, are stored under the right
 // subject and Nats-Msg-Id with the fields as sent, and a wrong write key is refused with 401.
 import { Analytics } from "@segment/analytics-node";
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { startNats, randomName, type NatsHarness } from "../harness/nats.ts";
-import { WRITE_KEY, startIngest, storedMessages, type IngestHarness } from "../harness/ingest.ts";
+import { describe, expect, it } from "vitest";
+import { randomName } from "../harness/nats.ts";
+import { WRITE_KEY, storedMessages, useIngest } from "../harness/ingest.ts";
 
-let nats: NatsHarness;
-let ingest: IngestHarness;
-beforeAll(async () => {
-  nats = await startNats();
-  ingest = await startIngest(nats);
-});
-afterAll(async () => {
-  await ingest?.close();
-  await nats?.stop();
-});
+const env = useIngest();
 
 interface SdkObservations {
   errors: unknown[];
@@ -27,7 +18,7 @@ interface SdkObservations {
 function sdk(writeKey: string): { analytics: Analytics; seen: SdkObservations } {
   const analytics = new Analytics({
     writeKey,
-    host: ingest.url,
+    host: env.ingest.url,
     path: "/v1/batch",
     // One batch for the whole test, sent by closeAndFlush(); no timer-driven flush racing it.
     maxEventsInBatch: 100,
@@ -71,14 +62,14 @@ describe("@segment/analytics-node", () => {
     expect(seen.statuses).toEqual([200]);
     expect(seen.requests).toHaveLength(1);
     const request = seen.requests[0]!;
-    expect(request.url).toBe(`${ingest.url}/v1/batch`);
+    expect(request.url).toBe(`${env.ingest.url}/v1/batch`);
     expect(request.headers.Authorization).toBe(`Basic ${Buffer.from(`${WRITE_KEY}:`).toString("base64")}`);
     // The SDK also repeats the key in the body; it must not end up in storage.
     expect(request.body.writeKey).toBe(WRITE_KEY);
     const sent = request.body.batch;
     expect(sent.map((m) => m.type)).toEqual(["identify", "track", "page", "screen", "group", "alias"]);
 
-    const stored = await storedMessages(nats);
+    const stored = await storedMessages(env.nats);
     const byId = new Map(stored.map((m) => [m.body.messageId, m]));
     for (const item of sent) {
       const messageId = item.messageId as string;
@@ -133,7 +124,7 @@ describe("@segment/analytics-node", () => {
 
     const sentIds = seen.requests.flatMap((r) => r.body.batch.map((m) => m.messageId));
     expect(sentIds).toHaveLength(2);
-    const stored = await storedMessages(nats);
+    const stored = await storedMessages(env.nats);
     expect(stored.filter((m) => sentIds.includes(m.body.messageId) || m.body.userId === userId)).toEqual([]);
   });
 });
