@@ -1,5 +1,5 @@
 // The Tracking API: single-message endpoints, their browser aliases, and the batch endpoints.
-import type { FastifyInstance, FastifyReply, FastifyRequest } from "fastify";
+import type { FastifyInstance, FastifyRequest } from "fastify";
 import { describeErrors, validateBatchBody, type MessageType } from "../../../schema/mod.ts";
 import { judge, type RejectReason } from "../accept.ts";
 import { authenticate } from "../auth.ts";
@@ -44,14 +44,14 @@ export function messageRoutes(app: FastifyInstance, state: IngestState): void {
   });
 
   for (const [path, type] of Object.entries(SINGLE)) {
-    app.post(`/v1/${path}`, { config: { endpoint: "single", type } }, (req, reply) => handle(state, req, reply));
+    app.post(`/v1/${path}`, { config: { endpoint: "single", type } }, (req) => handle(state, req));
   }
   for (const path of BATCH) {
-    app.post(`/v1/${path}`, { config: { endpoint: "batch" } }, (req, reply) => handle(state, req, reply));
+    app.post(`/v1/${path}`, { config: { endpoint: "batch" } }, (req) => handle(state, req));
   }
 }
 
-async function handle(state: IngestState, request: FastifyRequest, reply: FastifyReply) {
+async function handle(state: IngestState, request: FastifyRequest) {
   const config = request.routeOptions.config;
   const { limits } = state.options;
   const body = request.body as Record<string, unknown> | undefined;
@@ -113,11 +113,12 @@ async function handle(state: IngestState, request: FastifyRequest, reply: Fastif
       state.metrics.messages.inc({ source: sourceId, outcome: "failed", reason: (err as { code?: string }).code ?? "storage_unavailable" }, accepted.length);
       throw err;
     }
+    let stored = 0;
     outcomes.forEach((outcome, i) => {
-      if (outcome === "stored") state.metrics.messages.inc({ source: sourceId, outcome: "accepted", reason: "" });
+      if (outcome === "stored") stored++;
       else notAccepted("duplicate_message_id", "messageId already seen for this source", accepted[i]!.message);
     });
+    if (stored > 0) state.metrics.messages.inc({ source: sourceId, outcome: "accepted", reason: "" }, stored);
   }
-  reply.header("content-type", "application/json; charset=utf-8");
   return { success: true };
 }
