@@ -38,7 +38,13 @@ export async function ensureStream(jsm: JetStreamManager, config: Partial<Stream
     if (differs) await jsm.streams.update(config.name, config);
   } catch (err) {
     if (!isStreamNotFound(err)) throw err;
-    await jsm.streams.add(config);
+    try {
+      await jsm.streams.add(config);
+    } catch (addErr) {
+      // Another process (an ingest worker, a second pod) created it first: update it instead.
+      if (!(addErr instanceof Error && /already in use/i.test(addErr.message))) throw addErr;
+      await jsm.streams.update(config.name, config);
+    }
   }
 }
 
