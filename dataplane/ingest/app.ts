@@ -66,6 +66,17 @@ export async function buildIngestApp(deps: IngestAppDeps, input: IngestOptionsIn
     keepAliveTimeout: 72_000,
   });
 
+  // Once closing, answers end their connection: a keep-alive connection that goes idle after
+  // close() began would otherwise hold the server open until keepAliveTimeout (72 s), past
+  // Kubernetes' grace period.
+  let closing = false;
+  app.addHook("preClose", async () => {
+    closing = true;
+  });
+  app.addHook("onSend", (_request, reply, payload, done) => {
+    if (closing) reply.header("connection", "close");
+    done(null, payload);
+  });
   app.addHook("onClose", async () => {
     unsubscribe();
     publisher.close();

@@ -1,0 +1,38 @@
+// Graceful shutdown: closing the ingest stops new requests but lets a request whose publish is
+// in flight finish with its 200 and its message stored. nats-server is frozen with SIGSTOP so the
+// publish is reliably in flight when close() starts.
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { startNats, type NatsHarness } from "../harness/nats.ts";
+import { WRITE_KEY, basic, post, startIngest, storedMessages, uniqueId, type IngestHarness } from "../harness/ingest.ts";
+
+let nats: NatsHarness;
+let ingest: IngestHarness;
+beforeAll(async () => {
+  nats = await startNats();
+  ingest = await startIngest(nats);
+});
+afterAll(async () => {
+  process.kill(nats.server.pid!, "SIGCONT");
+  await nats?.stop();
+});
+
+describe("graceful shutdown", () => {
+  it("finishes in-flight publishes before closing, and refuses new requests meanwhile", async () => {
+    const id = uniqueId("in-flight");
+    process.kill(nats.server.pid!, "SIGSTOP");
+    const inFlight = post(`${ingest.url}/v1/track`, { userId: "u", event: "Late", messageId: id }, { headers: { authorization: basic(WRITE_KEY) } });
+    await new Promise((r) => setTimeout(r, 200)); // the request is now waiting for its PubAck
+
+    let closed = false;
+    const closing = ingest.close().then(() => (closed = true));
+    await new Promise((r) => setTimeout(r, 200));
+    expect(closed).toBe(false); // close() waits for the in-flight request
+    const late = await post(`${ingest.url}/v1/track`, { userId: "u", event: "Too late" }, { headers: { authorization: basic(WRITE_KEY) } }).catch((err: Error) => err);
+    expect(late instanceof Error || late.status === 503).toBe(true);
+
+    process.kill(nats.server.pid!, "SIGCONT");
+    expect(await inFlight).toMatchObject({ status: 200, json: { success: true } });
+    await closing; // and close() completes: the connection did not hold the server open
+    expect((await storedMessages(nats)).filter((m) => m.body.messageId === id)).toHaveLength(1);
+  });
+});
