@@ -1,0 +1,63 @@
+// What one attempt at one URL came to, and what a delivery round across all URLs comes to. The
+// retry decision lives in the type (delivered | retry | permanent), as svix and action-destinations
+// do it; the consumer maps it to ack, nak(delay) or the dead-letter queue.
+
+export type AttemptOutcome =
+  | { kind: "delivered"; status: number }
+  | { kind: "retry"; status?: number; error?: DeliveryErrorCode; retryAfterMs?: number }
+  | { kind: "permanent"; status?: number; error?: DeliveryErrorCode };
+
+export type DeliveryErrorCode =
+  | "timeout"
+  | "connection_refused"
+  | "connection_reset"
+  | "dns_error"
+  | "tls_verification_failed"
+  | "private_address_refused"
+  | "network_error";
+
+/** Retry-After is honoured within these bounds: a receiver cannot stall us for hours, nor make us hammer it. */
+export const RETRY_AFTER_BOUNDS_MS = { min: 1_000, max: 15 * 60_000 } as const;
+
+/** 2xx delivers. 408, 429 and 5xx are worth retrying; any other status (all 3xx: redirects are never followed) fails that URL for good. */
+export function classifyStatus(status: number, retryAfter?: string | null, now = Date.now()): AttemptOutcome {
+  if (status >= 200 && status < 300) return { kind: "delivered", status };
+  if (status === 408 || status === 429 || status >= 500) {
+    const retryAfterMs = parseRetryAfter(retryAfter, now);
+    return retryAfterMs === undefined ? { kind: "retry", status } : { kind: "retry", status, retryAfterMs };
+  }
+  return { kind: "permanent", status };
+}
+
+/** Seconds or an HTTP date, clamped to RETRY_AFTER_BOUNDS_MS; undefined when absent or unreadable. */
+export function parseRetryAfter(value: string | null | undefined, now = Date.now()): number | undefined {
+  if (!value) return undefined;
+  const text = value.trim();
+  const ms = /^\d+$/.test(text) ? Number(text) * 1000 : Date.parse(text) - now;
+  if (!Number.isFinite(ms)) return undefined;
+  return Math.min(RETRY_AFTER_BOUNDS_MS.max, Math.max(RETRY_AFTER_BOUNDS_MS.min, ms));
+}
+
+/** Combines the URLs' outcomes: one delivery is enough; otherwise retry while any URL may still succeed. */
+export function combine(outcomes: AttemptOutcome[]): AttemptOutcome {
+  const delivered = outcomes.find((o) => o.kind === "delivered");
+  if (delivered) return delivered;
+  const retries = outcomes.filter((o): o is Extract<AttemptOutcome, { kind: "retry" }> => o.kind === "retry");
+  if (retries.length > 0) {
+    const waits = retries.map((r) => r.retryAfterMs).filter((ms): ms is number => ms !== undefined);
+    // The soonest URL that asked for a pause decides; URLs that did not ask use the backoff.
+    return waits.length === retries.length ? { ...retries[0]!, retryAfterMs: Math.min(...waits) } : { ...retries[0]!, retryAfterMs: undefined };
+  }
+  return outcomes[0] ?? { kind: "permanent", error: "network_error" };
+}
+
+/**
+ * Delay before delivery attempt `attempt + 1` (attempt counts from 1): exponential from 5 s,
+ * capped at 30 min, with ±20% jitter so retries of many messages do not arrive together, and
+ * never past the end of the retry window.
+ */
+export function backoffMs(attempt: number, remainingWindowMs: number, random: () => number = Math.random): number {
+  const base = Math.min(30 * 60_000, 5_000 * 2 ** Math.max(0, attempt - 1));
+  const jittered = base * (0.8 + 0.4 * random());
+  return Math.round(Math.max(0, Math.min(jittered, remainingWindowMs)));
+}

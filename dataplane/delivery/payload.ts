@@ -1,0 +1,35 @@
+// The bytes a webhook receives and the headers that authenticate them. The body is serialised
+// once; the same bytes go to every URL and are what the signatures cover.
+import { createHmac } from "node:crypto";
+import type { StoredMessage, StoredType } from "../../schema/mod.ts";
+
+export type DeliverableMessage = (StoredMessage | { type: "delete"; userId: string; timestamp: string; messageId: string }) & {
+  type: StoredType;
+};
+
+/** The stored message plus `version: 1` (not on delete); alias also carries the spec's literal keys. */
+export function webhookBody(message: DeliverableMessage): Buffer {
+  if (message.type === "delete") return Buffer.from(JSON.stringify(message));
+  const body: Record<string, unknown> = { version: 1, ...message };
+  if (message.type === "alias") {
+    body["Previous ID"] = (message as { previousId?: unknown }).previousId;
+    body["User ID"] = (message as { userId?: unknown }).userId;
+  }
+  return Buffer.from(JSON.stringify(body));
+}
+
+/** X-Signature: hex HMAC-SHA1 of the exact body bytes, keyed by the shared secret (the spec's scheme). */
+export function xSignature(body: Uint8Array, sharedSecret: string): string {
+  return createHmac("sha1", sharedSecret).update(body).digest("hex");
+}
+
+/**
+ * Standard Webhooks headers (standardwebhooks.com): `webhook-signature` is
+ * `v1,<base64 HMAC-SHA256 of "<id>.<timestamp>.<body>">`. The key is the shared secret's UTF-8
+ * bytes (a `whsec_` secret is base64-decoded first, as Standard Webhooks libraries do).
+ */
+export function standardWebhookHeaders(id: string, timestampSeconds: number, body: Uint8Array, sharedSecret: string): Record<string, string> {
+  const key = sharedSecret.startsWith("whsec_") ? Buffer.from(sharedSecret.slice(6), "base64") : Buffer.from(sharedSecret, "utf8");
+  const signature = createHmac("sha256", key).update(`${id}.${timestampSeconds}.`).update(body).digest("base64");
+  return { "webhook-id": id, "webhook-timestamp": String(timestampSeconds), "webhook-signature": `v1,${signature}` };
+}

@@ -1,0 +1,53 @@
+// Refuses webhook URLs that reach into the operator's own network: loopback, private, link-local
+// (cloud metadata lives at 169.254.169.254), CGNAT, multicast, reserved and unspecified ranges, in
+// IPv4, IPv6 and IPv4-mapped IPv6 form. The check runs on the addresses DNS returns for the
+// connection being made (see guardedLookup), so a name that resolves differently later (DNS
+// rebinding) cannot slip through, and on IP literals before dialling.
+import { lookup as dnsLookup } from "node:dns";
+import { BlockList, isIP, type LookupFunction } from "node:net";
+
+const FORBIDDEN = new BlockList();
+for (const [network, prefix] of [
+  ["0.0.0.0", 8], ["10.0.0.0", 8], ["100.64.0.0", 10], ["127.0.0.0", 8], ["169.254.0.0", 16], ["172.16.0.0", 12],
+  ["192.0.0.0", 24], ["192.0.2.0", 24], ["192.88.99.0", 24], ["192.168.0.0", 16], ["198.18.0.0", 15],
+  ["198.51.100.0", 24], ["203.0.113.0", 24], ["224.0.0.0", 4], ["240.0.0.0", 4],
+] as const) FORBIDDEN.addSubnet(network, prefix, "ipv4");
+for (const [network, prefix] of [
+  ["::", 128], ["::1", 128], ["64:ff9b::", 96], ["100::", 64], ["2001:db8::", 32], ["fc00::", 7], ["fe80::", 10], ["ff00::", 8],
+] as const) FORBIDDEN.addSubnet(network, prefix, "ipv6");
+
+/** Whether an IP address is one webhooks may not reach (IPv4-mapped IPv6 is judged as its IPv4). */
+export function isForbiddenAddress(address: string): boolean {
+  const family = isIP(address);
+  if (family === 0) return true; // not an address at all: refuse rather than guess
+  return FORBIDDEN.check(address, family === 4 ? "ipv4" : "ipv6");
+}
+
+export class PrivateAddressError extends Error {
+  readonly code = "private_address_refused";
+  constructor(host: string, address: string) {
+    super(`${host} resolves to ${address}, a private or reserved address; refused (allow private networks to permit it)`);
+    this.name = "PrivateAddressError";
+  }
+}
+
+/**
+ * A dns.lookup for the HTTP client's connect(): resolves as usual, then refuses the connection
+ * when any resolved address is forbidden (one bad record is enough to be an attack).
+ */
+export const guardedLookup: LookupFunction = (hostname, options, callback) => {
+  dnsLookup(hostname, { ...options, all: true }, (err, addresses) => {
+    if (err) return callback(err, []);
+    const bad = addresses.find((a) => isForbiddenAddress(a.address));
+    if (bad) return callback(new PrivateAddressError(hostname, bad.address) as NodeJS.ErrnoException, []);
+    if (options.all) return callback(null, addresses);
+    const [first] = addresses;
+    return callback(null, first!.address, first!.family);
+  });
+};
+
+/** Checks a URL whose host is an IP literal (which no lookup sees); names are checked at connect time. */
+export function checkUrlHost(url: URL): void {
+  const host = url.hostname.replace(/^\[|\]$/g, "");
+  if (isIP(host) !== 0 && isForbiddenAddress(host)) throw new PrivateAddressError(url.hostname, host);
+}

@@ -1,0 +1,89 @@
+// The pure rules of webhook delivery: routing by integrations, the body and its signatures, how
+// an HTTP answer is classified, how URLs combine, and the backoff.
+import { createHmac } from "node:crypto";
+import { describe, expect, it } from "vitest";
+import { routesTo } from "../../dataplane/delivery/routing.ts";
+import { standardWebhookHeaders, webhookBody, xSignature, type DeliverableMessage } from "../../dataplane/delivery/payload.ts";
+import { RETRY_AFTER_BOUNDS_MS, backoffMs, classifyStatus, combine, parseRetryAfter } from "../../dataplane/delivery/outcome.ts";
+
+const track = (integrations?: Record<string, unknown>) => ({ type: "track" as const, ...(integrations ? { integrations } : {}) });
+
+describe("routing by integrations", () => {
+  it("delivers when integrations is absent", () => expect(routesTo(track(), "crm")).toBe(true));
+  it("the destination's own name wins over Webhooks and All", () => {
+    expect(routesTo(track({ crm: true, Webhooks: false, All: false }), "crm")).toBe(true);
+    expect(routesTo(track({ crm: false, Webhooks: true, All: true }), "crm")).toBe(false);
+  });
+  it("Webhooks wins over All", () => {
+    expect(routesTo(track({ Webhooks: true, All: false }), "crm")).toBe(true);
+    expect(routesTo(track({ Webhooks: false }), "crm")).toBe(false);
+  });
+  it("All: false turns off what is not named", () => expect(routesTo(track({ All: false, Salesforce: true }), "crm")).toBe(false));
+  it("keys are case-sensitive", () => expect(routesTo(track({ CRM: false, webhooks: false }), "crm")).toBe(true));
+  it("an options object counts as on", () => expect(routesTo(track({ All: false, crm: { apiVersion: 2 } }), "crm")).toBe(true));
+  it("delete notifications ignore integrations", () => expect(routesTo({ type: "delete", integrations: { All: false } }, "crm")).toBe(true));
+});
+
+describe("body and signatures", () => {
+  const alias = { type: "alias", userId: "new-id", previousId: "old-id", messageId: "m1", timestamp: "2026-01-01T00:00:00.000Z" } as unknown as DeliverableMessage;
+
+  it("adds version 1, and the literal alias keys", () => {
+    expect(JSON.parse(webhookBody(alias).toString())).toMatchObject({ version: 1, type: "alias", "Previous ID": "old-id", "User ID": "new-id", previousId: "old-id" });
+  });
+
+  it("sends delete notifications without version", () => {
+    const body = JSON.parse(webhookBody({ type: "delete", userId: "u1", timestamp: "2026-01-01T00:00:00.000Z", messageId: "d1" }).toString());
+    expect(body).toEqual({ type: "delete", userId: "u1", timestamp: "2026-01-01T00:00:00.000Z", messageId: "d1" });
+  });
+
+  it("X-Signature is the hex HMAC-SHA1 of the exact bytes", () => {
+    const body = Buffer.from('{"a":"ü"}');
+    expect(xSignature(body, "s3cret")).toBe(createHmac("sha1", "s3cret").update(body).digest("hex"));
+    expect(xSignature(body, "s3cret")).toMatch(/^[0-9a-f]{40}$/);
+  });
+
+  it("Standard Webhooks signs id.timestamp.body with HMAC-SHA256, base64, v1 prefix", () => {
+    const body = Buffer.from('{"type":"track"}');
+    const headers = standardWebhookHeaders("msg_1", 1700000000, body, "s3cret");
+    const expected = createHmac("sha256", "s3cret").update(`msg_1.1700000000.${body.toString()}`).digest("base64");
+    expect(headers).toEqual({ "webhook-id": "msg_1", "webhook-timestamp": "1700000000", "webhook-signature": `v1,${expected}` });
+    const key = Buffer.from("c2VjcmV0LWJ5dGVz", "base64");
+    expect(standardWebhookHeaders("m", 1, body, "whsec_c2VjcmV0LWJ5dGVz")["webhook-signature"]).toBe(`v1,${createHmac("sha256", key).update(`m.1.${body.toString()}`).digest("base64")}`);
+  });
+});
+
+describe("classifying an answer", () => {
+  it.each([200, 201, 204, 299])("%i delivers", (status) => expect(classifyStatus(status).kind).toBe("delivered"));
+  it.each([408, 429, 500, 502, 503, 504])("%i is retried", (status) => expect(classifyStatus(status).kind).toBe("retry"));
+  it.each([301, 302, 307, 308, 400, 401, 403, 404, 410, 422])("%i fails that URL for good (redirects are not followed)", (status) =>
+    expect(classifyStatus(status).kind).toBe("permanent"));
+
+  it("honours Retry-After in seconds or as a date, within bounds", () => {
+    const now = Date.parse("2026-01-01T00:00:00Z");
+    expect(parseRetryAfter("30", now)).toBe(30_000);
+    expect(parseRetryAfter("Thu, 01 Jan 2026 00:02:00 GMT", now)).toBe(120_000);
+    expect(parseRetryAfter("0", now)).toBe(RETRY_AFTER_BOUNDS_MS.min);
+    expect(parseRetryAfter("86400", now)).toBe(RETRY_AFTER_BOUNDS_MS.max);
+    expect(parseRetryAfter("soon", now)).toBeUndefined();
+    expect(classifyStatus(429, "30", now)).toEqual({ kind: "retry", status: 429, retryAfterMs: 30_000 });
+  });
+});
+
+describe("combining URLs", () => {
+  it("one delivery is enough", () => expect(combine([{ kind: "retry", status: 500 }, { kind: "delivered", status: 200 }, { kind: "permanent", status: 404 }]).kind).toBe("delivered"));
+  it("retries while any URL may still succeed", () => expect(combine([{ kind: "permanent", status: 404 }, { kind: "retry", error: "timeout" }]).kind).toBe("retry"));
+  it("is permanent when no URL is left retryable", () => expect(combine([{ kind: "permanent", status: 404 }, { kind: "permanent", status: 410 }])).toEqual({ kind: "permanent", status: 404 }));
+  it("waits for the soonest Retry-After when every retrying URL asked for one", () =>
+    expect(combine([{ kind: "retry", status: 429, retryAfterMs: 60_000 }, { kind: "retry", status: 503, retryAfterMs: 5_000 }])).toMatchObject({ kind: "retry", retryAfterMs: 5_000 }));
+});
+
+describe("backoff", () => {
+  it("grows exponentially from 5 s with ±20% jitter, capped at 30 min", () => {
+    expect(backoffMs(1, Infinity, () => 0.5)).toBe(5_000);
+    expect(backoffMs(2, Infinity, () => 0.5)).toBe(10_000);
+    expect(backoffMs(1, Infinity, () => 0)).toBe(4_000);
+    expect(backoffMs(1, Infinity, () => 1)).toBe(6_000);
+    expect(backoffMs(20, Infinity, () => 0.5)).toBe(30 * 60_000);
+  });
+  it("never waits past the end of the retry window", () => expect(backoffMs(10, 1_234, () => 0.5)).toBe(1_234));
+});
