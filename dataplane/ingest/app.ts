@@ -81,12 +81,10 @@ export async function buildIngestApp(deps: IngestAppDeps, input: IngestOptionsIn
     unsubscribe();
     publisher.close();
   });
-  app.addHook("onResponse", async (request, reply) => {
-    metrics.requests.inc({
-      route: request.routeOptions.url ?? "unmatched",
-      status: String(reply.statusCode),
-      code: request.errorCode ?? (reply.statusCode < 400 ? "ok" : "error"),
-    });
+  // Per-request hooks take a callback rather than returning a promise: one less allocation per request.
+  app.addHook("onResponse", (request, reply, done) => {
+    metrics.countRequest(request.routeOptions.url ?? "unmatched", reply.statusCode, request.errorCode ?? (reply.statusCode < 400 ? "ok" : "error"));
+    done();
   });
 
   // A client that goes away mid-request gets no answer, so onResponse never runs for it.

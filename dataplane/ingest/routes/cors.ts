@@ -19,8 +19,9 @@ export function corsRoutes(app: FastifyInstance, state: IngestState): void {
     return true;
   };
 
-  app.addHook("onRequest", async (request, reply) => {
+  app.addHook("onRequest", (request, reply, done) => {
     if (request.method !== "OPTIONS") allowOrigin(request, reply);
+    done();
   });
 
   app.options("/v1/*", async (request, reply) => {

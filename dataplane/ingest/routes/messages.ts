@@ -77,7 +77,7 @@ async function handle(state: IngestState, request: FastifyRequest) {
   }
 
   const notAccepted = (reason: RejectReason, detail: string, item: unknown) => {
-    state.metrics.messages.inc({ source: sourceId, outcome: "not_accepted", reason });
+    state.metrics.countMessages(sourceId, "not_accepted", reason);
     const messageId = (item as { messageId?: unknown } | null)?.messageId;
     request.log.info({ source: sourceId, reason, detail, messageId }, "message not accepted");
   };
@@ -110,7 +110,7 @@ async function handle(state: IngestState, request: FastifyRequest) {
     try {
       outcomes = await state.publisher.publish(source, accepted);
     } catch (err) {
-      state.metrics.messages.inc({ source: sourceId, outcome: "failed", reason: (err as { code?: string }).code ?? "storage_unavailable" }, accepted.length);
+      state.metrics.countMessages(sourceId, "failed", (err as { code?: string }).code ?? "storage_unavailable", accepted.length);
       throw err;
     }
     let stored = 0;
@@ -118,7 +118,7 @@ async function handle(state: IngestState, request: FastifyRequest) {
       if (outcome === "stored") stored++;
       else notAccepted("duplicate_message_id", "messageId already seen for this source", accepted[i]!.message);
     });
-    if (stored > 0) state.metrics.messages.inc({ source: sourceId, outcome: "accepted", reason: "" }, stored);
+    if (stored > 0) state.metrics.countMessages(sourceId, "accepted", "", stored);
   }
   return { success: true };
 }
