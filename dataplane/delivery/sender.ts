@@ -1,0 +1,203 @@
+// One attempt at POSTing a webhook body to one URL, over a keep-alive undici Agent, reduced to an
+// AttemptOutcome. Redirects are never followed, TLS is always verified, the whole exchange has one
+// deadline, only the first bytes of the answer are kept, and send() never throws: every failure is
+// an outcome the worker can record and act on.
+import { getCACertificates } from "node:tls";
+import { performance } from "node:perf_hooks";
+import { Agent, request } from "undici";
+import { classifyStatus, type AttemptOutcome, type DeliveryErrorCode } from "./outcome.ts";
+import { checkUrlHost, guardedLookup, PrivateAddressError } from "./ssrf.ts";
+
+export interface SenderOptions {
+  allowPrivateNetworks: boolean;
+  userAgent: string;
+  /** connections per origin */
+  connections?: number;
+  /** CA certificates to trust in addition (tests) */
+  ca?: string | Buffer;
+}
+
+export interface SendRequest {
+  url: string;
+  body: Uint8Array;
+  headers: Record<string, string>;
+  timeoutMs: number;
+}
+
+export interface SendResult {
+  url: string;
+  outcome: AttemptOutcome;
+  latencyMs: number;
+  /** first bytes of the response body, at most 512, as UTF-8 */
+  responseSnippet?: string;
+}
+
+/** Bytes of the response kept for the attempt record; enough to see an error message, too little to hurt. */
+export const SNIPPET_BYTES = 512;
+
+// After the snippet, up to this much more is read and discarded so the connection can be reused;
+// a longer body costs a new connection rather than memory or time.
+const DRAIN_LIMIT_BYTES = 64 * 1024;
+
+export class WebhookSender {
+  readonly #agent: Agent;
+  readonly #allowPrivateNetworks: boolean;
+  readonly #userAgent: string;
+
+  constructor(options: SenderOptions) {
+    this.#allowPrivateNetworks = options.allowPrivateNetworks;
+    this.#userAgent = options.userAgent;
+    this.#agent = new Agent({
+      ...(options.connections !== undefined ? { connections: options.connections } : {}),
+      connect: {
+        // The guard judges the addresses actually dialled, so a name that re-resolves to a private
+        // address between config check and send (DNS rebinding) is still refused.
+        ...(options.allowPrivateNetworks ? {} : { lookup: guardedLookup }),
+        // Node's `ca` replaces the trusted roots; keep the defaults so an extra CA only adds trust.
+        ...(options.ca !== undefined ? { ca: [...getCACertificates("default"), options.ca] } : {}),
+      },
+    });
+  }
+
+  async send(req: SendRequest): Promise<SendResult> {
+    const started = performance.now();
+    const done = (outcome: AttemptOutcome, responseSnippet?: string): SendResult => {
+      const result: SendResult = { url: req.url, outcome, latencyMs: performance.now() - started };
+      if (responseSnippet) result.responseSnippet = responseSnippet;
+      return result;
+    };
+
+    let url: URL;
+    try {
+      url = new URL(req.url);
+    } catch {
+      return done({ kind: "permanent", error: "network_error" }); // no retry can fix an unparseable URL
+    }
+    if (url.protocol !== "http:" && url.protocol !== "https:") return done({ kind: "permanent", error: "network_error" });
+    if (!this.#allowPrivateNetworks) {
+      // IP literals are dialled without a lookup, so the connect-time guard never sees them.
+      try {
+        checkUrlHost(url);
+      } catch (err) {
+        return done(outcomeOfError(err, false));
+      }
+    }
+
+    // One deadline for connect, headers and snippet, as receivers are told: answer within timeoutMs.
+    // Our own timer (not undici's per-phase timeouts, which restart and are coarse) also lets us
+    // tell our abort apart from any error it causes further down.
+    const deadline = new AbortController();
+    const timer = setTimeout(() => deadline.abort(new Error(`no answer within ${req.timeoutMs} ms`)), req.timeoutMs);
+    // undici only acts on the signal once the request is on a socket: a request still connecting
+    // (a TLS handshake that never completes) or queued behind busy connections would wait for the
+    // Agent's 10 s connect timeout or longer. The race ends the attempt on time; undici drops the
+    // request itself when it gets to it.
+    const expired = new Promise<never>((_resolve, reject) => {
+      deadline.signal.addEventListener("abort", () => reject(deadline.signal.reason as Error), { once: true });
+    });
+    try {
+      const pending = request(url, {
+        dispatcher: this.#agent,
+        method: "POST",
+        headers: this.#headers(req.headers),
+        body: req.body,
+        signal: deadline.signal,
+      });
+      // After a lost race, an answer that still comes is thrown away and its rejection is expected.
+      pending.then((res) => deadline.signal.aborted && res.body.destroy(), () => undefined);
+      const res = await Promise.race([pending, expired]);
+      // The timer stays armed until the body is closed, so draining the rest cannot outlive it.
+      res.body.once("close", () => clearTimeout(timer));
+      const snippet = await readSnippet(res.body);
+      const retryAfter = res.headers["retry-after"];
+      return done(classifyStatus(res.statusCode, Array.isArray(retryAfter) ? retryAfter[0] : retryAfter), snippet);
+    } catch (err) {
+      clearTimeout(timer);
+      return done(outcomeOfError(err, deadline.signal.aborted));
+    }
+  }
+
+  /** Waits for in-flight requests, then closes the pooled connections. */
+  close(): Promise<void> {
+    return this.#agent.close();
+  }
+
+  #headers(custom: Record<string, string>): Record<string, string> {
+    const headers: Record<string, string> = { "user-agent": this.#userAgent };
+    // Lower-cased so a caller's `User-Agent` replaces ours instead of going out beside it.
+    for (const [name, value] of Object.entries(custom)) headers[name.toLowerCase()] = value;
+    // The body is always JSON; a custom header must not make the receiver parse it as something else.
+    headers["content-type"] = "application/json";
+    return headers;
+  }
+}
+
+type ResponseBody = Awaited<ReturnType<typeof request>>["body"];
+
+/** Reads until SNIPPET_BYTES or the end; the rest is drained in the background or the connection dropped. */
+async function readSnippet(body: ResponseBody): Promise<string | undefined> {
+  const chunks: Buffer[] = [];
+  let size = 0;
+  let ended = true;
+  for await (const chunk of body.iterator({ destroyOnReturn: false }) as AsyncIterable<Buffer>) {
+    chunks.push(chunk);
+    size += chunk.length;
+    if (size >= SNIPPET_BYTES) {
+      ended = false;
+      break;
+    }
+  }
+  // dump() resolves on close whatever happens (errors are swallowed), and destroys the body past
+  // the limit, which closes that connection instead of reading a huge answer.
+  if (!ended) void body.dump({ limit: DRAIN_LIMIT_BYTES });
+  if (size === 0) return undefined;
+  // A multi-byte character cut at the limit decodes as U+FFFD, which is fine for a log snippet.
+  return Buffer.concat(chunks, size).subarray(0, SNIPPET_BYTES).toString("utf8");
+}
+
+// OpenSSL's certificate verification failures, as Node reports them in `code`.
+const TLS_VERIFY_CODES = new Set([
+  "DEPTH_ZERO_SELF_SIGNED_CERT", "SELF_SIGNED_CERT_IN_CHAIN", "UNABLE_TO_VERIFY_LEAF_SIGNATURE",
+  "UNABLE_TO_GET_ISSUER_CERT", "UNABLE_TO_GET_ISSUER_CERT_LOCALLY", "UNABLE_TO_GET_CRL",
+  "UNABLE_TO_DECRYPT_CERT_SIGNATURE", "UNABLE_TO_DECODE_ISSUER_PUBLIC_KEY", "INVALID_CA", "INVALID_PURPOSE",
+  "PATH_LENGTH_EXCEEDED", "HOSTNAME_MISMATCH", "ERR_TLS_CERT_ALTNAME_INVALID",
+]);
+
+/** Maps whatever undici, net, tls or dns threw to an outcome; `aborted` says our deadline fired. */
+export function outcomeOfError(err: unknown, aborted: boolean): AttemptOutcome {
+  const errors = causeChain(err);
+  const codes = new Set(errors.map((e) => (e as { code?: unknown }).code).filter((c): c is string => typeof c === "string"));
+  const retry = (error: DeliveryErrorCode): AttemptOutcome => ({ kind: "retry", error });
+
+  // The guard's refusal arrives from connect(), wrapped or not; it is a config problem, not a blip.
+  if (errors.some((e) => e instanceof PrivateAddressError) || codes.has("private_address_refused")) {
+    return { kind: "permanent", error: "private_address_refused" };
+  }
+  // Anything that surfaces after our deadline fired (a socket torn down mid-read, say) is the timeout.
+  if (aborted) return retry("timeout");
+  // Retryable: the receiver may renew or fix its certificate within the retry window.
+  if ([...codes].some((c) => TLS_VERIFY_CODES.has(c) || c.startsWith("CERT_"))) return retry("tls_verification_failed");
+  if (codes.has("ECONNREFUSED")) return retry("connection_refused");
+  if (["ENOTFOUND", "EAI_AGAIN", "EAI_FAIL", "EAI_NODATA", "ENODATA"].some((c) => codes.has(c))) return retry("dns_error");
+  if (["UND_ERR_CONNECT_TIMEOUT", "UND_ERR_HEADERS_TIMEOUT", "UND_ERR_BODY_TIMEOUT", "ETIMEDOUT"].some((c) => codes.has(c))) {
+    return retry("timeout");
+  }
+  // UND_ERR_SOCKET is undici's "other side closed": the receiver hung up mid-exchange.
+  if (["ECONNRESET", "EPIPE", "ECONNABORTED", "UND_ERR_SOCKET"].some((c) => codes.has(c))) return retry("connection_reset");
+  // A header value undici refuses would be refused on every retry too.
+  if (codes.has("UND_ERR_INVALID_ARG")) return { kind: "permanent", error: "network_error" };
+  return retry("network_error");
+}
+
+/** The error, its causes and, for AggregateError (happy-eyeballs connects), the errors it groups. */
+function causeChain(err: unknown): object[] {
+  const seen: object[] = [];
+  const visit = (e: unknown): void => {
+    if (typeof e !== "object" || e === null || seen.includes(e) || seen.length > 16) return;
+    seen.push(e);
+    visit((e as { cause?: unknown }).cause);
+    if (e instanceof AggregateError) for (const inner of e.errors) visit(inner);
+  };
+  visit(err);
+  return seen;
+}

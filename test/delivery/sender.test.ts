@@ -1,0 +1,221 @@
+// One webhook attempt against real receivers on loopback (HTTP and HTTPS with a self-signed
+// certificate): what arrives, how each answer or failure is classified, that redirects are not
+// followed, that the deadline covers the whole exchange, and that private addresses and
+// unverifiable certificates get no request at all.
+import { execFileSync } from "node:child_process";
+import { mkdtempSync, readFileSync, rmSync } from "node:fs";
+import { createServer, type IncomingHttpHeaders, type Server, type ServerResponse } from "node:http";
+import { createServer as createHttpsServer } from "node:https";
+import { createServer as createTcpServer, type Socket } from "node:net";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { WebhookSender, type SendRequest } from "../../dataplane/delivery/sender.ts";
+
+const USER_AGENT = "trackhook-test/1.0";
+const cleanups: (() => unknown)[] = [];
+afterAll(async () => {
+  for (const cleanup of cleanups.reverse()) await cleanup();
+});
+
+interface Received {
+  path: string;
+  headers: IncomingHttpHeaders;
+  body: Buffer;
+}
+
+/** Starts a server on 127.0.0.1:0 that is closed (connections included) after the file. */
+async function listen(server: Server): Promise<number> {
+  await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
+  cleanups.push(() => new Promise<void>((resolve) => {
+    server.closeAllConnections();
+    server.close(() => resolve());
+  }));
+  return (server.address() as { port: number }).port;
+}
+
+function sender(allowPrivateNetworks = true, ca?: string, connections?: number): WebhookSender {
+  const s = new WebhookSender({ allowPrivateNetworks, userAgent: USER_AGENT, ...(ca ? { ca } : {}), ...(connections ? { connections } : {}) });
+  cleanups.push(() => s.close());
+  return s;
+}
+
+const post = (url: string, extra: Partial<SendRequest> = {}): SendRequest => ({
+  url,
+  body: new TextEncoder().encode('{"type":"track"}'),
+  headers: {},
+  timeoutMs: 5_000,
+  ...extra,
+});
+
+// One receiver; the path picks the answer. Every request is recorded before it is answered.
+const received: Received[] = [];
+const routes: Record<string, (res: ServerResponse) => void> = {
+  "/ok": (res) => res.end("thanks"),
+  "/fail": (res) => res.writeHead(500).end("broken"),
+  "/busy": (res) => res.writeHead(429, { "retry-after": "7" }).end(),
+  "/missing": (res) => res.writeHead(404).end(),
+  "/redirect": (res) => res.writeHead(302, { location: "/target" }).end(),
+  "/target": (res) => res.end("should not be reached"),
+  "/slow": (res) => {
+    const timer = setTimeout(() => res.end("late"), 6_000);
+    res.on("close", () => clearTimeout(timer));
+  },
+  "/stall": (res) => {
+    const timer = setTimeout(() => res.end("eventually"), 1_500);
+    res.on("close", () => clearTimeout(timer));
+  },
+  "/big": (res) => res.end(Buffer.alloc(1024 * 1024, "x")),
+  "/hangup": (res) => res.socket?.destroy(),
+};
+let base: string;
+let port: number;
+
+beforeAll(async () => {
+  port = await listen(createServer((req, res) => {
+    const chunks: Buffer[] = [];
+    req.on("data", (c: Buffer) => chunks.push(c));
+    req.on("end", () => {
+      const path = req.url ?? "/";
+      received.push({ path, headers: req.headers, body: Buffer.concat(chunks) });
+      (routes[path] ?? ((r: ServerResponse) => r.writeHead(404).end()))(res);
+    });
+  }));
+  base = `http://127.0.0.1:${port}`;
+});
+
+const requestsTo = (path: string) => received.filter((r) => r.path === path);
+
+describe("answers from the receiver", () => {
+  it("2xx is delivered; headers and body bytes arrive exactly", async () => {
+    const body = new TextEncoder().encode('{"type":"track","event":"Signed Up","properties":{"plan":"pro","emoji":"✓"}}');
+    const result = await sender().send(post(`${base}/ok`, {
+      body,
+      // A caller's content-type must not win; its other headers must arrive as given.
+      headers: { "X-Custom": "hello", "Content-Type": "text/plain" },
+    }));
+    expect(result).toMatchObject({ url: `${base}/ok`, outcome: { kind: "delivered", status: 200 }, responseSnippet: "thanks" });
+    expect(result.latencyMs).toBeGreaterThan(0);
+    const [req] = requestsTo("/ok");
+    expect(req).toBeDefined();
+    expect(req!.headers["content-type"]).toBe("application/json");
+    expect(req!.headers["user-agent"]).toBe(USER_AGENT);
+    expect(req!.headers["x-custom"]).toBe("hello");
+    expect(Buffer.compare(req!.body, Buffer.from(body))).toBe(0);
+  });
+
+  it("5xx is retried, with its status", async () => {
+    const result = await sender().send(post(`${base}/fail`));
+    expect(result.outcome).toEqual({ kind: "retry", status: 500 });
+    expect(result.responseSnippet).toBe("broken");
+  });
+
+  it("429 with Retry-After is retried after that many seconds", async () => {
+    expect((await sender().send(post(`${base}/busy`))).outcome).toEqual({ kind: "retry", status: 429, retryAfterMs: 7_000 });
+  });
+
+  it("404 fails for good", async () => {
+    expect((await sender().send(post(`${base}/missing`))).outcome).toEqual({ kind: "permanent", status: 404 });
+  });
+
+  it("a redirect is not followed and fails for good", async () => {
+    expect((await sender().send(post(`${base}/redirect`))).outcome).toEqual({ kind: "permanent", status: 302 });
+    expect(requestsTo("/redirect")).toHaveLength(1);
+    expect(requestsTo("/target")).toHaveLength(0);
+  });
+
+  it("keeps only the first 512 bytes of a 1 MB answer", async () => {
+    const result = await sender().send(post(`${base}/big`));
+    expect(result.outcome).toEqual({ kind: "delivered", status: 200 });
+    expect(result.responseSnippet).toHaveLength(512);
+  });
+});
+
+describe("failures on the way", () => {
+  it("an answer after 6 s with a 5 s timeout is a retryable timeout, given up at 5 s", async () => {
+    const result = await sender().send(post(`${base}/slow`, { timeoutMs: 5_000 }));
+    expect(result.outcome).toEqual({ kind: "retry", error: "timeout" });
+    expect(result.latencyMs).toBeGreaterThanOrEqual(4_900);
+    expect(result.latencyMs).toBeLessThan(5_900);
+  }, 15_000);
+
+  it("the deadline also holds while queued behind a busy connection", async () => {
+    const single = sender(true, undefined, 1);
+    const busy = single.send(post(`${base}/stall`));
+    const queued = await single.send(post(`${base}/ok`, { timeoutMs: 500 }));
+    expect(queued.outcome).toEqual({ kind: "retry", error: "timeout" });
+    expect(queued.latencyMs).toBeLessThan(1_000);
+    expect((await busy).outcome).toEqual({ kind: "delivered", status: 200 });
+  });
+
+  it("the deadline also holds while the TLS handshake never completes", async () => {
+    const sockets: Socket[] = [];
+    const silent = createTcpServer((socket) => void sockets.push(socket));
+    await new Promise<void>((resolve) => silent.listen(0, "127.0.0.1", resolve));
+    const { port: silentPort } = silent.address() as { port: number };
+    const result = await sender().send(post(`https://127.0.0.1:${silentPort}/`, { timeoutMs: 1_000 }));
+    expect(result.outcome).toEqual({ kind: "retry", error: "timeout" });
+    expect(result.latencyMs).toBeLessThan(1_500);
+    // undici is still connecting (its own connect timeout is 10 s); ending the socket lets it give up now.
+    for (const socket of sockets) socket.destroy();
+    await new Promise<void>((resolve) => silent.close(() => resolve()));
+  });
+
+  it("a closed port is a refused connection", async () => {
+    const probe = createServer();
+    const closedPort = await new Promise<number>((resolve) => probe.listen(0, "127.0.0.1", () => {
+      const { port: p } = probe.address() as { port: number };
+      probe.close(() => resolve(p));
+    }));
+    expect((await sender().send(post(`http://127.0.0.1:${closedPort}/`))).outcome).toEqual({ kind: "retry", error: "connection_refused" });
+  });
+
+  it("a receiver hanging up mid-request is a reset connection", async () => {
+    expect((await sender().send(post(`${base}/hangup`))).outcome).toEqual({ kind: "retry", error: "connection_reset" });
+  });
+
+  it("a name that does not resolve is a DNS error", async () => {
+    expect((await sender().send(post("http://does-not-exist.invalid/"))).outcome).toEqual({ kind: "retry", error: "dns_error" });
+  });
+
+  it("loopback is refused for good unless private networks are allowed, and nothing is sent", async () => {
+    const before = received.length;
+    const guarded = sender(false);
+    for (const url of [`http://127.0.0.1:${port}/ok`, `http://localhost:${port}/ok`]) {
+      expect((await guarded.send(post(url))).outcome, url).toEqual({ kind: "permanent", error: "private_address_refused" });
+    }
+    expect(received.length).toBe(before);
+  });
+});
+
+describe("HTTPS", () => {
+  let cert: string;
+  let httpsBase: string;
+  let handled = 0;
+
+  beforeAll(async () => {
+    const dir = mkdtempSync(join(tmpdir(), "trackhook-sender-"));
+    cleanups.push(() => rmSync(dir, { recursive: true, force: true }));
+    execFileSync("openssl", [
+      "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", join(dir, "key.pem"), "-out", join(dir, "cert.pem"),
+      "-days", "1", "-subj", "/CN=localhost", "-addext", "subjectAltName=DNS:localhost,IP:127.0.0.1",
+    ], { stdio: "ignore" });
+    cert = readFileSync(join(dir, "cert.pem"), "utf8");
+    const server = createHttpsServer({ key: readFileSync(join(dir, "key.pem")), cert }, (_req, res) => {
+      handled++;
+      res.end("secure");
+    });
+    httpsBase = `https://127.0.0.1:${await listen(server)}`;
+  });
+
+  it("a self-signed certificate fails verification, retryably, and no request is sent", async () => {
+    expect((await sender().send(post(`${httpsBase}/hook`))).outcome).toEqual({ kind: "retry", error: "tls_verification_failed" });
+    expect(handled).toBe(0);
+  });
+
+  it("the same receiver is reached once its certificate is trusted (the server works)", async () => {
+    const result = await sender(true, cert).send(post(`${httpsBase}/hook`));
+    expect(result).toMatchObject({ outcome: { kind: "delivered", status: 200 }, responseSnippet: "secure" });
+    expect(handled).toBe(1);
+  });
+});
