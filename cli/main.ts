@@ -9,10 +9,11 @@ import { ConfigError } from "../dataplane/config/mod.ts";
 import { NatsServerNotFoundError } from "../dataplane/nats/mod.ts";
 import { UsageError } from "./args.ts";
 import { devCommand } from "./commands/dev.ts";
+import { deliverCommand } from "./commands/deliver.ts";
 import { ingestCommand } from "./commands/ingest.ts";
 import type { Command } from "./commands/types.ts";
 
-const COMMANDS: Command[] = [devCommand, ingestCommand];
+const COMMANDS: Command[] = [devCommand, ingestCommand, deliverCommand];
 
 function help(): string {
   const width = Math.max(...COMMANDS.map((c) => c.name.length));

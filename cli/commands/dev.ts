@@ -6,13 +6,14 @@ import { createLogger } from "../../dataplane/logging.ts";
 import { LocalNatsServer, connectNats } from "../../dataplane/nats/mod.ts";
 import { UsageError, integerFlag } from "../args.ts";
 import { onShutdown } from "../shutdown.ts";
+import { startDelivery, type RunningDelivery } from "./deliver.ts";
 import { startIngest } from "./ingest.ts";
 import { ingestFlags, ingestFlagsHelp, ingestOptions, streamSettings } from "./shared-flags.ts";
 import type { Command } from "./types.ts";
 
 export const devCommand: Command = {
   name: "dev",
-  summary: "Run trackhook on a laptop: ingest (and a nats-server unless --nats is given) in one process",
+  summary: "Run trackhook on a laptop: ingest, delivery (and a nats-server unless --nats is given) in one process",
   usage: `trackhook dev --config <file|dir> [--port <n>] [--nats <url>] [options]
 
   --nats <url>               use this NATS server instead of starting one
@@ -36,13 +37,17 @@ export const devCommand: Command = {
     }
     const nc = await connectNats({ servers: natsUrl, name: "trackhook-dev", log });
     let ingest;
+    let delivery: RunningDelivery;
     try {
       ingest = await startIngest({
         nc, config, log, stream, options,
         host: values.host ?? "127.0.0.1",
         port: integerFlag("port", values.port ?? "8080", 0, 65535),
       });
+      // On a laptop the webhook receivers are usually local too.
+      delivery = await startDelivery({ nc, config, log, allowPrivateNetworks: true });
     } catch (err) {
+      await ingest?.close();
       // Leave nothing running behind a failed start (a port in use, say).
       config.close();
       await nc.close();
@@ -51,11 +56,13 @@ export const devCommand: Command = {
     }
 
     const sources = config.current().sources.map((s) => `${s.namespace}/${s.name}`);
+    const destinations = delivery.service.destinations;
     process.stderr.write(
       `\ntrackhook dev is running\n` +
         `  ingest   ${ingest.url}  (health /healthz, metrics /metrics)\n` +
         `  nats     ${natsUrl}\n` +
-        `  sources  ${sources.join(", ") || "(none: add a Source to " + values.config + ")"}\n\n` +
+        `  sources  ${sources.join(", ") || "(none: add a Source to " + values.config + ")"}\n` +
+        `  webhooks ${destinations.join(", ") || "(none: add a WebhookDestination to " + values.config + ")"}\n\n` +
         `Send a first event (WRITE_KEY is the value in the Source's write-key Secret):\n` +
         `  curl -u "$WRITE_KEY:" ${ingest.url}/v1/track -H 'content-type: application/json' \\\n` +
         `    -d '{"userId":"user-1","event":"Signed Up","properties":{"plan":"pro"}}'\n\n`,
@@ -63,6 +70,7 @@ export const devCommand: Command = {
 
     onShutdown(log, async () => {
       await ingest.close();
+      await delivery.close();
       config.close();
       await nc.drain();
       await natsServer?.stop();

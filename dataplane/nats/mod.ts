@@ -1,4 +1,7 @@
-export { EVENTS_STREAM, EVENTS_SUBJECTS, eventSubject, eventMsgId } from "./subjects.ts";
-export { eventsStreamConfig, ensureStream, type EventsStreamSettings } from "./streams.ts";
+export {
+  EVENTS_STREAM, EVENTS_SUBJECTS, REPLAY_SUBJECTS, DLQ_STREAM, ATTEMPTS_STREAM, CONSUMER_PREFIX,
+  eventSubject, eventMsgId, sourceSubjects, replaySubject, dlqSubject, attemptsSubject, consumerName,
+} from "./subjects.ts";
+export { eventsStreamConfig, dlqStreamConfig, attemptsStreamConfig, ensureStream, type EventsStreamSettings } from "./streams.ts";
 export { connectNats, type ConnectOptions } from "./connect.ts";
 export { LocalNatsServer, NatsServerNotFoundError, findNatsServer, type LocalNatsServerOptions } from "./local-server.ts";

@@ -1,7 +1,7 @@
 // Creates or updates the streams the data plane needs, with the settings of DESIGN.md.
 import { DiscardPolicy, RetentionPolicy, StorageType, type JetStreamManager, type StreamConfig } from "@nats-io/jetstream";
 import { nanos } from "@nats-io/transport-node";
-import { EVENTS_STREAM, EVENTS_SUBJECTS } from "./subjects.ts";
+import { ATTEMPTS_STREAM, DLQ_STREAM, EVENTS_STREAM, EVENTS_SUBJECTS, REPLAY_SUBJECTS } from "./subjects.ts";
 
 export interface EventsStreamSettings {
   /** How long messages are kept; must exceed the longest retry window (default 72h). */
@@ -16,7 +16,7 @@ export interface EventsStreamSettings {
 export function eventsStreamConfig(settings: EventsStreamSettings): Partial<StreamConfig> & { name: string } {
   return {
     name: EVENTS_STREAM,
-    subjects: [EVENTS_SUBJECTS],
+    subjects: [EVENTS_SUBJECTS, REPLAY_SUBJECTS],
     retention: RetentionPolicy.Limits,
     storage: StorageType.File,
     discard: DiscardPolicy.New,
@@ -25,6 +25,37 @@ export function eventsStreamConfig(settings: EventsStreamSettings): Partial<Stre
     duplicate_window: nanos(settings.duplicateWindowMs),
     num_replicas: settings.replicas,
     max_msg_size: 1024 * 1024,
+  };
+}
+
+/**
+ * Dead letters: messages whose retries ran out or that failed for good, kept 14 days for
+ * `trackhook replay`. When full it refuses (discard new): delivery then keeps the message and
+ * retries later rather than dropping it.
+ */
+export function dlqStreamConfig(maxBytes = 1024 ** 3): Partial<StreamConfig> & { name: string } {
+  return {
+    name: DLQ_STREAM,
+    subjects: ["trackhook.dlq.>"],
+    retention: RetentionPolicy.Limits,
+    storage: StorageType.File,
+    discard: DiscardPolicy.New,
+    max_age: nanos(14 * 24 * 3_600_000),
+    max_bytes: maxBytes,
+    duplicate_window: nanos(2 * 60_000),
+  };
+}
+
+/** One record per delivery attempt per URL, for `trackhook attempts`; old records make room (discard old). */
+export function attemptsStreamConfig(maxBytes = 1024 ** 3): Partial<StreamConfig> & { name: string } {
+  return {
+    name: ATTEMPTS_STREAM,
+    subjects: ["trackhook.attempts.>"],
+    retention: RetentionPolicy.Limits,
+    storage: StorageType.File,
+    discard: DiscardPolicy.Old,
+    max_age: nanos(7 * 24 * 3_600_000),
+    max_bytes: maxBytes,
   };
 }
 

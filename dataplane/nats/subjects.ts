@@ -3,10 +3,37 @@ import type { StoredType } from "../../schema/mod.ts";
 
 export const EVENTS_STREAM = "TRACKHOOK_EVENTS";
 export const EVENTS_SUBJECTS = "trackhook.events.>";
+/** Replayed dead letters, one subject per destination, in the events stream so its consumer sees them. */
+export const REPLAY_SUBJECTS = "trackhook.replay.>";
+export const DLQ_STREAM = "TRACKHOOK_DLQ";
+export const ATTEMPTS_STREAM = "TRACKHOOK_ATTEMPTS";
 
 /** `trackhook.events.<namespace>.<source>.<type>`; namespace and source are DNS labels. */
 export function eventSubject(namespace: string, source: string, type: StoredType): string {
   return `trackhook.events.${namespace}.${source}.${type}`;
+}
+
+/** The subjects of a source's messages, for a destination's consumer filter. */
+export function sourceSubjects(namespace: string, source: string): string {
+  return `trackhook.events.${namespace}.${source}.>`;
+}
+
+export function replaySubject(namespace: string, destination: string): string {
+  return `trackhook.replay.${namespace}.${destination}`;
+}
+
+export function dlqSubject(namespace: string, destination: string): string {
+  return `trackhook.dlq.${namespace}.${destination}`;
+}
+
+export function attemptsSubject(namespace: string, destination: string): string {
+  return `trackhook.attempts.${namespace}.${destination}`;
+}
+
+/** The durable consumer of a destination. Names are DNS labels, so "_" separates unambiguously. */
+export const CONSUMER_PREFIX = "dest_";
+export function consumerName(namespace: string, destination: string): string {
+  return `${CONSUMER_PREFIX}${namespace}_${destination}`;
 }
 
 /** Nats-Msg-Id scoped to the source, so one tenant cannot suppress another's messages. */

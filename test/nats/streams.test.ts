@@ -21,7 +21,7 @@ describe("events stream", () => {
     const { config } = await nats.jsm.streams.info(EVENTS_STREAM);
     expect(config).toMatchObject({
       name: "TRACKHOOK_EVENTS",
-      subjects: ["trackhook.events.>"],
+      subjects: ["trackhook.events.>", "trackhook.replay.>"],
       retention: "limits",
       storage: "file",
       discard: "new",

@@ -1,0 +1,57 @@
+// `trackhook deliver`: delivery workers for the destinations in the config.
+import { FileConfigProvider, type ConfigProvider } from "../../dataplane/config/mod.ts";
+import { DeliveryMetrics, DeliveryService, WebhookSender } from "../../dataplane/delivery/mod.ts";
+import { createLogger, type Logger } from "../../dataplane/logging.ts";
+import { connectNats } from "../../dataplane/nats/mod.ts";
+import type { NatsConnection } from "@nats-io/transport-node";
+import { VERSION } from "../../dataplane/version.ts";
+import { UsageError } from "../args.ts";
+import { onShutdown } from "../shutdown.ts";
+import type { Command } from "./types.ts";
+
+export interface RunningDelivery {
+  service: DeliveryService;
+  close(): Promise<void>;
+}
+
+/** Starts delivery; shared by `deliver` and `dev`. */
+export async function startDelivery(args: { nc: NatsConnection; config: ConfigProvider; log: Logger; allowPrivateNetworks: boolean }): Promise<RunningDelivery> {
+  if (args.allowPrivateNetworks) {
+    args.log.warn("private networks are ALLOWED: webhooks may reach loopback, private and metadata addresses (fine on a laptop, not in production)");
+  }
+  const sender = new WebhookSender({ allowPrivateNetworks: args.allowPrivateNetworks, userAgent: `trackhook/${VERSION}` });
+  const service = await DeliveryService.start({ nc: args.nc, config: args.config, sender, log: args.log, metrics: new DeliveryMetrics() });
+  return {
+    service,
+    async close() {
+      await service.stop();
+      await sender.close();
+    },
+  };
+}
+
+export const deliverCommand: Command = {
+  name: "deliver",
+  summary: "Deliver stored messages to the webhook URLs of each WebhookDestination",
+  usage: `trackhook deliver --config <file|dir> --nats <url> [--allow-private-networks]
+
+  --config <file|dir>        Source, WebhookDestination and Secret documents (reloaded on change)
+  --nats <url>               NATS server URL(s), comma-separated (or TRACKHOOK_NATS_URL)
+  --allow-private-networks   let webhooks reach loopback, private, link-local and metadata addresses
+  --log-level <level>        trace, debug, info, warn, error (default info)`,
+  flags: { config: { type: "string" }, nats: { type: "string" }, "allow-private-networks": { type: "boolean" }, "log-level": { type: "string" } },
+  async run(values) {
+    const natsUrl = values.nats ?? process.env.TRACKHOOK_NATS_URL;
+    if (!values.config) throw new UsageError("--config <file|dir> is required");
+    if (!natsUrl) throw new UsageError("--nats <url> is required");
+    const log = createLogger({ level: values["log-level"], name: "deliver" });
+    const config = new FileConfigProvider(values.config, log);
+    const nc = await connectNats({ servers: natsUrl, name: "trackhook-deliver", log });
+    const delivery = await startDelivery({ nc, config, log, allowPrivateNetworks: Boolean(values["allow-private-networks"] as unknown) });
+    onShutdown(log, async () => {
+      await delivery.close(); // drains in-flight deliveries before exit
+      config.close();
+      await nc.drain();
+    });
+  },
+};

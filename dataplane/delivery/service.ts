@@ -1,0 +1,101 @@
+// Runs delivery for every enabled destination of the config in force, and follows config changes
+// live: a destination added starts, one changed restarts with its new settings, one disabled or
+// removed stops and loses its consumer (nothing is delivered for it afterwards).
+import { jetstream, jetstreamManager, type JetStreamManager } from "@nats-io/jetstream";
+import type { NatsConnection } from "@nats-io/transport-node";
+import type { CompiledConfig } from "../../schema/mod.ts";
+import type { ConfigProvider } from "../config/mod.ts";
+import type { Logger } from "../logging.ts";
+import { EVENTS_STREAM, attemptsStreamConfig, dlqStreamConfig, ensureStream } from "../nats/mod.ts";
+import { ensureDestinationConsumer, removeStaleConsumers } from "./consumers.ts";
+import type { DeliveryMetrics } from "./metrics.ts";
+import { DestinationWorker, type WebhookSending } from "./worker.ts";
+
+export interface DeliveryServiceDeps {
+  nc: NatsConnection;
+  config: ConfigProvider;
+  sender: WebhookSending;
+  log: Logger;
+  metrics: DeliveryMetrics;
+}
+
+export class DeliveryService {
+  readonly #deps: DeliveryServiceDeps;
+  readonly #jsm: JetStreamManager;
+  readonly #workers = new Map<string, DestinationWorker>();
+  /** Config changes are applied one after another, never interleaved. */
+  #applying: Promise<void> = Promise.resolve();
+  #unsubscribe: () => void = () => {};
+
+  private constructor(deps: DeliveryServiceDeps, jsm: JetStreamManager) {
+    this.#deps = deps;
+    this.#jsm = jsm;
+  }
+
+  static async start(deps: DeliveryServiceDeps): Promise<DeliveryService> {
+    const jsm = await jetstreamManager(deps.nc);
+    await ensureStream(jsm, dlqStreamConfig());
+    await ensureStream(jsm, attemptsStreamConfig());
+    await waitForEventsStream(jsm, deps.log);
+    const service = new DeliveryService(deps, jsm);
+    await service.apply(deps.config.current());
+    service.#unsubscribe = deps.config.subscribe((config) => {
+      void service.apply(config).catch((err: unknown) => deps.log.error({ err }, "applying the new delivery config failed"));
+    });
+    return service;
+  }
+
+  /** Destinations being delivered now, as namespace/name. */
+  get destinations(): string[] {
+    return [...this.#workers.keys()];
+  }
+
+  apply(config: CompiledConfig): Promise<void> {
+    this.#applying = this.#applying.then(() => this.#apply(config));
+    return this.#applying;
+  }
+
+  async #apply(config: CompiledConfig): Promise<void> {
+    const { log, sender, metrics, nc } = this.#deps;
+    const wanted = new Map(config.destinations.filter((d) => d.enabled).map((d) => [`${d.namespace}/${d.name}`, d]));
+    for (const [key, worker] of this.#workers) {
+      const next = wanted.get(key);
+      if (!next || JSON.stringify(next) !== JSON.stringify(worker.destination)) {
+        await worker.stop();
+        this.#workers.delete(key);
+      }
+    }
+    const keep = new Set<string>();
+    for (const [key, destination] of wanted) {
+      keep.add(await ensureDestinationConsumer(this.#jsm, destination));
+      if (this.#workers.has(key)) continue;
+      const worker = new DestinationWorker(jetstream(nc), destination, sender, log, metrics);
+      await worker.start();
+      this.#workers.set(key, worker);
+      log.info({ destination: key, urls: destination.urls.length, sources: destination.sources }, "delivering");
+    }
+    const removed = await removeStaleConsumers(this.#jsm, keep);
+    if (removed.length > 0) log.info({ consumers: removed }, "removed consumers of destinations no longer enabled");
+  }
+
+  /** Stops pulling and waits for in-flight deliveries. */
+  async stop(): Promise<void> {
+    this.#unsubscribe();
+    await this.#applying.catch(() => {});
+    await Promise.all([...this.#workers.values()].map((w) => w.stop()));
+    this.#workers.clear();
+  }
+}
+
+async function waitForEventsStream(jsm: JetStreamManager, log: Logger): Promise<void> {
+  for (let warned = false; ; warned = true) {
+    try {
+      await jsm.streams.info(EVENTS_STREAM);
+      return;
+    } catch (err) {
+      if (!/stream not found/i.test((err as Error).message)) throw err;
+      if (!warned) log.warn(`waiting for stream ${EVENTS_STREAM} (the ingest creates it at start)`);
+      await new Promise((r) => setTimeout(r, 1000));
+    }
+  }
+}

@@ -1,0 +1,181 @@
+// Delivers one destination's messages: pulls from its consumer, POSTs each message to all URLs in
+// parallel, records every attempt, and then acks (delivered), naks with a delay (retry) or stores
+// a dead letter and acks (permanent failure, or the retry window is over). A message is acked only
+// after it was delivered or its dead letter is stored.
+import { headers as natsHeaders } from "@nats-io/transport-node";
+import type { ConsumerMessages, JetStreamClient, JsMsg } from "@nats-io/jetstream";
+import type { CompiledDestination } from "../../schema/mod.ts";
+import type { Logger } from "../logging.ts";
+import { EVENTS_STREAM, attemptsSubject, consumerName, dlqSubject } from "../nats/mod.ts";
+import { type AttemptOutcome, backoffMs, combine } from "./outcome.ts";
+import { standardWebhookHeaders, webhookBody, xSignature, type DeliverableMessage } from "./payload.ts";
+import { routesTo } from "./routing.ts";
+import type { DeliveryMetrics } from "./metrics.ts";
+
+/** What the worker needs of an HTTP sender (dataplane/delivery/sender.ts). */
+export interface WebhookSending {
+  send(request: { url: string; body: Uint8Array; headers: Record<string, string>; timeoutMs: number }): Promise<{
+    url: string;
+    outcome: AttemptOutcome;
+    latencyMs: number;
+    responseSnippet?: string;
+  }>;
+}
+
+/** The header receivers can use to drop a retried duplicate: the same for every attempt of a message. */
+export const DELIVERY_ID_HEADER = "x-delivery-id";
+
+export interface AttemptRecord {
+  destination: string;
+  url: string;
+  messageId: string;
+  streamSequence: number;
+  attempt: number;
+  outcome: AttemptOutcome["kind"];
+  status?: number;
+  error?: string;
+  latencyMs: number;
+  response?: string;
+  at: string;
+}
+
+export class DestinationWorker {
+  readonly destination: CompiledDestination;
+  readonly #js: JetStreamClient;
+  readonly #sender: WebhookSending;
+  readonly #log: Logger;
+  readonly #metrics: DeliveryMetrics;
+  readonly #label: string;
+  readonly #inFlight = new Set<Promise<void>>();
+  /** URLs that failed for good, per stream sequence: not tried again on a retry (in memory only). */
+  readonly #deadUrls = new Map<number, Set<string>>();
+  #messages: ConsumerMessages | undefined;
+  #loop: Promise<void> | undefined;
+
+  constructor(js: JetStreamClient, destination: CompiledDestination, sender: WebhookSending, log: Logger, metrics: DeliveryMetrics) {
+    this.#js = js;
+    this.destination = destination;
+    this.#sender = sender;
+    this.#metrics = metrics;
+    this.#label = `${destination.namespace}/${destination.name}`;
+    this.#log = log.child({ destination: this.#label });
+  }
+
+  async start(): Promise<void> {
+    const consumer = await this.#js.consumers.get(EVENTS_STREAM, consumerName(this.destination.namespace, this.destination.name));
+    // Buffered messages are already delivered (their ack_wait runs), so the buffer stays within the window.
+    this.#messages = await consumer.consume({ max_messages: Math.min(this.destination.maxInFlight, 256) });
+    this.#loop = (async () => {
+      for await (const m of this.#messages!) {
+        const work = this.#handle(m).catch((err: unknown) => this.#log.error({ err, seq: m.seq }, "delivery failed unexpectedly; the message will be redelivered"));
+        this.#inFlight.add(work);
+        void work.finally(() => this.#inFlight.delete(work));
+      }
+    })();
+  }
+
+  /** Stops pulling and waits for the messages in delivery (SIGTERM drains). */
+  async stop(): Promise<void> {
+    await this.#messages?.close();
+    await this.#loop;
+    await Promise.all(this.#inFlight);
+  }
+
+  async #handle(m: JsMsg): Promise<void> {
+    const message = m.json<DeliverableMessage>();
+    if (!routesTo(message, this.destination.name)) {
+      this.#metrics.deliveries.inc({ destination: this.#label, outcome: "skipped", reason: "integrations" });
+      m.ack();
+      return;
+    }
+    const body = webhookBody(message);
+    const headers = this.#headersFor(message, body);
+    const dead = this.#deadUrls.get(m.seq) ?? new Set<string>();
+    const urls = this.destination.urls.filter((url) => !dead.has(url));
+    const results = await Promise.all(urls.map((url) => this.#sender.send({ url, body, headers, timeoutMs: this.destination.timeoutMs })));
+
+    const attempt = m.info.deliveryCount;
+    await this.#record(m, message, attempt, results);
+    for (const r of results) if (r.outcome.kind === "permanent") dead.add(r.url);
+
+    const outcome = combine(results.map((r) => r.outcome));
+    if (outcome.kind === "delivered") {
+      this.#deadUrls.delete(m.seq);
+      this.#metrics.deliveries.inc({ destination: this.#label, outcome: "delivered", reason: "" });
+      m.ack();
+      return;
+    }
+    if (outcome.kind === "permanent") {
+      await this.#deadLetter(m, "permanent_failure", attempt, outcome);
+      return;
+    }
+    // The retry window counts from when the message was stored, not from the first attempt.
+    const deadline = m.info.timestampNanos / 1e6 + this.destination.retryWindowMs;
+    const remaining = deadline - Date.now();
+    const delay = outcome.retryAfterMs ?? backoffMs(attempt, remaining);
+    if (remaining <= 0 || delay >= remaining) {
+      await this.#deadLetter(m, "retry_window_exhausted", attempt, outcome);
+      return;
+    }
+    this.#deadUrls.set(m.seq, dead);
+    this.#metrics.deliveries.inc({ destination: this.#label, outcome: "retry", reason: outcome.error ?? String(outcome.status ?? "") });
+    m.nak(delay);
+  }
+
+  #headersFor(message: DeliverableMessage, body: Uint8Array): Record<string, string> {
+    const headers: Record<string, string> = {};
+    for (const { name, value } of this.destination.headers) headers[name.toLowerCase()] = value;
+    const deliveryId = `${this.destination.namespace}/${this.destination.name}/${message.messageId}`;
+    headers[DELIVERY_ID_HEADER] = deliveryId;
+    const secret = this.destination.sharedSecret;
+    if (secret) {
+      headers["x-signature"] = xSignature(body, secret);
+      if (this.destination.standardWebhooks) Object.assign(headers, standardWebhookHeaders(deliveryId, Math.floor(Date.now() / 1000), body, secret));
+    }
+    return headers;
+  }
+
+  async #record(m: JsMsg, message: DeliverableMessage, attempt: number, results: Awaited<ReturnType<WebhookSending["send"]>>[]): Promise<void> {
+    const subject = attemptsSubject(this.destination.namespace, this.destination.name);
+    await Promise.all(
+      results.map(async (r) => {
+        const o = r.outcome;
+        const status = "status" in o ? o.status : undefined;
+        const error = "error" in o ? o.error : undefined;
+        this.#metrics.attempts.inc({ destination: this.#label, status_class: status ? `${Math.floor(status / 100)}xx` : "error", error: error ?? "" });
+        this.#metrics.attemptDuration.observe({ destination: this.#label }, r.latencyMs / 1000);
+        const record: AttemptRecord = {
+          destination: this.#label, url: r.url, messageId: message.messageId, streamSequence: m.seq, attempt,
+          outcome: o.kind, latencyMs: Math.round(r.latencyMs), at: new Date().toISOString(),
+          ...(status !== undefined ? { status } : {}), ...(error ? { error } : {}), ...(r.responseSnippet ? { response: r.responseSnippet } : {}),
+        };
+        // A lost attempt record must not hold up or fail the delivery itself.
+        await this.#js.publish(subject, JSON.stringify(record)).catch((err: Error) => this.#log.warn({ err: err.message }, "attempt record not stored"));
+      }),
+    );
+  }
+
+  async #deadLetter(m: JsMsg, reason: string, attempts: number, last: AttemptOutcome): Promise<void> {
+    const h = natsHeaders();
+    h.set("Trackhook-Reason", reason);
+    h.set("Trackhook-Attempts", String(attempts));
+    h.set("Trackhook-Destination", this.#label);
+    h.set("Trackhook-Original-Subject", m.subject);
+    if ("status" in last && last.status !== undefined) h.set("Trackhook-Last-Status", String(last.status));
+    if ("error" in last && last.error) h.set("Trackhook-Last-Error", last.error);
+    try {
+      // Keyed by the stream sequence: a crash between this and the ack stores it once, yet a
+      // replayed copy (a new sequence) can be dead-lettered again.
+      await this.#js.publish(dlqSubject(this.destination.namespace, this.destination.name), m.data, { headers: h, msgID: `${this.#label}/${m.seq}` });
+    } catch (err) {
+      // Without a stored dead letter the message must not be acked: try again later.
+      this.#log.error({ err: (err as Error).message, seq: m.seq }, "dead letter not stored; retrying the message later");
+      m.nak(60_000);
+      return;
+    }
+    this.#deadUrls.delete(m.seq);
+    this.#metrics.deliveries.inc({ destination: this.#label, outcome: "dead_lettered", reason });
+    this.#log.warn({ seq: m.seq, reason, attempts }, "message moved to the dead-letter queue");
+    m.ack();
+  }
+}

@@ -1,0 +1,211 @@
+// Webhook delivery end to end: messages sent to the real ingest reach real HTTP receivers through
+// the delivery service, signed, with the spec's fields; URLs are tried in parallel; retryable and
+// permanent failures end where they should (delivered, retried, dead-lettered).
+import { createHmac } from "node:crypto";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import type { CompiledConfig } from "../../schema/mod.ts";
+import { compileConfig, type ConfigProvider } from "../../dataplane/config/mod.ts";
+import { DeliveryMetrics, DeliveryService, WebhookSender } from "../../dataplane/delivery/mod.ts";
+import { createLogger } from "../../dataplane/logging.ts";
+import { DLQ_STREAM } from "../../dataplane/nats/mod.ts";
+import { basic, post, startIngest, type IngestHarness } from "../harness/ingest.ts";
+import { startNats, type NatsHarness } from "../harness/nats.ts";
+import { answer, startReceiver, type Receiver } from "../harness/receiver.ts";
+
+/** A config that tests change while everything runs. */
+class LiveConfig implements ConfigProvider {
+  #config: CompiledConfig = { sources: [], destinations: [] };
+  #listeners = new Set<(c: CompiledConfig) => void>();
+  current = () => this.#config;
+  subscribe(listener: (c: CompiledConfig) => void) {
+    this.#listeners.add(listener);
+    return () => this.#listeners.delete(listener);
+  }
+  set(config: CompiledConfig) {
+    this.#config = config;
+    for (const l of this.#listeners) l(config);
+  }
+  close() {}
+}
+
+interface DestinationSpec {
+  urls: string[];
+  secret?: string;
+  headers?: Array<{ name: string; value: string }>;
+  retryWindow?: string;
+  timeout?: string;
+  standardWebhooks?: boolean;
+}
+
+let nats: NatsHarness;
+let ingest: IngestHarness;
+let receiver: Receiver;
+let service: DeliveryService;
+let sender: WebhookSender;
+const config = new LiveConfig();
+const documents: unknown[] = [];
+
+beforeAll(async () => {
+  nats = await startNats();
+  ingest = await startIngest(nats, { config });
+  receiver = await startReceiver();
+  sender = new WebhookSender({ allowPrivateNetworks: true, userAgent: "trackhook/test" });
+  service = await DeliveryService.start({ nc: await nats.connect(), config, sender, log: createLogger({ level: "silent" }), metrics: new DeliveryMetrics({ defaultMetrics: false }) });
+});
+afterAll(async () => {
+  await service?.stop();
+  await sender?.close();
+  await receiver?.close();
+  await ingest?.close();
+  await nats?.stop();
+});
+
+/** Adds a Source `<name>` (write key `key-<name>`) and a WebhookDestination `<name>` for it; resolves once it is delivering. */
+async function addDestination(name: string, spec: DestinationSpec): Promise<string> {
+  const key = `key-${name}`;
+  documents.push(
+    { apiVersion: "v1", kind: "Secret", metadata: { name: `${name}-secrets` }, stringData: { writeKey: key, ...(spec.secret ? { shared: spec.secret } : {}) } },
+    { apiVersion: "trackhook.io/v1alpha1", kind: "Source", metadata: { name }, spec: { writeKeySecretRef: { name: `${name}-secrets`, key: "writeKey" } } },
+    {
+      apiVersion: "trackhook.io/v1alpha1", kind: "WebhookDestination", metadata: { name },
+      spec: {
+        sources: [name], urls: spec.urls,
+        ...(spec.secret ? { sharedSecretRef: { name: `${name}-secrets`, key: "shared" } } : {}),
+        ...(spec.headers ? { headers: spec.headers } : {}),
+        ...(spec.retryWindow ? { retryWindow: spec.retryWindow } : {}),
+        ...(spec.timeout ? { timeout: spec.timeout } : {}),
+        ...(spec.standardWebhooks ? { standardWebhooks: true } : {}),
+      },
+    },
+  );
+  config.set(compileConfig(documents.map((body, i) => ({ origin: `test document ${i + 1}`, body: structuredClone(body) }))));
+  const deadline = Date.now() + 10_000;
+  while (!service.destinations.includes(`default/${name}`)) {
+    if (Date.now() > deadline) throw new Error(`destination ${name} did not start`);
+    await new Promise((r) => setTimeout(r, 20));
+  }
+  return key;
+}
+
+const send = async (key: string, path: string, body: Record<string, unknown>) => {
+  const res = await post(`${ingest.url}${path}`, body, { headers: { authorization: basic(key) } });
+  expect(res.status).toBe(200);
+};
+
+async function deadLetters(name: string): Promise<Array<{ reason?: string; body: Record<string, unknown> }>> {
+  const info = await nats.jsm.streams.info(DLQ_STREAM, { subjects_filter: `trackhook.dlq.default.${name}` });
+  const out = [];
+  for (let seq = info.state.first_seq; seq <= info.state.last_seq && info.state.messages > 0; seq++) {
+    const m = await nats.jsm.streams.getMessage(DLQ_STREAM, { seq }).catch(() => null);
+    if (m && m.subject === `trackhook.dlq.default.${name}`) out.push({ reason: m.header?.get("Trackhook-Reason"), body: m.json<Record<string, unknown>>() });
+  }
+  return out;
+}
+
+describe("payloads, headers and signatures", () => {
+  it("delivers every kind with the spec's fields, signed over the exact bytes, with custom headers", async () => {
+    const key = await addDestination("kinds", { urls: [receiver.url("/kinds")], secret: "s3cret", headers: [{ name: "X-Team", value: "growth" }] });
+    await send(key, "/v1/page", { userId: "u1", messageId: "k-page", properties: { path: "/", url: "https://x.example/", title: "Home", referrer: "" } });
+    await send(key, "/v1/screen", { userId: "u1", messageId: "k-screen", name: "Settings", context: { device: { model: "Pixel", type: "android" }, os: { name: "Android", version: "15" }, app: { build: "1", name: "Shop", version: "2.0" } } });
+    await send(key, "/v1/identify", { userId: "u1", messageId: "k-identify", traits: { email: "a@example.com", logins: 3 } });
+    await send(key, "/v1/track", { userId: "u1", messageId: "k-track", event: "Signed Up", properties: { plan: "pro" } });
+    await send(key, "/v1/alias", { userId: "new-id", previousId: "old-id", messageId: "k-alias" });
+    await send(key, "/v1/group", { userId: "u1", messageId: "k-group", groupId: "g1", traits: { name: "Acme" } });
+
+    const requests = await receiver.waitFor("/kinds", 6);
+    const byId = new Map(requests.map((r) => [JSON.parse(r.body.toString()).messageId as string, r]));
+    for (const r of requests) {
+      expect(r.headers["content-type"]).toBe("application/json");
+      expect(r.headers["user-agent"]).toBe("trackhook/test");
+      expect(r.headers["x-team"]).toBe("growth");
+      expect(r.headers["x-signature"]).toBe(createHmac("sha1", "s3cret").update(r.body).digest("hex"));
+      const body = JSON.parse(r.body.toString());
+      expect(r.headers["x-delivery-id"]).toBe(`default/kinds/${body.messageId}`);
+      expect(body).toMatchObject({ version: 1, timestamp: expect.any(String), context: expect.any(Object) });
+    }
+    const body = (id: string) => JSON.parse(byId.get(id)!.body.toString());
+    expect(body("k-page")).toMatchObject({ type: "page", userId: "u1", properties: { path: "/", url: "https://x.example/", title: "Home" } });
+    expect(body("k-screen")).toMatchObject({ type: "screen", name: "Settings", context: { device: { model: "Pixel" }, os: { name: "Android" }, app: { build: "1" } } });
+    expect(body("k-identify")).toMatchObject({ type: "identify", traits: { email: "a@example.com", logins: 3 } });
+    expect(body("k-track")).toMatchObject({ type: "track", event: "Signed Up", properties: { plan: "pro" } });
+    expect(body("k-alias")).toMatchObject({ type: "alias", "Previous ID": "old-id", "User ID": "new-id" });
+    expect(body("k-group")).toMatchObject({ type: "group", groupId: "g1", traits: { name: "Acme" } });
+  });
+
+  it("sends no X-Signature without a shared secret; adds Standard Webhooks headers when asked", async () => {
+    const plain = await addDestination("unsigned", { urls: [receiver.url("/unsigned")] });
+    await send(plain, "/v1/track", { userId: "u1", event: "Plain" });
+    const [unsigned] = await receiver.waitFor("/unsigned", 1);
+    expect(unsigned!.headers).not.toHaveProperty("x-signature");
+
+    const std = await addDestination("standard", { urls: [receiver.url("/standard")], secret: "s3cret", standardWebhooks: true });
+    await send(std, "/v1/track", { userId: "u1", event: "Standard" });
+    const [r] = await receiver.waitFor("/standard", 1);
+    const { "webhook-id": id, "webhook-timestamp": ts } = r!.headers as Record<string, string>;
+    const expected = createHmac("sha256", "s3cret").update(`${id}.${ts}.${r!.body.toString()}`).digest("base64");
+    expect(r!.headers["webhook-signature"]).toBe(`v1,${expected}`);
+  });
+
+  it("respects integrations: a message that turns webhooks off is not delivered", async () => {
+    const key = await addDestination("optout", { urls: [receiver.url("/optout")] });
+    await send(key, "/v1/track", { userId: "u1", event: "Off", integrations: { All: false } });
+    await send(key, "/v1/track", { userId: "u1", event: "On", integrations: { All: false, optout: true } });
+    const [r] = await receiver.waitFor("/optout", 1);
+    await new Promise((resolve) => setTimeout(resolve, 300));
+    expect(receiver.requests("/optout")).toHaveLength(1);
+    expect(JSON.parse(r!.body.toString()).event).toBe("On");
+  });
+});
+
+describe("several URLs, retries and dead letters", () => {
+  it("five URLs: one 2xx delivers, and the failing ones are not retried", async () => {
+    const paths = ["/five-a", "/five-b", "/five-c", "/five-d", "/five-ok"];
+    for (const p of paths.slice(0, 4)) receiver.on(p, answer(500));
+    const key = await addDestination("five", { urls: paths.map((p) => receiver.url(p)) });
+    await send(key, "/v1/track", { userId: "u1", event: "Five" });
+    await receiver.waitFor("/five-ok", 1);
+    await new Promise((r) => setTimeout(r, 6_500)); // past the first backoff (5 s ± 20%)
+    for (const p of paths) expect(receiver.requests(p), p).toHaveLength(1);
+  });
+
+  it("all URLs failing with 5xx are retried", async () => {
+    receiver.on("/down-a", answer(503, { "retry-after": "1" }));
+    receiver.on("/down-b", answer(502, { "retry-after": "1" }));
+    const key = await addDestination("alldown", { urls: [receiver.url("/down-a"), receiver.url("/down-b")] });
+    await send(key, "/v1/track", { userId: "u1", event: "Retry me" });
+    await receiver.waitFor("/down-a", 3);
+    await receiver.waitFor("/down-b", 3);
+  });
+
+  it("a 404 everywhere goes to the dead-letter queue without a retry", async () => {
+    receiver.on("/gone-a", answer(404));
+    receiver.on("/gone-b", answer(410));
+    const key = await addDestination("gone", { urls: [receiver.url("/gone-a"), receiver.url("/gone-b")] });
+    await send(key, "/v1/track", { userId: "u1", event: "Nowhere", messageId: "gone-1" });
+    const deadline = Date.now() + 10_000;
+    while ((await deadLetters("gone")).length === 0 && Date.now() < deadline) await new Promise((r) => setTimeout(r, 50));
+    const [letter] = await deadLetters("gone");
+    expect(letter).toMatchObject({ reason: "permanent_failure", body: { messageId: "gone-1" } });
+    await new Promise((r) => setTimeout(r, 1_000));
+    expect(receiver.requests("/gone-a")).toHaveLength(1);
+    expect(receiver.requests("/gone-b")).toHaveLength(1);
+  });
+
+  it("a 500-then-200 receiver gets the message delivered, with no attempt after the 200", async () => {
+    receiver.on("/flaky", (_req, n, res) => (n === 0 ? answer(500, { "retry-after": "1" }) : answer(200))(_req, n, res));
+    const key = await addDestination("flaky", { urls: [receiver.url("/flaky")] });
+    await send(key, "/v1/track", { userId: "u1", event: "Eventually" });
+    await receiver.waitFor("/flaky", 2);
+    await new Promise((r) => setTimeout(r, 2_500));
+    expect(receiver.requests("/flaky")).toHaveLength(2);
+  });
+
+  it("with a short retry window, an always-down receiver ends in the dead-letter queue", async () => {
+    receiver.on("/always-down", answer(503));
+    const key = await addDestination("shortwindow", { urls: [receiver.url("/always-down")], retryWindow: "3s" });
+    await send(key, "/v1/track", { userId: "u1", event: "Doomed", messageId: "doomed-1" });
+    const deadline = Date.now() + 15_000;
+    while ((await deadLetters("shortwindow")).length === 0 && Date.now() < deadline) await new Promise((r) => setTimeout(r, 100));
+    expect(await deadLetters("shortwindow")).toEqual([expect.objectContaining({ reason: "retry_window_exhausted", body: expect.objectContaining({ messageId: "doomed-1" }) })]);
+  });
+});
