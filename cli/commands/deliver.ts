@@ -5,12 +5,14 @@ import { createLogger, type Logger } from "../../dataplane/logging.ts";
 import { connectNats } from "../../dataplane/nats/mod.ts";
 import type { NatsConnection } from "@nats-io/transport-node";
 import { VERSION } from "../../dataplane/version.ts";
-import { UsageError } from "../args.ts";
+import { buildOpsServer } from "../../dataplane/ops/server.ts";
+import { UsageError, integerFlag } from "../args.ts";
 import { onShutdown } from "../shutdown.ts";
 import type { Command } from "./types.ts";
 
 export interface RunningDelivery {
   service: DeliveryService;
+  metrics: DeliveryMetrics;
   close(): Promise<void>;
 }
 
@@ -20,9 +22,11 @@ export async function startDelivery(args: { nc: NatsConnection; config: ConfigPr
     args.log.warn("private networks are ALLOWED: webhooks may reach loopback, private and metadata addresses (fine on a laptop, not in production)");
   }
   const sender = new WebhookSender({ allowPrivateNetworks: args.allowPrivateNetworks, userAgent: `trackhook/${VERSION}` });
-  const service = await DeliveryService.start({ nc: args.nc, config: args.config, sender, log: args.log, metrics: new DeliveryMetrics() });
+  const metrics = new DeliveryMetrics();
+  const service = await DeliveryService.start({ nc: args.nc, config: args.config, sender, log: args.log, metrics });
   return {
     service,
+    metrics,
     async close() {
       await service.stop();
       await sender.close();
@@ -38,8 +42,13 @@ export const deliverCommand: Command = {
   --config <file|dir>        Source, WebhookDestination and Secret documents (reloaded on change)
   --nats <url>               NATS server URL(s), comma-separated (or TRACKHOOK_NATS_URL)
   --allow-private-networks   let webhooks reach loopback, private, link-local and metadata addresses
+  --port <n>                 port of /healthz, /readyz and /metrics (default 8081)
+  --host <addr>              their listen address (default 0.0.0.0)
   --log-level <level>        trace, debug, info, warn, error (default info)`,
-  flags: { config: { type: "string" }, nats: { type: "string" }, "allow-private-networks": { type: "boolean" }, "log-level": { type: "string" } },
+  flags: {
+    config: { type: "string" }, nats: { type: "string" }, "allow-private-networks": { type: "boolean" },
+    port: { type: "string" }, host: { type: "string" }, "log-level": { type: "string" },
+  },
   async run(values) {
     const natsUrl = values.nats ?? process.env.TRACKHOOK_NATS_URL;
     if (!values.config) throw new UsageError("--config <file|dir> is required");
@@ -47,8 +56,13 @@ export const deliverCommand: Command = {
     const log = createLogger({ level: values["log-level"], name: "deliver" });
     const config = new FileConfigProvider(values.config, log);
     const nc = await connectNats({ servers: natsUrl, name: "trackhook-deliver", log });
+    const port = integerFlag("port", values.port ?? "8081", 0, 65535);
     const delivery = await startDelivery({ nc, config, log, allowPrivateNetworks: Boolean(values["allow-private-networks"] as unknown) });
+    const ops = buildOpsServer({ registry: delivery.metrics.registry, ready: () => delivery.service.ready() });
+    const address = await ops.listen({ host: values.host ?? "0.0.0.0", port });
+    log.info({ address, destinations: delivery.service.destinations }, "delivery running (health, readiness and metrics on this address)");
     onShutdown(log, async () => {
+      await ops.close();
       await delivery.close(); // drains in-flight deliveries before exit
       config.close();
       await nc.drain();

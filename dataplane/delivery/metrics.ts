@@ -1,5 +1,15 @@
 // Delivery's Prometheus metrics, on a registry of its own.
-import { Counter, Histogram, Registry, collectDefaultMetrics } from "prom-client";
+import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from "prom-client";
+
+/** Per-destination figures read from JetStream when metrics are scraped. */
+export interface DeliveryBacklog {
+  destination: string;
+  /** Messages stored but not yet delivered to this destination's consumer (lag). */
+  pending: number;
+  /** Delivered to the worker and not yet acked, retries waiting included. */
+  inFlight: number;
+  deadLetters: number;
+}
 
 export class DeliveryMetrics {
   readonly registry = new Registry();
@@ -26,7 +36,29 @@ export class DeliveryMetrics {
     registers: [this.registry],
   });
 
+  #backlog: () => Promise<DeliveryBacklog[]> = async () => [];
+
   constructor(options: { defaultMetrics?: boolean } = {}) {
     if (options.defaultMetrics ?? true) collectDefaultMetrics({ register: this.registry });
+    const self = this;
+    const gauge = (name: string, help: string, pick: (b: DeliveryBacklog) => number) =>
+      new Gauge({
+        name,
+        help,
+        labelNames: ["destination"] as const,
+        registers: [this.registry],
+        async collect() {
+          this.reset();
+          for (const b of await self.#backlog().catch(() => [])) this.set({ destination: b.destination }, pick(b));
+        },
+      });
+    gauge("trackhook_delivery_consumer_pending_messages", "Messages not yet handed to delivery, per destination (consumer lag)", (b) => b.pending);
+    gauge("trackhook_delivery_in_flight_messages", "Messages in delivery or waiting for a retry, per destination", (b) => b.inFlight);
+    gauge("trackhook_delivery_dead_letters", "Messages in the dead-letter queue, per destination", (b) => b.deadLetters);
+  }
+
+  /** Where the backlog gauges read from at scrape time (the delivery service). */
+  readBacklogFrom(source: () => Promise<DeliveryBacklog[]>): void {
+    this.#backlog = source;
   }
 }

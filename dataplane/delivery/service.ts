@@ -6,9 +6,9 @@ import type { NatsConnection } from "@nats-io/transport-node";
 import type { CompiledConfig } from "../../schema/mod.ts";
 import type { ConfigProvider } from "../config/mod.ts";
 import type { Logger } from "../logging.ts";
-import { EVENTS_STREAM, attemptsStreamConfig, dlqStreamConfig, ensureStream } from "../nats/mod.ts";
+import { DLQ_STREAM, EVENTS_STREAM, attemptsStreamConfig, consumerName, dlqStreamConfig, dlqSubject, ensureStream } from "../nats/mod.ts";
 import { ensureDestinationConsumer, removeStaleConsumers } from "./consumers.ts";
-import type { DeliveryMetrics } from "./metrics.ts";
+import type { DeliveryBacklog, DeliveryMetrics } from "./metrics.ts";
 import { DestinationWorker, type WebhookSending } from "./worker.ts";
 
 export interface DeliveryServiceDeps {
@@ -38,6 +38,7 @@ export class DeliveryService {
     await ensureStream(jsm, attemptsStreamConfig());
     await waitForEventsStream(jsm, deps.log);
     const service = new DeliveryService(deps, jsm);
+    deps.metrics.readBacklogFrom(() => service.backlog());
     await service.apply(deps.config.current());
     service.#unsubscribe = deps.config.subscribe((config) => {
       void service.apply(config).catch((err: unknown) => deps.log.error({ err }, "applying the new delivery config failed"));
@@ -48,6 +49,28 @@ export class DeliveryService {
   /** Destinations being delivered now, as namespace/name. */
   get destinations(): string[] {
     return [...this.#workers.keys()];
+  }
+
+  /** Lag, in-flight and dead-letter counts per destination, from JetStream. */
+  async backlog(): Promise<DeliveryBacklog[]> {
+    const dlq = await this.#jsm.streams.info(DLQ_STREAM, { subjects_filter: "trackhook.dlq.>" });
+    const perSubject = (dlq.state.subjects ?? {}) as Record<string, number>;
+    return Promise.all(
+      [...this.#workers.values()].map(async ({ destination: d }) => {
+        const info = await this.#jsm.consumers.info(EVENTS_STREAM, consumerName(d.namespace, d.name));
+        return { destination: `${d.namespace}/${d.name}`, pending: info.num_pending, inFlight: info.num_ack_pending, deadLetters: perSubject[dlqSubject(d.namespace, d.name)] ?? 0 };
+      }),
+    );
+  }
+
+  /** Ready while JetStream answers. */
+  async ready(): Promise<{ ready: boolean; reason?: string }> {
+    try {
+      await this.#jsm.streams.info(EVENTS_STREAM);
+      return { ready: true };
+    } catch (err) {
+      return { ready: false, reason: `JetStream stream ${EVENTS_STREAM} unavailable: ${(err as Error).message}` };
+    }
   }
 
   apply(config: CompiledConfig): Promise<void> {

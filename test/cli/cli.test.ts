@@ -95,3 +95,11 @@ describe("trackhook dev failing to start", () => {
     }
   });
 });
+
+describe("version", () => {
+  it("the version sent in User-Agent is package.json's", async () => {
+    const { VERSION } = await import("../../dataplane/version.ts");
+    const pkg = JSON.parse((await import("node:fs")).readFileSync(join(root, "package.json"), "utf8")) as { version: string };
+    expect(VERSION).toBe(pkg.version);
+  });
+});

@@ -1,13 +1,18 @@
 // Webhook delivery end to end: messages sent to the real ingest reach real HTTP receivers through
 // the delivery service, signed, with the spec's fields; URLs are tried in parallel; retryable and
 // permanent failures end where they should (delivered, retried, dead-lettered).
+import { execFileSync } from "node:child_process";
 import { createHmac } from "node:crypto";
+import { mkdtempSync, readFileSync } from "node:fs";
+import { createServer as createHttpsServer } from "node:https";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import type { CompiledConfig } from "../../schema/mod.ts";
 import { compileConfig, type ConfigProvider } from "../../dataplane/config/mod.ts";
 import { DeliveryMetrics, DeliveryService, WebhookSender } from "../../dataplane/delivery/mod.ts";
 import { createLogger } from "../../dataplane/logging.ts";
-import { DLQ_STREAM } from "../../dataplane/nats/mod.ts";
+import { ATTEMPTS_STREAM, DLQ_STREAM } from "../../dataplane/nats/mod.ts";
 import { basic, post, startIngest, type IngestHarness } from "../harness/ingest.ts";
 import { startNats, type NatsHarness } from "../harness/nats.ts";
 import { answer, startReceiver, type Receiver } from "../harness/receiver.ts";
@@ -41,6 +46,7 @@ let nats: NatsHarness;
 let ingest: IngestHarness;
 let receiver: Receiver;
 let service: DeliveryService;
+let metrics: DeliveryMetrics;
 let sender: WebhookSender;
 const config = new LiveConfig();
 const documents: unknown[] = [];
@@ -50,7 +56,8 @@ beforeAll(async () => {
   ingest = await startIngest(nats, { config });
   receiver = await startReceiver();
   sender = new WebhookSender({ allowPrivateNetworks: true, userAgent: "trackhook/test" });
-  service = await DeliveryService.start({ nc: await nats.connect(), config, sender, log: createLogger({ level: "silent" }), metrics: new DeliveryMetrics({ defaultMetrics: false }) });
+  metrics = new DeliveryMetrics({ defaultMetrics: false });
+  service = await DeliveryService.start({ nc: await nats.connect(), config, sender, log: createLogger({ level: "silent" }), metrics });
 });
 afterAll(async () => {
   await service?.stop();
@@ -98,6 +105,17 @@ async function deadLetters(name: string): Promise<Array<{ reason?: string; body:
   for (let seq = info.state.first_seq; seq <= info.state.last_seq && info.state.messages > 0; seq++) {
     const m = await nats.jsm.streams.getMessage(DLQ_STREAM, { seq }).catch(() => null);
     if (m && m.subject === `trackhook.dlq.default.${name}`) out.push({ reason: m.header?.get("Trackhook-Reason"), body: m.json<Record<string, unknown>>() });
+  }
+  return out;
+}
+
+/** Attempt records of a destination, oldest first. */
+async function attemptRecords(name: string): Promise<Array<Record<string, unknown>>> {
+  const info = await nats.jsm.streams.info(ATTEMPTS_STREAM);
+  const out = [];
+  for (let seq = info.state.first_seq; seq <= info.state.last_seq && info.state.messages > 0; seq++) {
+    const m = await nats.jsm.streams.getMessage(ATTEMPTS_STREAM, { seq }).catch(() => null);
+    if (m && m.subject === `trackhook.attempts.default.${name}`) out.push(m.json<Record<string, unknown>>());
   }
   return out;
 }
@@ -207,5 +225,48 @@ describe("several URLs, retries and dead letters", () => {
     const deadline = Date.now() + 15_000;
     while ((await deadLetters("shortwindow")).length === 0 && Date.now() < deadline) await new Promise((r) => setTimeout(r, 100));
     expect(await deadLetters("shortwindow")).toEqual([expect.objectContaining({ reason: "retry_window_exhausted", body: expect.objectContaining({ messageId: "doomed-1" }) })]);
+  });
+});
+
+describe("TLS", () => {
+  it("a self-signed HTTPS receiver gets no request, and the attempt record says tls_verification_failed", async () => {
+    const dir = mkdtempSync(join(tmpdir(), "trackhook-tls-"));
+    execFileSync("openssl", ["req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", join(dir, "key.pem"), "-out", join(dir, "cert.pem"), "-days", "1", "-subj", "/CN=localhost", "-addext", "subjectAltName=DNS:localhost,IP:127.0.0.1"], { stdio: "ignore" });
+    let requests = 0;
+    const https = createHttpsServer({ key: readFileSync(join(dir, "key.pem")), cert: readFileSync(join(dir, "cert.pem")) }, (_req, res) => {
+      requests++;
+      res.end("ok");
+    });
+    await new Promise<void>((resolve) => https.listen(0, "127.0.0.1", resolve));
+    try {
+      const port = (https.address() as { port: number }).port;
+      const key = await addDestination("selfsigned", { urls: [`https://127.0.0.1:${port}/hook`] });
+      await send(key, "/v1/track", { userId: "u1", event: "Secure?", messageId: "tls-1" });
+      const deadline = Date.now() + 10_000;
+      while ((await attemptRecords("selfsigned")).length === 0 && Date.now() < deadline) await new Promise((r) => setTimeout(r, 50));
+      const [record] = await attemptRecords("selfsigned");
+      expect(record).toMatchObject({ messageId: "tls-1", outcome: "retry", error: "tls_verification_failed", url: `https://127.0.0.1:${port}/hook`, attempt: 1 });
+      expect(requests).toBe(0);
+    } finally {
+      https.closeAllConnections();
+      https.close();
+    }
+  });
+});
+
+describe("observability", () => {
+  it("attempt records carry status, latency and the first bytes of the response", async () => {
+    const records = await attemptRecords("gone");
+    expect(records).toEqual(expect.arrayContaining([expect.objectContaining({ status: 404, outcome: "permanent", response: "nope", attempt: 1, latencyMs: expect.any(Number) })]));
+  });
+
+  it("metrics count deliveries and attempts, and gauges read lag and dead letters from JetStream", async () => {
+    const text = await metrics.registry.metrics();
+    expect(text).toMatch(/trackhook_delivery_messages_total\{destination="default\/kinds",outcome="delivered",reason=""\} 6/);
+    expect(text).toMatch(/trackhook_delivery_messages_total\{destination="default\/gone",outcome="dead_lettered",reason="permanent_failure"\} 1/);
+    expect(text).toMatch(/trackhook_delivery_attempts_total\{destination="default\/gone",status_class="4xx",error=""\} 2/);
+    expect(text).toMatch(/trackhook_delivery_dead_letters\{destination="default\/gone"\} 1/);
+    expect(text).toMatch(/trackhook_delivery_consumer_pending_messages\{destination="default\/kinds"\} 0/);
+    expect(text).toMatch(/trackhook_delivery_attempt_duration_seconds_count\{destination="default\/kinds"\} 6/);
   });
 });

@@ -1,0 +1,114 @@
+// `trackhook deliver` as a process: without --allow-private-networks a webhook on a loopback
+// address is refused (no request sent, dead-lettered, recorded as private_address_refused); with
+// it the message is delivered. Health, readiness and metrics are served, and SIGTERM drains.
+import { spawn } from "node:child_process";
+import { mkdtempSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { fileURLToPath } from "node:url";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { ATTEMPTS_STREAM, DLQ_STREAM } from "../../dataplane/nats/mod.ts";
+import { basic, configFromYaml, post, startIngest, type IngestHarness } from "../harness/ingest.ts";
+import { startNats, type NatsHarness } from "../harness/nats.ts";
+import { startReceiver, type Receiver } from "../harness/receiver.ts";
+
+const root = fileURLToPath(new URL("../..", import.meta.url));
+let nats: NatsHarness;
+let ingest: IngestHarness;
+let receiver: Receiver;
+let configDir: string;
+
+const yaml = (url: string) => `
+apiVersion: v1
+kind: Secret
+metadata: { name: keys }
+stringData: { writeKey: cli-key }
+---
+apiVersion: trackhook.io/v1alpha1
+kind: Source
+metadata: { name: app }
+spec: { writeKeySecretRef: { name: keys, key: writeKey } }
+---
+apiVersion: trackhook.io/v1alpha1
+kind: WebhookDestination
+metadata: { name: local }
+spec: { sources: [app], urls: ["${url}"] }
+`;
+
+beforeAll(async () => {
+  nats = await startNats();
+  receiver = await startReceiver();
+  configDir = mkdtempSync(join(tmpdir(), "trackhook-deliver-"));
+  writeFileSync(join(configDir, "config.yaml"), yaml(receiver.url("/hook")));
+  ingest = await startIngest(nats, { config: configFromYaml(yaml(receiver.url("/hook"))) });
+});
+afterAll(async () => {
+  await ingest?.close();
+  await receiver?.close();
+  await nats?.stop();
+});
+
+async function runDeliver(extra: string[], body: (ops: string) => Promise<void>): Promise<number | null> {
+  const child = spawn(process.execPath, [join(root, "cli/main.ts"), "deliver", "--config", configDir, "--nats", nats.server.url, "--host", "127.0.0.1", "--port", "0", ...extra], { cwd: root });
+  let output = "";
+  child.stdout.on("data", (c: Buffer) => (output += c.toString()));
+  child.stderr.on("data", (c: Buffer) => (output += c.toString()));
+  const exited = new Promise<number | null>((resolve) => child.on("exit", (code) => resolve(code)));
+  try {
+    const deadline = Date.now() + 20_000;
+    let address: string | undefined;
+    while (!(address = /"address":"(http:\/\/[^"]+)".*"msg":"delivery running/.exec(output)?.[1])) {
+      if (Date.now() > deadline) throw new Error(`deliver did not start:\n${output}`);
+      await new Promise((r) => setTimeout(r, 50));
+    }
+    await body(address);
+  } finally {
+    child.kill("SIGTERM");
+  }
+  return exited;
+}
+
+async function until<T>(probe: () => Promise<T>, ok: (v: T) => boolean, timeoutMs = 10_000): Promise<T> {
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
+    const value = await probe();
+    if (ok(value)) return value;
+    if (Date.now() > deadline) throw new Error(`not in time: ${JSON.stringify(value)}`);
+    await new Promise((r) => setTimeout(r, 50));
+  }
+}
+
+const lastOf = async (stream: string) => {
+  const info = await nats.jsm.streams.info(stream);
+  return info.state.messages > 0 ? await nats.jsm.streams.getMessage(stream, { seq: info.state.last_seq }) : undefined;
+};
+
+describe("trackhook deliver", () => {
+  it("refuses a loopback webhook by default: no request, dead letter, attempt record private_address_refused", async () => {
+    const code = await runDeliver([], async (ops) => {
+      expect((await fetch(`${ops}/healthz`)).status).toBe(200);
+      expect(await (await fetch(`${ops}/readyz`)).json()).toEqual({ status: "ready" });
+      const res = await post(`${ingest.url}/v1/track`, { userId: "u1", event: "To loopback", messageId: "ssrf-1" }, { headers: { authorization: basic("cli-key") } });
+      expect(res.status).toBe(200);
+      const letter = await until(() => lastOf(DLQ_STREAM), Boolean);
+      expect(letter!.json()).toMatchObject({ messageId: "ssrf-1" });
+      expect(letter!.header?.get("Trackhook-Reason")).toBe("permanent_failure");
+      expect((await lastOf(ATTEMPTS_STREAM))!.json()).toMatchObject({ messageId: "ssrf-1", error: "private_address_refused", outcome: "permanent" });
+      expect(receiver.requests("/hook")).toHaveLength(0);
+      const metricsText = await (await fetch(`${ops}/metrics`)).text();
+      expect(metricsText).toContain('trackhook_delivery_attempts_total{destination="default/local",status_class="error",error="private_address_refused"} 1');
+      expect(metricsText).toContain('trackhook_delivery_dead_letters{destination="default/local"} 1');
+    });
+    expect(code).toBe(0);
+  });
+
+  it("delivers to it with --allow-private-networks, and exits 0 on SIGTERM", async () => {
+    const code = await runDeliver(["--allow-private-networks"], async () => {
+      const res = await post(`${ingest.url}/v1/track`, { userId: "u1", event: "Allowed", messageId: "allowed-1" }, { headers: { authorization: basic("cli-key") } });
+      expect(res.status).toBe(200);
+      const [request] = await receiver.waitFor("/hook", 1);
+      expect(JSON.parse(request!.body.toString())).toMatchObject({ messageId: "allowed-1", version: 1 });
+    });
+    expect(code).toBe(0);
+  });
+});
