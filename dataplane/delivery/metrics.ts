@@ -40,7 +40,8 @@ export class DeliveryMetrics {
 
   constructor(options: { defaultMetrics?: boolean } = {}) {
     if (options.defaultMetrics ?? true) collectDefaultMetrics({ register: this.registry });
-    const self = this;
+    // collect() runs with `this` bound to the gauge; the arrow keeps the metrics object at hand.
+    const readBacklog = () => this.#backlog().catch(() => []);
     const gauge = (name: string, help: string, pick: (b: DeliveryBacklog) => number) =>
       new Gauge({
         name,
@@ -49,7 +50,7 @@ export class DeliveryMetrics {
         registers: [this.registry],
         async collect() {
           this.reset();
-          for (const b of await self.#backlog().catch(() => [])) this.set({ destination: b.destination }, pick(b));
+          for (const b of await readBacklog()) this.set({ destination: b.destination }, pick(b));
         },
       });
     gauge("trackhook_delivery_consumer_pending_messages", "Messages not yet handed to delivery, per destination (consumer lag)", (b) => b.pending);
