@@ -1,0 +1,61 @@
+// `trackhook attempts`: a destination's delivery attempts (every URL of every try), oldest first.
+import { readAttempts } from "../../dataplane/delivery/admin.ts";
+import type { AttemptRecord } from "../../dataplane/delivery/worker.ts";
+import { connectAdmin, natsUrl, qualifiedName } from "./replay.ts";
+import type { Command } from "./types.ts";
+
+/** How much of a response body the table shows. */
+const RESPONSE_CHARS = 60;
+
+const printable = (text: string) => text.replace(/\p{Cc}+/gu, " ").trim();
+
+export function attemptRow(r: AttemptRecord): string[] {
+  const result = r.status !== undefined ? String(r.status) : (r.error ?? r.outcome);
+  const response = r.response ? printable(r.response) : "";
+  return [
+    r.at, r.messageId, String(r.attempt), r.url, result, `${r.latencyMs} ms`,
+    response.length > RESPONSE_CHARS ? `${response.slice(0, RESPONSE_CHARS - 1)}…` : response,
+  ];
+}
+
+export function attemptsTable(records: AttemptRecord[]): string {
+  const rows = [["TIME", "MESSAGE ID", "ATTEMPT", "URL", "RESULT", "LATENCY", "RESPONSE"], ...records.map(attemptRow)];
+  const widths = rows[0]!.map((_, i) => Math.max(...rows.map((row) => row[i]!.length)));
+  return rows.map((row) => row.map((cell, i) => (i === row.length - 1 ? cell : cell.padEnd(widths[i]!))).join("  ").trimEnd()).join("\n") + "\n";
+}
+
+export const attemptsCommand: Command = {
+  name: "attempts",
+  summary: "Show a destination's delivery attempts: status or error, latency, response",
+  usage: `trackhook attempts --destination <namespace/name> --nats <url> [--message-id <id>] [--json]
+
+  --destination <ns/name>    the WebhookDestination (namespace "default" when omitted)
+  --message-id <id>          only the attempts of this message
+  --json                     one JSON record per line instead of a table
+  --nats <url>               NATS server URL(s), comma-separated (or TRACKHOOK_NATS_URL)`,
+  flags: { destination: { type: "string" }, "message-id": { type: "string" }, json: { type: "boolean" }, nats: { type: "string" } },
+  async run(values) {
+    const { namespace, name } = qualifiedName("destination", values.destination);
+    const url = natsUrl(values);
+    const json = Boolean(values.json as unknown);
+    const messageId = values["message-id"];
+    const nc = await connectAdmin(url, "trackhook-attempts");
+    if (!nc) return;
+    try {
+      const records = readAttempts(nc, { namespace, destination: name, ...(messageId !== undefined ? { messageId } : {}) });
+      if (json) {
+        for await (const r of records) process.stdout.write(`${JSON.stringify(r)}\n`);
+        return;
+      }
+      const all: AttemptRecord[] = [];
+      for await (const r of records) all.push(r);
+      if (all.length === 0) {
+        process.stderr.write(`no attempts recorded for ${namespace}/${name}${messageId !== undefined ? ` and message ${messageId}` : ""}\n`);
+        return;
+      }
+      process.stdout.write(attemptsTable(all));
+    } finally {
+      await nc.close();
+    }
+  },
+};

@@ -1,0 +1,78 @@
+// `trackhook replay`: moves a destination's dead letters back for delivery to that destination only.
+// Also holds what the admin commands (replay, attempts, tail) share: the NATS flag and names.
+import { connect, type NatsConnection } from "@nats-io/transport-node";
+import { ReplayInterruptedError, ReplayTargetError, replayDeadLetters } from "../../dataplane/delivery/admin.ts";
+import { DNS_LABEL } from "../../schema/mod.ts";
+import { UsageError, durationFlag, integerFlag } from "../args.ts";
+import type { Command } from "./types.ts";
+
+const LABEL = new RegExp(DNS_LABEL);
+
+/** `<namespace>/<name>` or `<name>` (namespace `default`), both DNS labels. */
+export function qualifiedName(flag: string, text: string | undefined): { namespace: string; name: string } {
+  if (text === undefined || text === "") throw new UsageError(`--${flag} <namespace/name> is required`);
+  const parts = text.split("/");
+  const [namespace, name] = parts.length === 1 ? ["default", parts[0]!] : [parts[0]!, parts[1] ?? ""];
+  const valid = (s: string) => s.length > 0 && s.length <= 63 && LABEL.test(s);
+  if (parts.length > 2 || !valid(namespace) || !valid(name)) {
+    throw new UsageError(`--${flag}: "${text}" is not <namespace>/<name> or <name> (lowercase letters, digits and "-")`);
+  }
+  return { namespace, name };
+}
+
+/** --nats, or TRACKHOOK_NATS_URL. */
+export function natsUrl(values: Record<string, string | undefined>): string {
+  const url = values.nats ?? process.env.TRACKHOOK_NATS_URL;
+  if (!url) throw new UsageError("--nats <url> is required (or set TRACKHOOK_NATS_URL)");
+  return url;
+}
+
+/** One connection attempt: an admin command fails at once (exit 1, no stack) when NATS is not there. */
+export async function connectAdmin(url: string, name: string): Promise<NatsConnection | undefined> {
+  try {
+    return await connect({ servers: url.split(",").map((s) => s.trim()), name, noAsyncTraces: true, timeout: 5_000 });
+  } catch (err) {
+    fail(`cannot connect to NATS at ${url}: ${(err as Error).message}`);
+    return undefined;
+  }
+}
+
+/** Prints a failure the operator can act on, without a stack trace. */
+export function fail(message: string): void {
+  process.stderr.write(`trackhook: ${message}\n`);
+  process.exitCode = 1;
+}
+
+export const replayCommand: Command = {
+  name: "replay",
+  summary: "Move a destination's dead letters back for delivery (to that destination only)",
+  usage: `trackhook replay --destination <namespace/name> --nats <url> [--since <duration>] [--limit <n>]
+
+  --destination <ns/name>    the WebhookDestination (namespace "default" when omitted)
+  --since <duration>         only dead letters stored within this long (e.g. 1h, 30m)
+  --limit <n>                at most n dead letters, oldest first
+  --nats <url>               NATS server URL(s), comma-separated (or TRACKHOOK_NATS_URL)`,
+  flags: { destination: { type: "string" }, since: { type: "string" }, limit: { type: "string" }, nats: { type: "string" } },
+  async run(values) {
+    const { namespace, name } = qualifiedName("destination", values.destination);
+    const sinceMs = values.since !== undefined ? durationFlag("since", values.since) : undefined;
+    const limit = values.limit !== undefined ? integerFlag("limit", values.limit, 1) : undefined;
+    const url = natsUrl(values);
+    const nc = await connectAdmin(url, "trackhook-replay");
+    if (!nc) return;
+    try {
+      const { replayed } = await replayDeadLetters(nc, {
+        namespace, destination: name, ...(sinceMs !== undefined ? { sinceMs } : {}), ...(limit !== undefined ? { limit } : {}),
+      });
+      process.stdout.write(`replayed ${replayed} messages to ${namespace}/${name}\n`);
+    } catch (err) {
+      if (err instanceof ReplayTargetError) fail(err.message);
+      else if (err instanceof ReplayInterruptedError) {
+        process.stdout.write(`replayed ${err.replayed} messages to ${namespace}/${name}\n`);
+        fail(err.message);
+      } else throw err;
+    } finally {
+      await nc.close();
+    }
+  },
+};

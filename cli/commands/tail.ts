@@ -1,0 +1,40 @@
+// `trackhook tail`: prints the messages stored from now on, one JSON line each, until Ctrl-C.
+import { once } from "node:events";
+import { tail } from "../../dataplane/delivery/admin.ts";
+import { connectAdmin, natsUrl, qualifiedName } from "./replay.ts";
+import type { Command } from "./types.ts";
+
+export const tailCommand: Command = {
+  name: "tail",
+  summary: "Print messages as they are stored, one JSON line each, until Ctrl-C",
+  usage: `trackhook tail --nats <url> [--source <namespace/name>]
+
+  --source <ns/name>         only this Source's messages (namespace "default" when omitted)
+  --nats <url>               NATS server URL(s), comma-separated (or TRACKHOOK_NATS_URL)`,
+  flags: { source: { type: "string" }, nats: { type: "string" } },
+  async run(values) {
+    const source = values.source !== undefined ? qualifiedName("source", values.source) : undefined;
+    const url = natsUrl(values);
+    const nc = await connectAdmin(url, "trackhook-tail");
+    if (!nc) return;
+    const stop = new AbortController();
+    const onSignal = () => stop.abort();
+    process.once("SIGINT", onSignal);
+    process.once("SIGTERM", onSignal);
+    // `trackhook tail | head`: stop when the reader goes away.
+    process.stdout.on("error", onSignal);
+    try {
+      const messages = await tail(nc, { ...(source ? { namespace: source.namespace, source: source.name } : {}), signal: stop.signal });
+      process.stderr.write(`tailing ${source ? `source ${source.namespace}/${source.name}` : "all sources"} (Ctrl-C to stop)\n`);
+      for await (const m of messages) {
+        if (!process.stdout.write(`${JSON.stringify(m)}\n`)) {
+          await once(process.stdout, "drain", { signal: stop.signal }).catch(() => {});
+        }
+      }
+    } finally {
+      process.off("SIGINT", onSignal);
+      process.off("SIGTERM", onSignal);
+      await nc.close();
+    }
+  },
+};

@@ -1,0 +1,236 @@
+// The operations behind `trackhook replay`, `trackhook attempts` and `trackhook tail`, as plain
+// functions over a NATS connection. Reads go through short-lived ordered consumers that are deleted
+// when the read ends (and expire on their own if the process dies), so nothing lingers.
+import { DeliverPolicy, jetstream, jetstreamManager, type Consumer, type JetStreamClient, type JsMsg, type OrderedConsumerOptions } from "@nats-io/jetstream";
+import { headers as natsHeaders, type NatsConnection } from "@nats-io/transport-node";
+import { DNS_LABEL, type StoredMessage } from "../../schema/mod.ts";
+import {
+  ATTEMPTS_STREAM, DLQ_STREAM, EVENTS_STREAM, EVENTS_SUBJECTS, attemptsSubject, consumerName, dlqSubject, replaySubject, sourceSubjects,
+} from "../nats/mod.ts";
+import type { AttemptRecord } from "./worker.ts";
+
+export interface DestinationRef {
+  namespace: string;
+  destination: string;
+}
+
+export interface ReplayOptions extends DestinationRef {
+  /** Only dead letters stored within this many milliseconds of now. */
+  sinceMs?: number;
+  /** At most this many dead letters, oldest first. */
+  limit?: number;
+}
+
+/** A replay that stopped part-way (a publish or delete failed); the messages before it were moved. */
+export class ReplayInterruptedError extends Error {
+  readonly replayed: number;
+  constructor(replayed: number, cause: unknown) {
+    super(`replay stopped after ${replayed} message(s): ${cause instanceof Error ? cause.message : String(cause)}`, { cause });
+    this.name = "ReplayInterruptedError";
+    this.replayed = replayed;
+  }
+}
+
+/** The destination cannot receive a replay: nothing was moved. */
+export class ReplayTargetError extends Error {
+  override name = "ReplayTargetError";
+}
+
+const LABEL = new RegExp(DNS_LABEL);
+
+/** Names go into subjects: a "." or a wildcard would address other destinations' messages. */
+function checkName(what: string, name: string): void {
+  if (name.length === 0 || name.length > 63 || !LABEL.test(name)) throw new TypeError(`${what} "${name}" is not a DNS label (lowercase letters, digits and "-")`);
+}
+
+/** Messages per pull request. */
+const FETCH_BATCH = 256;
+/** How long a fetch waits for messages the consumer said were pending (they may have been deleted meanwhile). */
+const FETCH_EXPIRES_MS = 5_000;
+/** An ordered consumer left behind by a killed process is removed by the server after this. */
+const INACTIVE_THRESHOLD_MS = 30_000;
+
+/**
+ * The messages of a stream matching `filter`, oldest first, that were stored when the read began:
+ * at most `limit`, and none stored after the read started (so a replayed message that is
+ * dead-lettered again during the same replay is not read twice).
+ */
+async function* readStored(js: JetStreamClient, stream: string, filter: string, options: { startTime?: Date; limit?: number; lastSeq?: number } = {}): AsyncGenerator<JsMsg> {
+  const opts: Partial<OrderedConsumerOptions> = { filter_subjects: filter, inactive_threshold: INACTIVE_THRESHOLD_MS };
+  if (options.startTime) opts.opt_start_time = options.startTime.toISOString();
+  else opts.deliver_policy = DeliverPolicy.All;
+  const consumer: Consumer = await js.consumers.get(stream, opts);
+  try {
+    // num_pending at creation: what matches the filter now; later messages are not read.
+    let remaining = Math.min((await consumer.info(true)).num_pending, options.limit ?? Number.POSITIVE_INFINITY);
+    while (remaining > 0) {
+      const batch = await consumer.fetch({ max_messages: Math.min(remaining, FETCH_BATCH), expires: FETCH_EXPIRES_MS });
+      let got = 0;
+      for await (const m of batch) {
+        got++;
+        if (options.lastSeq !== undefined && m.seq > options.lastSeq) {
+          remaining = 0;
+          break;
+        }
+        remaining--;
+        yield m;
+        if (m.info.pending === 0) remaining = 0;
+        if (remaining === 0) break;
+      }
+      // Fewer than pending: some were deleted meanwhile (another replay); nothing more to read.
+      if (got === 0) break;
+    }
+  } finally {
+    await consumer.delete().catch(() => {});
+  }
+}
+
+async function streamLastSeq(nc: NatsConnection, stream: string): Promise<number | undefined> {
+  const jsm = await jetstreamManager(nc);
+  try {
+    return (await jsm.streams.info(stream)).state.last_seq;
+  } catch (err) {
+    if (/stream not found/i.test((err as Error).message)) return undefined;
+    throw err;
+  }
+}
+
+/**
+ * Moves a destination's dead letters back for delivery to that destination only: each DLQ body is
+ * published to `trackhook.replay.<ns>.<dest>` (which only that destination's consumer reads) and the
+ * dead letter is deleted after the stream acknowledged the copy. The copy's Nats-Msg-Id names the
+ * dead letter, so two replays racing (or a retry after a crash between publish and delete) store it
+ * once within the events stream's duplicate window.
+ */
+export async function replayDeadLetters(nc: NatsConnection, options: ReplayOptions): Promise<{ replayed: number }> {
+  const { namespace, destination } = options;
+  checkName("namespace", namespace);
+  checkName("destination", destination);
+  if (options.limit !== undefined && options.limit <= 0) return { replayed: 0 };
+  const jsm = await jetstreamManager(nc);
+  const js = jetstream(nc);
+
+  // A replay subject nobody consumes would take the messages out of the DLQ and deliver nothing.
+  const durable = consumerName(namespace, destination);
+  const consumer = await jsm.consumers.info(EVENTS_STREAM, durable).catch((err: Error) => {
+    if (/consumer not found|stream not found/i.test(err.message)) return undefined;
+    throw err;
+  });
+  const replay = replaySubject(namespace, destination);
+  if (!consumer) {
+    throw new ReplayTargetError(`destination ${namespace}/${destination} has no consumer on ${EVENTS_STREAM} (is it enabled, and has \`trackhook deliver\` started it?); nothing was replayed`);
+  }
+  const filters = consumer.config.filter_subjects ?? (consumer.config.filter_subject ? [consumer.config.filter_subject] : []);
+  if (!filters.includes(replay)) {
+    throw new ReplayTargetError(`the consumer of ${namespace}/${destination} does not read ${replay}; restart \`trackhook deliver\` to update it; nothing was replayed`);
+  }
+
+  const lastSeq = await streamLastSeq(nc, DLQ_STREAM);
+  if (lastSeq === undefined) return { replayed: 0 };
+  const startTime = options.sinceMs !== undefined ? new Date(Date.now() - options.sinceMs) : undefined;
+  let replayed = 0;
+  try {
+    for await (const m of readStored(js, DLQ_STREAM, dlqSubject(namespace, destination), { ...(startTime ? { startTime } : {}), ...(options.limit !== undefined ? { limit: options.limit } : {}), lastSeq })) {
+      const h = natsHeaders();
+      h.set("Trackhook-Replay-Of", String(m.seq));
+      const original = m.headers?.get("Trackhook-Original-Subject");
+      if (original) h.set("Trackhook-Original-Subject", original);
+      await js.publish(replay, m.data, { headers: h, msgID: `replay/${namespace}/${destination}/${m.seq}`, expect: { streamName: EVENTS_STREAM } });
+      // Only now is the copy stored; a dead letter deleted by a concurrent replay is fine.
+      await jsm.streams.deleteMessage(DLQ_STREAM, m.seq, false).catch((err: Error) => {
+        if (!/no message found|not found/i.test(err.message)) throw err;
+      });
+      replayed++;
+    }
+  } catch (err) {
+    throw new ReplayInterruptedError(replayed, err);
+  }
+  return { replayed };
+}
+
+export interface AttemptsOptions extends DestinationRef {
+  /** Only the attempts of this message. */
+  messageId?: string;
+}
+
+/** The attempt records of a destination, oldest first (TRACKHOOK_ATTEMPTS keeps 7 days). */
+export async function* readAttempts(nc: NatsConnection, options: AttemptsOptions): AsyncGenerator<AttemptRecord> {
+  checkName("namespace", options.namespace);
+  checkName("destination", options.destination);
+  if ((await streamLastSeq(nc, ATTEMPTS_STREAM)) === undefined) return;
+  for await (const m of readStored(jetstream(nc), ATTEMPTS_STREAM, attemptsSubject(options.namespace, options.destination))) {
+    let record: AttemptRecord;
+    try {
+      record = m.json<AttemptRecord>();
+    } catch {
+      continue; // not written by a worker
+    }
+    if (options.messageId === undefined || record.messageId === options.messageId) yield record;
+  }
+}
+
+export interface TailOptions {
+  /** Only this namespace's messages (`default` when only `source` is given). */
+  namespace?: string;
+  /** Only this source's messages. */
+  source?: string;
+  signal: AbortSignal;
+}
+
+export interface TailedMessage {
+  subject: string;
+  seq: number;
+  /** When the stream stored it. */
+  time: string;
+  message: StoredMessage;
+}
+
+/** The subject filter of `tail`. */
+export function tailFilter(options: { namespace?: string; source?: string }): string {
+  if (options.source !== undefined) {
+    const namespace = options.namespace ?? "default";
+    checkName("namespace", namespace);
+    checkName("source", options.source);
+    return sourceSubjects(namespace, options.source);
+  }
+  if (options.namespace !== undefined) {
+    checkName("namespace", options.namespace);
+    return `trackhook.events.${options.namespace}.>`;
+  }
+  return EVENTS_SUBJECTS;
+}
+
+/**
+ * Messages stored in TRACKHOOK_EVENTS from the moment this resolves, until `signal` fires (or the
+ * caller stops iterating). It resolves once the ordered consumer exists, so anything published
+ * after that is seen.
+ */
+export async function tail(nc: NatsConnection, options: TailOptions): Promise<AsyncIterable<TailedMessage>> {
+  const filter = tailFilter(options);
+  const consumer = await jetstream(nc).consumers.get(EVENTS_STREAM, { filter_subjects: filter, deliver_policy: DeliverPolicy.New, inactive_threshold: INACTIVE_THRESHOLD_MS });
+  const messages = await consumer.consume({ max_messages: FETCH_BATCH });
+  let cleaned: Promise<void> | undefined;
+  const cleanup = () => (cleaned ??= (async () => {
+    options.signal.removeEventListener("abort", onAbort);
+    await messages.close();
+    await consumer.delete().catch(() => {});
+  })());
+  const onAbort = () => void cleanup();
+  if (options.signal.aborted) void cleanup();
+  else options.signal.addEventListener("abort", onAbort, { once: true });
+  return (async function* () {
+    try {
+      for await (const m of messages) {
+        let message: StoredMessage;
+        try {
+          message = m.json<StoredMessage>();
+        } catch {
+          continue;
+        }
+        yield { subject: m.subject, seq: m.seq, time: new Date(m.info.timestampNanos / 1e6).toISOString(), message };
+      }
+    } finally {
+      await cleanup();
+    }
+  })();
+}

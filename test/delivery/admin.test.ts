@@ -1,0 +1,335 @@
+// The admin operations end to end: dead letters replayed to their destination only (as a function
+// and as `trackhook replay`), attempt history (`readAttempts`, `trackhook attempts`), and `tail`,
+// against a real nats-server, the real ingest, the delivery service and a real HTTP receiver.
+import { spawn, spawnSync } from "node:child_process";
+import { join } from "node:path";
+import { fileURLToPath } from "node:url";
+import type { NatsConnection } from "@nats-io/transport-node";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import type { CompiledConfig } from "../../schema/mod.ts";
+import { compileConfig, type ConfigProvider } from "../../dataplane/config/mod.ts";
+import { ReplayTargetError, readAttempts, replayDeadLetters, tail, type TailedMessage } from "../../dataplane/delivery/admin.ts";
+import { DeliveryMetrics, DeliveryService, WebhookSender, type AttemptRecord } from "../../dataplane/delivery/mod.ts";
+import { createLogger } from "../../dataplane/logging.ts";
+import { ATTEMPTS_STREAM, CONSUMER_PREFIX, DLQ_STREAM, EVENTS_STREAM } from "../../dataplane/nats/mod.ts";
+import { basic, post, startIngest, type IngestHarness } from "../harness/ingest.ts";
+import { startNats, type NatsHarness } from "../harness/nats.ts";
+import { answer, startReceiver, type Receiver } from "../harness/receiver.ts";
+
+const root = fileURLToPath(new URL("../..", import.meta.url));
+const CLI = join(root, "cli", "main.ts");
+const cli = (...args: string[]) => spawnSync(process.execPath, [CLI, ...args, "--nats", nats.server.url], { cwd: root, encoding: "utf8", timeout: 20_000 });
+
+/** A config that tests change while everything runs. */
+class LiveConfig implements ConfigProvider {
+  #config: CompiledConfig = { sources: [], destinations: [] };
+  #listeners = new Set<(c: CompiledConfig) => void>();
+  current = () => this.#config;
+  subscribe(listener: (c: CompiledConfig) => void) {
+    this.#listeners.add(listener);
+    return () => this.#listeners.delete(listener);
+  }
+  set(config: CompiledConfig) {
+    this.#config = config;
+    for (const l of this.#listeners) l(config);
+  }
+  close() {}
+}
+
+let nats: NatsHarness;
+let ingest: IngestHarness;
+let receiver: Receiver;
+let service: DeliveryService;
+let sender: WebhookSender;
+/** The connection the admin functions use. */
+let admin: NatsConnection;
+const config = new LiveConfig();
+const documents: unknown[] = [];
+
+beforeAll(async () => {
+  nats = await startNats();
+  ingest = await startIngest(nats, { config });
+  receiver = await startReceiver();
+  sender = new WebhookSender({ allowPrivateNetworks: true, userAgent: "trackhook/test" });
+  service = await DeliveryService.start({ nc: await nats.connect(), config, sender, log: createLogger({ level: "silent" }), metrics: new DeliveryMetrics({ defaultMetrics: false }) });
+  admin = await nats.connect();
+});
+afterAll(async () => {
+  await service?.stop();
+  await sender?.close();
+  await receiver?.close();
+  await ingest?.close();
+  await nats?.stop();
+});
+
+const apply = () => config.set(compileConfig(documents.map((body, i) => ({ origin: `test document ${i + 1}`, body: structuredClone(body) }))));
+
+/** Adds a Source `<name>` with write key `key-<name>`; returns the key. */
+function addSource(name: string): string {
+  const key = `key-${name}`;
+  documents.push(
+    { apiVersion: "v1", kind: "Secret", metadata: { name: `${name}-secrets` }, stringData: { writeKey: key } },
+    { apiVersion: "trackhook.io/v1alpha1", kind: "Source", metadata: { name }, spec: { writeKeySecretRef: { name: `${name}-secrets`, key: "writeKey" } } },
+  );
+  apply();
+  return key;
+}
+
+/** Adds a WebhookDestination `<name>` for a source; resolves once it is delivering. */
+async function addDestination(name: string, spec: { source: string; urls: string[]; retryWindow?: string }): Promise<void> {
+  documents.push({
+    apiVersion: "trackhook.io/v1alpha1", kind: "WebhookDestination", metadata: { name },
+    spec: { sources: [spec.source], urls: spec.urls, ...(spec.retryWindow ? { retryWindow: spec.retryWindow } : {}) },
+  });
+  apply();
+  const deadline = Date.now() + 10_000;
+  while (!service.destinations.includes(`default/${name}`)) {
+    if (Date.now() > deadline) throw new Error(`destination ${name} did not start`);
+    await sleep(20);
+  }
+}
+
+const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+
+const send = async (key: string, body: Record<string, unknown>) => {
+  const res = await post(`${ingest.url}/v1/track`, body, { headers: { authorization: basic(key) } });
+  expect(res.status).toBe(200);
+};
+
+async function deadLetters(name: string): Promise<Array<{ reason?: string; body: Record<string, unknown> }>> {
+  const info = await nats.jsm.streams.info(DLQ_STREAM, { subjects_filter: `trackhook.dlq.default.${name}` });
+  const out = [];
+  for (let seq = info.state.first_seq; seq <= info.state.last_seq && info.state.messages > 0; seq++) {
+    const m = await nats.jsm.streams.getMessage(DLQ_STREAM, { seq }).catch(() => null);
+    if (m && m.subject === `trackhook.dlq.default.${name}`) out.push({ reason: m.header?.get("Trackhook-Reason"), body: m.json<Record<string, unknown>>() });
+  }
+  return out;
+}
+
+async function waitForDeadLetters(name: string, count: number, timeoutMs = 15_000) {
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
+    const letters = await deadLetters(name);
+    if (letters.length >= count) return letters;
+    if (Date.now() > deadline) throw new Error(`${name}: ${letters.length} of ${count} dead letters within ${timeoutMs} ms`);
+    await sleep(50);
+  }
+}
+
+const collect = async <T>(items: AsyncIterable<T>): Promise<T[]> => {
+  const out: T[] = [];
+  for await (const item of items) out.push(item);
+  return out;
+};
+
+/** Consumers other than the destinations' durable ones: the admin reads must leave none behind. */
+async function strayConsumers(): Promise<string[]> {
+  const names: string[] = [];
+  for (const stream of [EVENTS_STREAM, DLQ_STREAM, ATTEMPTS_STREAM]) {
+    for await (const c of nats.jsm.consumers.list(stream)) if (!c.name.startsWith(CONSUMER_PREFIX)) names.push(`${stream}/${c.name}`);
+  }
+  return names;
+}
+
+const messageIds = (requests: Array<{ body: Buffer }>) => requests.map((r) => JSON.parse(r.body.toString()).messageId as string);
+
+describe("replaying dead letters", () => {
+  it("an always-503 receiver ends in the DLQ; once it is back, replay delivers the message exactly once, to that destination only", async () => {
+    receiver.on("/flaky", answer(503));
+    const key = addSource("shop");
+    await addDestination("flaky-hook", { source: "shop", urls: [receiver.url("/flaky")], retryWindow: "2s" });
+    await addDestination("steady-hook", { source: "shop", urls: [receiver.url("/steady")] });
+
+    await send(key, { userId: "u1", event: "Ordered", messageId: "replay-1" });
+    await receiver.waitFor("/steady", 1);
+    expect(await waitForDeadLetters("flaky-hook", 1)).toEqual([
+      expect.objectContaining({ reason: "retry_window_exhausted", body: expect.objectContaining({ messageId: "replay-1" }) }),
+    ]);
+    // One 503, or two when the worker schedules a last retry right at the end of the window.
+    const failed = receiver.requests("/flaky").length;
+    expect(failed).toBeGreaterThanOrEqual(1);
+    expect(failed).toBeLessThanOrEqual(2);
+
+    receiver.on("/flaky", answer(200));
+    expect(await replayDeadLetters(admin, { namespace: "default", destination: "flaky-hook" })).toEqual({ replayed: 1 });
+    const requests = await receiver.waitFor("/flaky", failed + 1);
+    expect(new Set(messageIds(requests))).toEqual(new Set(["replay-1"]));
+    expect(JSON.parse(requests[failed]!.body.toString())).toMatchObject({ type: "track", event: "Ordered", userId: "u1", version: 1 });
+    expect(await deadLetters("flaky-hook")).toEqual([]);
+
+    // Nothing left to replay; and the other destination of the same source got nothing again.
+    expect(await replayDeadLetters(admin, { namespace: "default", destination: "flaky-hook" })).toEqual({ replayed: 0 });
+    await sleep(1_500);
+    expect(receiver.requests("/flaky")).toHaveLength(failed + 1);
+    expect(receiver.requests("/steady")).toHaveLength(1);
+    expect(await strayConsumers()).toEqual([]);
+  });
+
+  it("`trackhook replay` does the same from the command line (namespace default when omitted)", async () => {
+    receiver.on("/cli-down", answer(503));
+    const key = addSource("cli-src");
+    await addDestination("cli-hook", { source: "cli-src", urls: [receiver.url("/cli-down")], retryWindow: "2s" });
+    await send(key, { userId: "u2", event: "Via CLI", messageId: "replay-cli-1" });
+    await waitForDeadLetters("cli-hook", 1);
+    const failed = receiver.requests("/cli-down").length;
+
+    receiver.on("/cli-down", answer(200));
+    const first = cli("replay", "--destination", "cli-hook");
+    expect(first.stderr).toBe("");
+    expect(first.status).toBe(0);
+    expect(first.stdout).toBe("replayed 1 messages to default/cli-hook\n");
+    const requests = await receiver.waitFor("/cli-down", failed + 1);
+    expect(JSON.parse(requests[failed]!.body.toString())).toMatchObject({ messageId: "replay-cli-1", event: "Via CLI" });
+    expect(await deadLetters("cli-hook")).toEqual([]);
+
+    const again = cli("replay", "--destination", "default/cli-hook", "--since", "1h");
+    expect(again.status).toBe(0);
+    expect(again.stdout).toBe("replayed 0 messages to default/cli-hook\n");
+    await sleep(1_000);
+    expect(receiver.requests("/cli-down")).toHaveLength(failed + 1);
+    expect(await strayConsumers()).toEqual([]);
+  });
+
+  it("--limit takes the oldest first, --since skips older ones, and a replayed message that fails again is dead-lettered again", async () => {
+    receiver.on("/gone", answer(404));
+    const key = addSource("batch-src");
+    await addDestination("batch-hook", { source: "batch-src", urls: [receiver.url("/gone")] });
+    for (const id of ["b-1", "b-2", "b-3"]) await send(key, { userId: "u3", event: "Batch", messageId: id });
+    const letters = await waitForDeadLetters("batch-hook", 3);
+    expect(letters.map((l) => l.body.messageId)).toEqual(["b-1", "b-2", "b-3"]);
+
+    await sleep(200);
+    expect(await replayDeadLetters(admin, { namespace: "default", destination: "batch-hook", sinceMs: 100 })).toEqual({ replayed: 0 });
+    expect(await replayDeadLetters(admin, { namespace: "default", destination: "batch-hook", limit: 2 })).toEqual({ replayed: 2 });
+    await receiver.waitFor("/gone", 5);
+    const after = await waitForDeadLetters("batch-hook", 3);
+    expect(after.map((l) => l.body.messageId)).toEqual(["b-3", "b-1", "b-2"]);
+    expect(after.map((l) => l.reason)).toEqual(["permanent_failure", "permanent_failure", "permanent_failure"]);
+    expect(await strayConsumers()).toEqual([]);
+  });
+
+  it("refuses to replay to a destination that has no consumer, leaving its dead letters alone", async () => {
+    await expect(replayDeadLetters(admin, { namespace: "default", destination: "nobody" })).rejects.toBeInstanceOf(ReplayTargetError);
+    await expect(replayDeadLetters(admin, { namespace: "default", destination: "x.>" })).rejects.toThrow(/not a DNS label/);
+    const result = cli("replay", "--destination", "nobody");
+    expect(result.status).toBe(1);
+    expect(result.stderr).toContain("default/nobody has no consumer");
+  });
+});
+
+describe("attempt history", () => {
+  it("readAttempts returns the 503 then the 200 of the replayed message; `trackhook attempts` prints them", async () => {
+    // Uses the message of the first replay test: one or two 503 attempts, dead-lettered, replayed, one 200.
+    const expected = receiver.requests("/flaky").length;
+    let records: AttemptRecord[] = [];
+    const deadline = Date.now() + 10_000;
+    while (records.length < expected && Date.now() < deadline) {
+      records = await collect(readAttempts(admin, { namespace: "default", destination: "flaky-hook", messageId: "replay-1" }));
+      if (records.length < expected) await sleep(100);
+    }
+    const failures = records.slice(0, -1).map((r) => [r.status, r.outcome]);
+    expect(failures.length).toBeGreaterThanOrEqual(1);
+    expect(failures).toEqual(failures.map(() => [503, "retry"]));
+    expect(records.map((r) => r.attempt)).toEqual([...failures.map((_, i) => i + 1), 1]); // the replayed copy starts over
+    expect(records.at(-1)).toMatchObject({ status: 200, outcome: "delivered" });
+    for (const r of records) expect(r).toMatchObject({ destination: "default/flaky-hook", url: receiver.url("/flaky"), messageId: "replay-1", latencyMs: expect.any(Number) });
+    expect(records[0]!.response).toBe("nope");
+    expect(records.map((r) => Date.parse(r.at))).toEqual(records.map((r) => Date.parse(r.at)).sort((a, b) => a - b));
+    // Another message's attempts are not included; without --message-id every message's are.
+    expect(await collect(readAttempts(admin, { namespace: "default", destination: "flaky-hook", messageId: "other" }))).toEqual([]);
+    expect(await collect(readAttempts(admin, { namespace: "default", destination: "steady-hook" }))).toEqual([
+      expect.objectContaining({ messageId: "replay-1", status: 200 }),
+    ]);
+
+    const table = cli("attempts", "--destination", "default/flaky-hook", "--message-id", "replay-1");
+    expect(table.status).toBe(0);
+    const lines = table.stdout.trimEnd().split("\n");
+    expect(lines[0]).toMatch(/^TIME\s+MESSAGE ID\s+ATTEMPT\s+URL\s+RESULT\s+LATENCY\s+RESPONSE$/);
+    expect(lines).toHaveLength(records.length + 1);
+    const url = receiver.url("/flaky");
+    expect(lines[1]).toMatch(new RegExp(`^\\S+Z\\s+replay-1\\s+1\\s+${url}\\s+503\\s+\\d+ ms\\s+nope$`));
+    expect(lines.at(-1)).toMatch(new RegExp(`^\\S+Z\\s+replay-1\\s+1\\s+${url}\\s+200\\s+\\d+ ms\\s+ok$`));
+
+    const json = cli("attempts", "--destination", "flaky-hook", "--message-id", "replay-1", "--json");
+    expect(json.status).toBe(0);
+    expect(json.stdout.trimEnd().split("\n").map((l) => JSON.parse(l) as AttemptRecord)).toEqual(records);
+
+    const none = cli("attempts", "--destination", "flaky-hook", "--message-id", "never-sent");
+    expect(none.status).toBe(0);
+    expect(none.stdout).toBe("");
+    expect(none.stderr).toContain("no attempts recorded");
+    expect(await strayConsumers()).toEqual([]);
+  });
+});
+
+describe("tail", () => {
+  it("yields the messages stored after it started, of the source asked for, until the signal fires", async () => {
+    const key = addSource("tail-src");
+    const otherKey = addSource("tail-other");
+    await send(key, { userId: "u4", event: "Before", messageId: "tail-before" });
+
+    const stop = new AbortController();
+    const messages = await tail(admin, { source: "tail-src", signal: stop.signal });
+    await send(otherKey, { userId: "u4", event: "Elsewhere", messageId: "tail-elsewhere" });
+    await send(key, { userId: "u4", event: "After", messageId: "tail-after" });
+
+    const seen: TailedMessage[] = [];
+    const reading = (async () => {
+      for await (const m of messages) {
+        seen.push(m);
+        stop.abort();
+      }
+    })();
+    await reading;
+    expect(seen).toEqual([
+      expect.objectContaining({ subject: "trackhook.events.default.tail-src.track", message: expect.objectContaining({ messageId: "tail-after", event: "After" }) }),
+    ]);
+    expect(await strayConsumers()).toEqual([]);
+  });
+
+  it("without a source, sees every source; an already-aborted signal yields nothing", async () => {
+    const key = addSource("tail-all");
+    const stop = new AbortController();
+    const messages = await tail(admin, { signal: stop.signal });
+    await send(key, { userId: "u5", event: "Any", messageId: "tail-any" });
+    const iterator = messages[Symbol.asyncIterator]();
+    const first = await iterator.next();
+    expect(first.value).toMatchObject({ subject: "trackhook.events.default.tail-all.track", message: { messageId: "tail-any" } });
+    stop.abort();
+    expect((await iterator.next()).done).toBe(true);
+
+    const aborted = new AbortController();
+    aborted.abort();
+    expect(await collect(await tail(admin, { signal: aborted.signal }))).toEqual([]);
+    expect(await strayConsumers()).toEqual([]);
+  });
+
+  it("`trackhook tail` prints one JSON line per message and stops on SIGINT", async () => {
+    const key = addSource("tail-cli");
+    const child = spawn(process.execPath, [CLI, "tail", "--source", "tail-cli", "--nats", nats.server.url], { cwd: root });
+    let stdout = "";
+    let stderr = "";
+    child.stdout.on("data", (c: Buffer) => (stdout += c.toString()));
+    child.stderr.on("data", (c: Buffer) => (stderr += c.toString()));
+    const exited = new Promise<number | null>((resolve) => child.on("exit", (code) => resolve(code)));
+    const until = async (check: () => boolean, what: string) => {
+      const deadline = Date.now() + 15_000;
+      while (!check()) {
+        if (Date.now() > deadline) throw new Error(`${what}; stderr: ${stderr}`);
+        await sleep(25);
+      }
+    };
+    try {
+      await until(() => stderr.includes("tailing"), "tail did not start");
+      await send(key, { userId: "u6", event: "Printed", messageId: "tail-cli-1" });
+      await until(() => stdout.includes("\n"), "no line printed");
+      const line = JSON.parse(stdout.split("\n")[0]!) as TailedMessage;
+      expect(line).toMatchObject({ subject: "trackhook.events.default.tail-cli.track", seq: expect.any(Number), time: expect.any(String), message: { messageId: "tail-cli-1", event: "Printed" } });
+      child.kill("SIGINT");
+      expect(await exited).toBe(0);
+    } finally {
+      child.kill("SIGKILL");
+    }
+    expect(await strayConsumers()).toEqual([]);
+  });
+});
