@@ -82,7 +82,14 @@ export class DestinationWorker {
   }
 
   async #handle(m: JsMsg): Promise<void> {
-    const message = m.json<DeliverableMessage>();
+    let message: DeliverableMessage;
+    try {
+      message = m.json<DeliverableMessage>();
+    } catch {
+      // Nothing can be sent for it, and retrying cannot help: keep it where a person can look.
+      await this.#deadLetter(m, "invalid_message", m.info.deliveryCount);
+      return;
+    }
     if (!routesTo(message, this.destination.name)) {
       this.#metrics.deliveries.inc({ destination: this.#label, outcome: "skipped", reason: "integrations" });
       m.ack();
@@ -111,7 +118,8 @@ export class DestinationWorker {
     }
     // The retry window counts from when the message was stored, not from the first attempt.
     const deadline = m.info.timestampNanos / 1e6 + this.destination.retryWindowMs;
-    const remaining = deadline - Date.now();
+    // Whole milliseconds, as backoffMs returns: a delay capped at the window's end then counts as reaching it.
+    const remaining = Math.floor(deadline - Date.now());
     const delay = outcome.retryAfterMs ?? backoffMs(attempt, remaining);
     if (remaining <= 0 || delay >= remaining) {
       await this.#deadLetter(m, "retry_window_exhausted", attempt, outcome);
@@ -155,14 +163,14 @@ export class DestinationWorker {
     );
   }
 
-  async #deadLetter(m: JsMsg, reason: string, attempts: number, last: AttemptOutcome): Promise<void> {
+  async #deadLetter(m: JsMsg, reason: string, attempts: number, last?: AttemptOutcome): Promise<void> {
     const h = natsHeaders();
     h.set("Trackhook-Reason", reason);
     h.set("Trackhook-Attempts", String(attempts));
     h.set("Trackhook-Destination", this.#label);
     h.set("Trackhook-Original-Subject", m.subject);
-    if ("status" in last && last.status !== undefined) h.set("Trackhook-Last-Status", String(last.status));
-    if ("error" in last && last.error) h.set("Trackhook-Last-Error", last.error);
+    if (last && "status" in last && last.status !== undefined) h.set("Trackhook-Last-Status", String(last.status));
+    if (last && "error" in last && last.error) h.set("Trackhook-Last-Error", last.error);
     try {
       // Keyed by the stream sequence: a crash between this and the ack stores it once, yet a
       // replayed copy (a new sequence) can be dead-lettered again.

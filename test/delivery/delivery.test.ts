@@ -228,6 +228,22 @@ describe("several URLs, retries and dead letters", () => {
   });
 });
 
+describe("a stored message that is not JSON", () => {
+  it("is dead-lettered as invalid_message instead of being redelivered forever", async () => {
+    await addDestination("garbled", { urls: [receiver.url("/garbled")] });
+    await nats.js.publish("trackhook.events.default.garbled.track", "not json {", { msgID: "garbled-1" });
+    const deadline = Date.now() + 10_000;
+    let m = null;
+    while (!m && Date.now() < deadline) {
+      m = await nats.jsm.streams.getMessage(DLQ_STREAM, { last_by_subj: "trackhook.dlq.default.garbled" }).catch(() => null);
+      if (!m) await new Promise((r) => setTimeout(r, 50));
+    }
+    expect(m?.header?.get("Trackhook-Reason")).toBe("invalid_message");
+    expect(m?.string()).toBe("not json {");
+    expect(receiver.requests("/garbled")).toHaveLength(0);
+  });
+});
+
 describe("TLS", () => {
   it("a self-signed HTTPS receiver gets no request, and the attempt record says tls_verification_failed", async () => {
     const dir = mkdtempSync(join(tmpdir(), "trackhook-tls-"));
