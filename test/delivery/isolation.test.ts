@@ -1,0 +1,255 @@
+// Isolation test (issue 3): a destination whose receiver never answers within its timeout must not
+// slow delivery to the others. One DeliveryService delivers two destinations on two sources; the
+// healthy one's throughput (messages/s from its first to its last arrival) is measured alone (the
+// dead destination disabled) and beside the dead one, which receives the same volume at the same
+// time. Both conditions alternate, several rounds each, and the best run of each counts.
+import { createServer, type Server, type ServerResponse } from "node:http";
+import { performance } from "node:perf_hooks";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import type { CompiledConfig } from "../../schema/mod.ts";
+import { compileConfig, staticConfig, type ConfigProvider } from "../../dataplane/config/mod.ts";
+import { DeliveryMetrics, DeliveryService, WebhookSender } from "../../dataplane/delivery/mod.ts";
+import { createLogger } from "../../dataplane/logging.ts";
+import { basic, startIngest, type IngestHarness } from "../harness/ingest.ts";
+import { randomName, startNats, type NatsHarness } from "../harness/nats.ts";
+
+/**
+ * Messages per measured run, sent as /v1/batch requests of BATCH messages: enough for a run of over
+ * a second, so it spans the dead destination's timeout (1 s) and the retry work that follows.
+ */
+const M = 10000;
+const BATCH = 100;
+/** Batch requests in flight at once, per source. */
+const SEND_CONCURRENCY = 4;
+const MIN_RATIO = 0.8;
+/** Each condition is measured this often and the best run counts: noise on a 2-core machine only ever slows a run down. */
+const ROUNDS = 5;
+
+/** A config the test changes while delivery runs. */
+class LiveConfig implements ConfigProvider {
+  #config: CompiledConfig = { sources: [], destinations: [] };
+  #listeners = new Set<(c: CompiledConfig) => void>();
+  current = () => this.#config;
+  subscribe(listener: (c: CompiledConfig) => void) {
+    this.#listeners.add(listener);
+    return () => this.#listeners.delete(listener);
+  }
+  set(config: CompiledConfig) {
+    this.#config = config;
+    for (const l of this.#listeners) l(config);
+  }
+  close() {}
+}
+
+/**
+ * A receiver lean enough not to be what is measured: answers 200 at once and notes when each
+ * message of the current run arrives (by the x-delivery-id header, no body parsing).
+ */
+class HealthyReceiver {
+  readonly server: Server;
+  /** messageId prefix of the run being measured, and the arrival times of its messages. */
+  run = "";
+  arrivals = new Map<string, number>();
+  total = 0;
+
+  constructor() {
+    this.server = createServer((req, res) => {
+      req.on("data", () => {});
+      req.on("end", () => {
+        this.total++;
+        const deliveryId = String(req.headers["x-delivery-id"] ?? "");
+        const id = deliveryId.slice(deliveryId.lastIndexOf("/") + 1);
+        if (this.run && id.startsWith(this.run) && !this.arrivals.has(id)) this.arrivals.set(id, performance.now());
+        res.writeHead(200, { "content-length": "2" }).end("ok");
+      });
+    });
+  }
+}
+
+/** Accepts every request and never answers: each attempt ends in the sender's timeout. */
+class DeadReceiver {
+  readonly server: Server;
+  requests = 0;
+  /** Requests the sender gave up on (its timeout closed the connection). */
+  abandoned = 0;
+  readonly #held = new Set<ServerResponse>();
+
+  constructor() {
+    this.server = createServer((req, res) => {
+      this.requests++;
+      req.resume();
+      this.#held.add(res);
+      res.on("close", () => {
+        this.#held.delete(res);
+        this.abandoned++;
+      });
+    });
+  }
+}
+
+async function listen(server: Server): Promise<string> {
+  await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
+  return `http://127.0.0.1:${(server.address() as { port: number }).port}/hook`;
+}
+
+async function close(server: Server): Promise<void> {
+  server.closeAllConnections();
+  await new Promise<void>((resolve) => server.close(() => resolve()));
+}
+
+const RUN = randomName("iso");
+const sleep = (ms: number) => new Promise<void>((r) => setTimeout(r, ms));
+
+let nats: NatsHarness;
+let ingest: IngestHarness;
+let service: DeliveryService;
+let sender: WebhookSender;
+const healthy = new HealthyReceiver();
+const dead = new DeadReceiver();
+const config = new LiveConfig();
+let withDead: CompiledConfig;
+let healthyOnly: CompiledConfig;
+
+function documents(healthyUrl: string, deadUrl: string) {
+  const secret = { apiVersion: "v1", kind: "Secret", metadata: { name: "keys" }, stringData: { healthy: `key-healthy-${RUN}`, dead: `key-dead-${RUN}` } };
+  const source = (name: string) => ({
+    apiVersion: "trackhook.io/v1alpha1", kind: "Source", metadata: { name }, spec: { writeKeySecretRef: { name: "keys", key: name } },
+  });
+  const destination = (name: string, url: string, timeout: string) => ({
+    apiVersion: "trackhook.io/v1alpha1", kind: "WebhookDestination", metadata: { name }, spec: { sources: [name], urls: [url], timeout },
+  });
+  return {
+    sources: [secret, source("healthy"), source("dead")],
+    healthy: destination("healthy", healthyUrl, "5s"),
+    // Its receiver holds every request: each attempt takes the whole (short) timeout, then is retried.
+    dead: destination("dead", deadUrl, "1s"),
+  };
+}
+
+const compile = (docs: unknown[]) => compileConfig(docs.map((body, i) => ({ origin: `test document ${i + 1}`, body: structuredClone(body) })));
+
+beforeAll(async () => {
+  const docs = documents(await listen(healthy.server), await listen(dead.server));
+  healthyOnly = compile([...docs.sources, docs.healthy]);
+  withDead = compile([...docs.sources, docs.healthy, docs.dead]);
+  nats = await startNats();
+  ingest = await startIngest(nats, { config: staticConfig(withDead) });
+  sender = new WebhookSender({ allowPrivateNetworks: true, userAgent: "trackhook/test" });
+  config.set(healthyOnly);
+  service = await DeliveryService.start({
+    nc: await nats.connect(), config, sender, log: createLogger({ level: "silent" }), metrics: new DeliveryMetrics({ defaultMetrics: false }),
+  });
+});
+
+afterAll(async () => {
+  // The dead receiver's held requests end with its connections, so stopping never waits on them.
+  await close(dead.server);
+  await service?.stop();
+  await sender?.close();
+  await close(healthy.server);
+  await ingest?.close();
+  await nats?.stop();
+});
+
+/** Sends `count` track messages of one source as /v1/batch requests, SEND_CONCURRENCY at a time. */
+async function sendBatches(source: "healthy" | "dead", prefix: string, count: number): Promise<void> {
+  const batches = Array.from({ length: Math.ceil(count / BATCH) }, (_, b) =>
+    Array.from({ length: Math.min(BATCH, count - b * BATCH) }, (_, i) => ({
+      type: "track", userId: `user-${b}`, event: "Isolation", messageId: `${prefix}-${b * BATCH + i}`, properties: { n: b * BATCH + i },
+    })),
+  );
+  let next = 0;
+  const client = async () => {
+    while (next < batches.length) {
+      const batch = batches[next++]!;
+      const res = await fetch(`${ingest.url}/v1/batch`, {
+        method: "POST",
+        headers: { "content-type": "application/json", authorization: basic(`key-${source}-${RUN}`) },
+        body: JSON.stringify({ batch }),
+      });
+      const text = await res.text();
+      if (res.status !== 200) throw new Error(`/v1/batch for ${source}: ${res.status} ${text}`);
+    }
+  };
+  await Promise.all(Array.from({ length: SEND_CONCURRENCY }, client));
+}
+
+async function waitForDestination(name: string, present: boolean): Promise<void> {
+  const deadline = Date.now() + 10_000;
+  while (service.destinations.includes(`default/${name}`) !== present) {
+    if (Date.now() > deadline) throw new Error(`destination ${name} did not ${present ? "start" : "stop"}`);
+    await sleep(20);
+  }
+}
+
+/**
+ * One measured run: M messages to the healthy source and, at the same time, M to the dead source;
+ * the healthy destination's messages/s from first to last arrival. The dead source gets its
+ * messages in both conditions, so the ingest (in this process too) does the same work in both and
+ * the only difference is whether the dead destination is delivering them.
+ */
+async function measure(label: string, besideDead: boolean): Promise<number> {
+  const prefix = `${RUN}-${label}`;
+  healthy.run = prefix;
+  healthy.arrivals = new Map();
+  const deadBefore = { requests: dead.requests, abandoned: dead.abandoned };
+  await Promise.all([sendBatches("healthy", prefix, M), sendBatches("dead", `${prefix}-dead`, M)]);
+  const deadline = Date.now() + 30_000;
+  while (healthy.arrivals.size < M) {
+    if (Date.now() > deadline) throw new Error(`${label}: ${healthy.arrivals.size} of ${M} messages arrived within 30 s`);
+    await sleep(10);
+  }
+  const times = [...healthy.arrivals.values()];
+  const seconds = (Math.max(...times) - Math.min(...times)) / 1000;
+  const rate = (M - 1) / seconds;
+  console.log(
+    `isolation ${label}: ${M} messages in ${(seconds * 1000).toFixed(0)} ms = ${rate.toFixed(0)} messages/s` +
+      (besideDead
+        ? ` (meanwhile the dead receiver got ${dead.requests - deadBefore.requests} new requests and saw ${dead.abandoned - deadBefore.abandoned} given up after the timeout)`
+        : ""),
+  );
+  healthy.run = "";
+  return rate;
+}
+
+describe("a dead destination beside a healthy one", () => {
+  it(`leaves the healthy destination's throughput within ${Math.round((1 - MIN_RATIO) * 100)}% of its throughput alone`, { timeout: 90_000 }, async () => {
+    await waitForDestination("healthy", true);
+    // Warm-up: connections, JIT, the stream's first blocks.
+    await measure("warmup", false);
+
+    // Alternate the two conditions so slow drift (GC, the growing stream) hits both alike.
+    const alone: number[] = [];
+    const beside: number[] = [];
+    for (let round = 1; round <= ROUNDS; round++) {
+      config.set(healthyOnly);
+      await waitForDestination("dead", false);
+      alone.push(await measure(`alone-${round}`, false));
+
+      config.set(withDead);
+      await waitForDestination("dead", true);
+      // Fill the dead destination's window first, so every measured message competes with held requests.
+      const held = dead.requests;
+      await sendBatches("dead", `${RUN}-prime-${round}`, BATCH);
+      const deadline = Date.now() + 10_000;
+      while (dead.requests - held < 50) {
+        if (Date.now() > deadline) throw new Error(`the dead destination did not start sending (${dead.requests - held} requests)`);
+        await sleep(10);
+      }
+      beside.push(await measure(`beside-dead-${round}`, true));
+    }
+
+    const bestAlone = Math.max(...alone);
+    const bestBeside = Math.max(...beside);
+    const ratio = bestBeside / bestAlone;
+    console.log(
+      `isolation: healthy destination alone ${bestAlone.toFixed(0)} messages/s (runs ${alone.map((r) => r.toFixed(0)).join(", ")}), ` +
+        `beside a dead destination ${bestBeside.toFixed(0)} messages/s (runs ${beside.map((r) => r.toFixed(0)).join(", ")}); ` +
+        `ratio ${ratio.toFixed(2)} (must be >= ${MIN_RATIO}); the dead receiver got ${dead.requests} requests, answered none, and saw ${dead.abandoned} given up`,
+    );
+    // The dead destination really was trying (and timing out) while the healthy one was measured.
+    expect(dead.requests).toBeGreaterThanOrEqual(ROUNDS * 50);
+    expect(dead.abandoned).toBeGreaterThan(0);
+    expect(ratio).toBeGreaterThanOrEqual(MIN_RATIO);
+  });
+});
