@@ -17,13 +17,19 @@ export interface RunningDelivery {
 }
 
 /** Starts delivery; shared by `deliver` and `dev`. */
-export async function startDelivery(args: { nc: NatsConnection; config: ConfigProvider; log: Logger; allowPrivateNetworks: boolean }): Promise<RunningDelivery> {
+export async function startDelivery(args: {
+  nc: NatsConnection;
+  config: ConfigProvider;
+  log: Logger;
+  allowPrivateNetworks: boolean;
+  maxInFlight?: number;
+}): Promise<RunningDelivery> {
   if (args.allowPrivateNetworks) {
     args.log.warn("private networks are ALLOWED: webhooks may reach loopback, private and metadata addresses (fine on a laptop, not in production)");
   }
   const sender = new WebhookSender({ allowPrivateNetworks: args.allowPrivateNetworks, userAgent: `trackhook/${VERSION}` });
   const metrics = new DeliveryMetrics();
-  const service = await DeliveryService.start({ nc: args.nc, config: args.config, sender, log: args.log, metrics });
+  const service = await DeliveryService.start({ nc: args.nc, config: args.config, sender, log: args.log, metrics, ...(args.maxInFlight ? { maxInFlight: args.maxInFlight } : {}) });
   return {
     service,
     metrics,
@@ -42,12 +48,13 @@ export const deliverCommand: Command = {
   --config <file|dir>        Source, WebhookDestination and Secret documents (reloaded on change)
   --nats <url>               NATS server URL(s), comma-separated (or TRACKHOOK_NATS_URL)
   --allow-private-networks   let webhooks reach loopback, private, link-local and metadata addresses
+  --max-in-flight <n>        messages in delivery at once in this process, all destinations (default 1000)
   --port <n>                 port of /healthz, /readyz and /metrics (default 8081)
   --host <addr>              their listen address (default 0.0.0.0)
   --log-level <level>        trace, debug, info, warn, error (default info)`,
   flags: {
     config: { type: "string" }, nats: { type: "string" }, "allow-private-networks": { type: "boolean" },
-    port: { type: "string" }, host: { type: "string" }, "log-level": { type: "string" },
+    port: { type: "string" }, host: { type: "string" }, "log-level": { type: "string" }, "max-in-flight": { type: "string" },
   },
   async run(values) {
     const natsUrl = values.nats ?? process.env.TRACKHOOK_NATS_URL;
@@ -57,7 +64,8 @@ export const deliverCommand: Command = {
     const config = new FileConfigProvider(values.config, log);
     const nc = await connectNats({ servers: natsUrl, name: "trackhook-deliver", log });
     const port = integerFlag("port", values.port ?? "8081", 0, 65535);
-    const delivery = await startDelivery({ nc, config, log, allowPrivateNetworks: Boolean(values["allow-private-networks"] as unknown) });
+    const maxInFlight = integerFlag("max-in-flight", values["max-in-flight"] ?? "1000", 1, 100_000);
+    const delivery = await startDelivery({ nc, config, log, maxInFlight, allowPrivateNetworks: Boolean(values["allow-private-networks"] as unknown) });
     const ops = buildOpsServer({ registry: delivery.metrics.registry, ready: () => delivery.service.ready() });
     const address = await ops.listen({ host: values.host ?? "0.0.0.0", port });
     log.info({ address, destinations: delivery.service.destinations }, "delivery running (health, readiness and metrics on this address)");

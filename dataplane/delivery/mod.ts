@@ -5,7 +5,8 @@ export { webhookBody, xSignature, standardWebhookHeaders, type DeliverableMessag
 export { classifyStatus, parseRetryAfter, combine, backoffMs, RETRY_AFTER_BOUNDS_MS, type AttemptOutcome, type DeliveryErrorCode } from "./outcome.ts";
 export { isForbiddenAddress, guardedLookup, checkUrlHost, PrivateAddressError } from "./ssrf.ts";
 export { WebhookSender, type SenderOptions, type SendRequest, type SendResult } from "./sender.ts";
-export { DeliveryService, type DeliveryServiceDeps } from "./service.ts";
+export { DeliveryService, DEFAULT_PROCESS_MAX_IN_FLIGHT, type DeliveryServiceDeps } from "./service.ts";
+export { ConcurrencyLimit } from "./limit.ts";
 export { DestinationWorker, DELIVERY_ID_HEADER, type AttemptRecord, type WebhookSending } from "./worker.ts";
 export { DeliveryMetrics } from "./metrics.ts";
 export { ensureDestinationConsumer, removeStaleConsumers, destinationConsumerConfig, ackWaitMs } from "./consumers.ts";

@@ -10,6 +10,10 @@ import { DLQ_STREAM, EVENTS_STREAM, attemptsStreamConfig, consumerName, dlqStrea
 import { ensureDestinationConsumer, removeStaleConsumers } from "./consumers.ts";
 import type { DeliveryBacklog, DeliveryMetrics } from "./metrics.ts";
 import { DestinationWorker, type WebhookSending } from "./worker.ts";
+import { ConcurrencyLimit } from "./limit.ts";
+
+/** Default process-wide bound on messages in delivery, across all destinations. */
+export const DEFAULT_PROCESS_MAX_IN_FLIGHT = 1000;
 
 export interface DeliveryServiceDeps {
   nc: NatsConnection;
@@ -17,12 +21,15 @@ export interface DeliveryServiceDeps {
   sender: WebhookSending;
   log: Logger;
   metrics: DeliveryMetrics;
+  /** Messages in delivery at once in this process, all destinations together (default 1000). */
+  maxInFlight?: number;
 }
 
 export class DeliveryService {
   readonly #deps: DeliveryServiceDeps;
   readonly #jsm: JetStreamManager;
   readonly #workers = new Map<string, DestinationWorker>();
+  readonly #limit: ConcurrencyLimit;
   /** Config changes are applied one after another, never interleaved. */
   #applying: Promise<void> = Promise.resolve();
   #unsubscribe: () => void = () => {};
@@ -30,6 +37,7 @@ export class DeliveryService {
   private constructor(deps: DeliveryServiceDeps, jsm: JetStreamManager) {
     this.#deps = deps;
     this.#jsm = jsm;
+    this.#limit = new ConcurrencyLimit(deps.maxInFlight ?? DEFAULT_PROCESS_MAX_IN_FLIGHT);
   }
 
   static async start(deps: DeliveryServiceDeps): Promise<DeliveryService> {
@@ -92,7 +100,7 @@ export class DeliveryService {
     for (const [key, destination] of wanted) {
       keep.add(await ensureDestinationConsumer(this.#jsm, destination));
       if (this.#workers.has(key)) continue;
-      const worker = new DestinationWorker(jetstream(nc), destination, sender, log, metrics);
+      const worker = new DestinationWorker(jetstream(nc), destination, sender, log, metrics, this.#limit);
       await worker.start();
       this.#workers.set(key, worker);
       log.info({ destination: key, urls: destination.urls.length, sources: destination.sources }, "delivering");

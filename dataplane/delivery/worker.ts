@@ -11,6 +11,7 @@ import { type AttemptOutcome, backoffMs, combine } from "./outcome.ts";
 import { standardWebhookHeaders, webhookBody, xSignature, type DeliverableMessage } from "./payload.ts";
 import { routesTo } from "./routing.ts";
 import type { DeliveryMetrics } from "./metrics.ts";
+import type { ConcurrencyLimit } from "./limit.ts";
 
 /** What the worker needs of an HTTP sender (dataplane/delivery/sender.ts). */
 export interface WebhookSending {
@@ -46,13 +47,15 @@ export class DestinationWorker {
   readonly #log: Logger;
   readonly #metrics: DeliveryMetrics;
   readonly #label: string;
+  readonly #limit: ConcurrencyLimit;
   readonly #inFlight = new Set<Promise<void>>();
   /** URLs that failed for good, per stream sequence: not tried again on a retry (in memory only). */
   readonly #deadUrls = new Map<number, Set<string>>();
   #messages: ConsumerMessages | undefined;
   #loop: Promise<void> | undefined;
 
-  constructor(js: JetStreamClient, destination: CompiledDestination, sender: WebhookSending, log: Logger, metrics: DeliveryMetrics) {
+  constructor(js: JetStreamClient, destination: CompiledDestination, sender: WebhookSending, log: Logger, metrics: DeliveryMetrics, limit: ConcurrencyLimit) {
+    this.#limit = limit;
     this.#js = js;
     this.destination = destination;
     this.#sender = sender;
@@ -67,7 +70,11 @@ export class DestinationWorker {
     this.#messages = await consumer.consume({ max_messages: Math.min(this.destination.maxInFlight, 256) });
     this.#loop = (async () => {
       for await (const m of this.#messages!) {
-        const work = this.#handle(m).catch((err: unknown) => this.#log.error({ err, seq: m.seq }, "delivery failed unexpectedly; the message will be redelivered"));
+        // Waiting for a process-wide slot pauses this destination's pulling (backpressure).
+        await this.#limit.acquire();
+        const work = this.#handle(m)
+          .catch((err: unknown) => this.#log.error({ err, seq: m.seq }, "delivery failed unexpectedly; the message will be redelivered"))
+          .finally(() => this.#limit.release());
         this.#inFlight.add(work);
         void work.finally(() => this.#inFlight.delete(work));
       }
