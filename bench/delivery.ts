@@ -1,0 +1,758 @@
+// Delivery benchmark (not a test): prints a report, writes bench/results/delivery-latest.json, exits 0.
+//
+//   npm run bench:delivery                     # or: node bench/delivery.ts [options]
+//   node bench/delivery.ts --cpu-prof          # also profiles the deliver process: top frames per phase
+//   node bench/delivery.ts --concurrency 256   # the destination's maxInFlight, and the ceiling's connections
+//   node bench/delivery.ts --deliver-node-options="--max-semi-space-size=32"   # try V8 flags on deliver
+//   node bench/delivery.ts --cli /tmp/other-build/dist/cli/main.js            # compare another build
+//
+// Needs a build (`npm run build`: ingest and deliver run as `node dist/cli/main.js ...` with the
+// node flags of its shebang) and nats-server (.tools/bin or PATH). Everything listens on
+// 127.0.0.1; the webhook receiver is bench/receiver.ts, a bare node:http server in its own process
+// that answers 200 at once and notes each arrival. In one run it measures:
+//   C  ceiling: bare undici POSTs (a keep-alive Pool, `concurrency` connections) of the bodies and
+//      headers delivery sends, to the receiver, closed loop at `concurrency` in flight
+//   S  diagnostic: trackhook's WebhookSender alone (same requests, this process, no NATS)
+//   1  delivery throughput: `trackhook deliver` (maxInFlight = concurrency) drains a backlog of
+//      `backlog` messages published straight to TRACKHOOK_EVENTS while it was paused (SIGSTOP);
+//      messages/s = first-to-last arrival at the receiver, which must see each message once
+//   2  end-to-end latency: `trackhook ingest` takes single /v1/track requests open loop at `rate`/s;
+//      latency = the receiver's arrival time minus the moment the bench got the ingest's 200
+//   3  peak RSS of the deliver process (VmHWM, and the max of sampled VmRSS)
+// CPU use of every process is sampled per phase from /proc, to show who is the bottleneck. On a
+// small machine the receiver, deliver and nats-server share the cores: read the "other" column
+// (anything else running on the machine) before trusting a run.
+import { type ChildProcess } from "node:child_process";
+import { copyFileSync, existsSync, mkdirSync, readdirSync, statSync, writeFileSync } from "node:fs";
+import { cpus } from "node:os";
+import { join } from "node:path";
+import { monitorEventLoopDelay } from "node:perf_hooks";
+import { parseArgs } from "node:util";
+import { jetstream, jetstreamManager, type JetStreamClient, type JetStreamManager } from "@nats-io/jetstream";
+import { connect, type NatsConnection } from "@nats-io/transport-node";
+import { Pool } from "undici";
+import { xSignature, webhookBody, type DeliverableMessage } from "../dataplane/delivery/payload.ts";
+import { WebhookSender } from "../dataplane/delivery/sender.ts";
+import { enrich } from "../dataplane/ingest/enrich.ts";
+import { ATTEMPTS_STREAM, DLQ_STREAM, EVENTS_STREAM, consumerName, eventMsgId, eventSubject } from "../dataplane/nats/mod.ts";
+import { VERSION } from "../dataplane/version.ts";
+import {
+  RESULTS_DIR, ROOT, cpuText, fmt, gitCommit, log, monotonicUs, percentiles, printProfile, printTable, procStatusKB, round,
+  runBench, shippedNodeFlags, sleep, spawnUntil, startNats, stopChild, summarizeProfile, tempDir, usPer, verdict, waitForQuiet,
+  wallMs, withCpu, type PhaseWindow, type Pids, type ProfileSummary,
+} from "./lib.ts";
+
+const RECEIVER = join(ROOT, "bench", "receiver.ts");
+
+const { values: flags } = parseArgs({
+  options: {
+    backlog: { type: "string", default: "20000" },
+    warmup: { type: "string", default: "3000" },
+    concurrency: { type: "string", default: "100" },
+    rate: { type: "string", default: "500" },
+    "latency-s": { type: "string", default: "10" },
+    "publish-live": { type: "boolean", default: false },
+    "cpu-prof": { type: "boolean", default: false },
+    "deliver-node-options": { type: "string", default: "" },
+    cli: { type: "string", default: "" },
+    help: { type: "boolean", short: "h", default: false },
+  },
+});
+if (flags.help) {
+  process.stdout.write(`Usage: node bench/delivery.ts [--backlog 20000] [--warmup 3000] [--concurrency 100] [--rate 500] [--latency-s 10]
+       [--publish-live]        publish the backlog while deliver runs (default: deliver is paused with SIGSTOP meanwhile)
+       [--cpu-prof]            profile the deliver process (bench/results/delivery-latest.cpuprofile, top frames per phase)
+       [--deliver-node-options="--max-old-space-size=128"]   (extra node flags for the deliver process)
+       [--cli <path to cli/main.js>]                         (another build; default dist/cli/main.js)\n`);
+  process.exit(0);
+}
+const num = (name: keyof typeof flags) => {
+  const n = Number(flags[name]);
+  if (!Number.isFinite(n) || n <= 0) throw new Error(`--${name} must be a positive number`);
+  return n;
+};
+const P = {
+  backlog: Math.floor(num("backlog")),
+  warmup: Math.floor(num("warmup")),
+  concurrency: Math.floor(num("concurrency")),
+  rate: num("rate"),
+  latencyMs: num("latency-s") * 1000,
+  publishLive: flags["publish-live"] === true,
+  cpuProf: flags["cpu-prof"] === true,
+  cli: flags.cli || join(ROOT, "dist", "cli", "main.js"),
+  deliverNodeOptions: (flags["deliver-node-options"] ?? "").split(/\s+/).filter(Boolean),
+};
+
+const TARGETS = { ratio: 0.7, p99Ms: 100 };
+/** Before starting, wait up to QUIET_WAIT_S seconds for the machine to be under QUIET_BUSY_PCT CPU. */
+const QUIET_WAIT_S = 30;
+const QUIET_BUSY_PCT = 20;
+/** ... and again, shorter, before the delivery phase. */
+const QUIET_PHASE_WAIT_S = 15;
+/** A phase waiting for arrivals gives up after this long without one, or this long in all. */
+const STALL_MS = 10_000;
+const DRAIN_LIMIT_MS = 60_000;
+
+// ---------------------------------------------------------------------------------------------
+// Messages: the ~300-byte track events of bench/ingest.ts, stored as the ingest stores them.
+
+const NAMESPACE = "default";
+const SOURCE = "website";
+const DESTINATION = "bench";
+const WRITE_KEY = "bench-write-key";
+const SHARED_SECRET = "bench-signing-secret";
+const AUTH = `Basic ${Buffer.from(`${WRITE_KEY}:`).toString("base64")}`;
+const SUBJECT = eventSubject(NAMESPACE, SOURCE, "track");
+const RUN = Math.random().toString(36).slice(2, 8);
+let sequence = 0;
+
+function nextMessageId(): string {
+  return `bench-${RUN}-${(sequence++).toString(36).padStart(8, "0")}`;
+}
+
+function trackEvent(messageId: string): string {
+  const n = sequence % 100_000;
+  return (
+    `{"type":"track","event":"Order Completed","userId":"user-${n}","messageId":"${messageId}",` +
+    `"timestamp":"2026-01-15T10:00:00.000Z","properties":{"orderId":"order-${n}","revenue":42.5,` +
+    `"currency":"EUR","products":3},"context":{"library":{"name":"analytics-node",` +
+    `"version":"3.1.0"},"ip":"203.0.113.7"}}`
+  );
+}
+
+/** The message as the ingest stores it in TRACKHOOK_EVENTS (enriched: receivedAt, timestamps, ...). */
+function storedMessage(messageId: string): string {
+  return JSON.stringify(enrich(JSON.parse(trackEvent(messageId)) as Record<string, unknown>, "track", { receivedAt: new Date(), ip: () => "127.0.0.1" }));
+}
+
+const deliveryId = (messageId: string) => `${NAMESPACE}/${DESTINATION}/${messageId}`;
+
+/** What `trackhook deliver` POSTs for a stored message: the same body bytes and headers. */
+function webhookRequest(stored: string): { body: Buffer; headers: Record<string, string> } {
+  const message = JSON.parse(stored) as DeliverableMessage;
+  const body = webhookBody(message);
+  return {
+    body,
+    headers: {
+      "user-agent": `trackhook/${VERSION}`,
+      "x-delivery-id": deliveryId(message.messageId),
+      "x-signature": xSignature(body, SHARED_SECRET),
+      "content-type": "application/json",
+    },
+  };
+}
+
+const EVENT_BYTES = Buffer.byteLength(trackEvent("bench-xxxxxx-00000000"));
+const STORED_BYTES = Buffer.byteLength(storedMessage("bench-xxxxxx-00000000"));
+const BODY_BYTES = webhookRequest(storedMessage("bench-xxxxxx-00000000")).body.length;
+
+function configYaml(receiverUrl: string): string {
+  return `apiVersion: v1
+kind: Secret
+metadata: { name: bench-keys }
+stringData: { writeKey: ${WRITE_KEY}, signing: ${SHARED_SECRET} }
+---
+apiVersion: trackhook.io/v1alpha1
+kind: Source
+metadata: { name: ${SOURCE} }
+spec:
+  writeKeySecretRef: { name: bench-keys, key: writeKey }
+---
+apiVersion: trackhook.io/v1alpha1
+kind: WebhookDestination
+metadata: { name: ${DESTINATION} }
+spec:
+  sources: [${SOURCE}]
+  urls: ["${receiverUrl}"]
+  sharedSecretRef: { name: bench-keys, key: signing }
+  maxInFlight: ${P.concurrency}
+`;
+}
+
+// ---------------------------------------------------------------------------------------------
+// The receiver child (bench/receiver.ts), queried over IPC.
+
+interface ReceiverStats {
+  count: number;
+  distinct: number;
+  /** First and last arrival, wall-clock ms; null when nothing arrived. */
+  first: number | null;
+  last: number | null;
+  unlabelled: number;
+  arrivals?: Array<[string, number]>;
+}
+
+class ReceiverClient {
+  readonly child: ChildProcess;
+  readonly url: string;
+  #next = 0;
+  readonly #pending = new Map<number, (reply: Record<string, unknown>) => void>();
+
+  constructor(child: ChildProcess, url: string) {
+    this.child = child;
+    this.url = url;
+    child.on("message", (reply: Record<string, unknown> & { id: number }) => {
+      this.#pending.get(reply.id)?.(reply);
+      this.#pending.delete(reply.id);
+    });
+  }
+
+  #query<T>(cmd: string, extra: Record<string, unknown> = {}): Promise<T> {
+    const id = this.#next++;
+    return new Promise<T>((resolve) => {
+      this.#pending.set(id, (reply) => resolve(reply as T));
+      this.child.send({ id, cmd, ...extra });
+    });
+  }
+
+  reset(): Promise<unknown> {
+    return this.#query("reset");
+  }
+
+  async count(): Promise<number> {
+    return (await this.#query<{ count: number }>("count")).count;
+  }
+
+  stats(arrivals = false): Promise<ReceiverStats> {
+    return this.#query<ReceiverStats>("stats", { arrivals });
+  }
+
+  /** Waits until `target` requests arrived, or STALL_MS passed without one, or DRAIN_LIMIT_MS in all. */
+  async waitFor(target: number): Promise<{ count: number; complete: boolean }> {
+    const start = performance.now();
+    let last = -1;
+    let lastChange = start;
+    for (;;) {
+      const count = await this.count();
+      const now = performance.now();
+      if (count >= target) return { count, complete: true };
+      if (count !== last) {
+        last = count;
+        lastChange = now;
+      }
+      if (now - lastChange > STALL_MS || now - start > DRAIN_LIMIT_MS) return { count, complete: false };
+      await sleep(20);
+    }
+  }
+}
+
+/** Messages per second from first to last arrival (the first one opens the interval). */
+const arrivalRate = (s: ReceiverStats) => (s.first !== null && s.last !== null && s.count > 1 ? ((s.count - 1) / (s.last - s.first)) * 1000 : NaN);
+
+// ---------------------------------------------------------------------------------------------
+// Phases.
+
+interface CeilingResult {
+  sent: number;
+  ok: number;
+  failures: number;
+  firstError?: string;
+  /** From the bench's first send to its last answer. */
+  clientPerSecond: number;
+}
+
+/** Bare undici: `concurrency` requests in flight over as many keep-alive connections. */
+async function ceiling(receiver: ReceiverClient, requests: Array<{ body: Buffer; headers: Record<string, string> }>): Promise<CeilingResult> {
+  const origin = new URL(receiver.url);
+  const pool = new Pool(origin.origin, { connections: P.concurrency, pipelining: 1, keepAliveTimeout: 60_000 });
+  const r: CeilingResult = { sent: 0, ok: 0, failures: 0, clientPerSecond: 0 };
+  let next = 0;
+  const start = performance.now();
+  const worker = async () => {
+    while (next < requests.length) {
+      const { body, headers } = requests[next++]!;
+      r.sent++;
+      try {
+        const res = await pool.request({ method: "POST", path: origin.pathname, headers, body });
+        await res.body.dump();
+        if (res.statusCode === 200) r.ok++;
+        else r.firstError ??= `status ${res.statusCode}`;
+      } catch (err) {
+        r.failures++;
+        r.firstError ??= (err as Error).message;
+      }
+    }
+  };
+  await Promise.all(Array.from({ length: P.concurrency }, worker));
+  r.clientPerSecond = (r.sent / (performance.now() - start)) * 1000;
+  await pool.close();
+  return r;
+}
+
+/**
+ * trackhook's own HTTP client (WebhookSender, as deliver uses it) in this process, without NATS:
+ * what the sender costs beyond bare undici, apart from the rest of delivery.
+ */
+async function senderAlone(receiver: ReceiverClient, requests: Array<{ body: Buffer; headers: Record<string, string> }>): Promise<{ sent: number; delivered: number; firstOutcome?: string }> {
+  const sender = new WebhookSender({ allowPrivateNetworks: true, userAgent: `trackhook/${VERSION}` });
+  let next = 0;
+  let delivered = 0;
+  let firstOutcome: string | undefined;
+  const worker = async () => {
+    while (next < requests.length) {
+      const { body, headers } = requests[next++]!;
+      const r = await sender.send({ url: receiver.url, body, headers, timeoutMs: 5000 });
+      if (r.outcome.kind === "delivered") delivered++;
+      else firstOutcome ??= JSON.stringify(r.outcome);
+    }
+  };
+  await Promise.all(Array.from({ length: P.concurrency }, worker));
+  await sender.close();
+  return { sent: requests.length, delivered, ...(firstOutcome ? { firstOutcome } : {}) };
+}
+
+/** Publishes pre-built stored messages straight to JetStream, a window of 256 in flight. */
+async function publishAll(js: JetStreamClient, messages: Array<{ messageId: string; data: string }>): Promise<{ published: number; failures: number; perSecond: number; firstError?: string }> {
+  let next = 0;
+  let published = 0;
+  let failures = 0;
+  let firstError: string | undefined;
+  const start = performance.now();
+  const slot = async () => {
+    while (next < messages.length) {
+      const m = messages[next++]!;
+      try {
+        await js.publish(SUBJECT, m.data, { msgID: eventMsgId(NAMESPACE, SOURCE, m.messageId), expect: { streamName: EVENTS_STREAM }, timeout: 10_000 });
+        published++;
+      } catch (err) {
+        failures++;
+        firstError ??= (err as Error).message;
+      }
+    }
+  };
+  await Promise.all(Array.from({ length: 256 }, slot));
+  return { published, failures, perSecond: (published / (performance.now() - start)) * 1000, ...(firstError ? { firstError } : {}) };
+}
+
+function backlogMessages(n: number): Array<{ messageId: string; data: string }> {
+  return Array.from({ length: n }, () => {
+    const messageId = nextMessageId();
+    return { messageId, data: storedMessage(messageId) };
+  });
+}
+
+interface LatencyRun {
+  targetRate: number;
+  achievedRate: number;
+  sent: number;
+  ok: number;
+  statuses: Record<string, number>;
+  /** messageId -> wall-clock ms at which the request was sent and the ingest's 200 arrived. */
+  okAt: Map<string, { sent: number; at: number }>;
+  /** The ingest's answer time, from send. */
+  ingest: ReturnType<typeof percentiles>;
+  benchLoopDelay: { p99: number; max: number };
+}
+
+/** Open loop: request i is due at start + i/rate whatever happened to the others. */
+async function openLoop(ingestUrl: string): Promise<LatencyRun> {
+  const pool = new Pool(ingestUrl, { connections: 64, pipelining: 1, keepAliveTimeout: 60_000 });
+  const headers = { "content-type": "application/json", authorization: AUTH };
+  const interval = 1000 / P.rate;
+  const total = Math.max(1, Math.floor((P.rate * P.latencyMs) / 1000));
+  const okAt = new Map<string, { sent: number; at: number }>();
+  const answerMs: number[] = [];
+  const statuses: Record<string, number> = {};
+  const inFlight = new Set<Promise<void>>();
+  const send = () => {
+    const messageId = nextMessageId();
+    const body = trackEvent(messageId);
+    const sent = performance.now();
+    const sentWall = wallMs();
+    const p = pool
+      .request({ method: "POST", path: "/v1/track", headers, body })
+      .then(async (res) => {
+        const at = wallMs();
+        if (res.statusCode === 200) okAt.set(messageId, { sent: sentWall, at });
+        answerMs.push(performance.now() - sent);
+        await res.body.dump();
+        return String(res.statusCode);
+      })
+      .catch(() => "error")
+      .then((status) => {
+        statuses[status] = (statuses[status] ?? 0) + 1;
+        inFlight.delete(p);
+      });
+    inFlight.add(p);
+  };
+  const loop = monitorEventLoopDelay({ resolution: 1 });
+  loop.enable();
+  const start = performance.now() + 20;
+  let next = 0;
+  await new Promise<void>((resolve) => {
+    const tick = () => {
+      const now = performance.now();
+      while (next < total && start + next * interval <= now) {
+        send();
+        next++;
+      }
+      if (next >= total) return resolve();
+      setTimeout(tick, Math.max(0, start + next * interval - performance.now()));
+    };
+    setTimeout(tick, 20);
+  });
+  const lastScheduled = start + (total - 1) * interval;
+  await Promise.all(inFlight);
+  loop.disable();
+  await pool.close();
+  return {
+    targetRate: P.rate,
+    achievedRate: round(total / ((lastScheduled - start + interval) / 1000), 0),
+    sent: total,
+    ok: okAt.size,
+    statuses,
+    okAt,
+    ingest: percentiles(answerMs),
+    // The histogram counts the 1 ms sampling interval in every value.
+    benchLoopDelay: { p99: round(Math.max(0, loop.percentile(99) / 1e6 - 1), 2), max: round(Math.max(0, loop.max / 1e6 - 1), 2) },
+  };
+}
+
+async function natsConnect(url: string): Promise<NatsConnection> {
+  return connect({ servers: url, noAsyncTraces: true, maxReconnectAttempts: 10 });
+}
+
+async function streamCount(jsm: JetStreamManager, stream: string): Promise<number> {
+  return (await jsm.streams.info(stream).catch(() => undefined))?.state.messages ?? NaN;
+}
+
+/** The destination's consumer: waits (bounded) until nothing is pending or unacknowledged. */
+async function consumerSettled(jsm: JetStreamManager, timeoutMs = 10_000): Promise<{ pending: number; ackPending: number; redelivered: number }> {
+  const deadline = performance.now() + timeoutMs;
+  for (;;) {
+    const info = await jsm.consumers.info(EVENTS_STREAM, consumerName(NAMESPACE, DESTINATION));
+    const r = { pending: info.num_pending, ackPending: info.num_ack_pending, redelivered: info.num_redelivered };
+    if ((r.pending === 0 && r.ackPending === 0) || performance.now() > deadline) return r;
+    await sleep(50);
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// deliver's own /metrics, scraped around a phase: HTTP attempt time, GC, heap, event-loop delay.
+
+type Samples = Map<string, number>;
+
+async function scrape(origin: string): Promise<Samples> {
+  const samples: Samples = new Map();
+  try {
+    const text = await (await fetch(`${origin}/metrics`)).text();
+    for (const line of text.split("\n")) {
+      if (!line || line.startsWith("#")) continue;
+      const space = line.lastIndexOf(" ");
+      samples.set(line.slice(0, space), Number(line.slice(space + 1)));
+    }
+  } catch {
+    // diagnostics only
+  }
+  return samples;
+}
+
+interface DeliverDiagnostics {
+  /** HTTP attempts over the phase (trackhook_delivery_attempt_duration_seconds), ms. */
+  attempts: number;
+  attemptMeanMs: number;
+  attemptP50Ms: number;
+  attemptP99Ms: number;
+  /** Event-loop delay beyond prom-client's 10 ms sampling interval (reset at each scrape), ms. */
+  loopDelayP99Ms: number;
+  loopDelayMaxMs: number;
+  /** Time in GC over the phase, ms; heap at its end, MB. */
+  gcMs: number;
+  heapUsedMB: number;
+  heapTotalMB: number;
+}
+
+const ATTEMPT = "trackhook_delivery_attempt_duration_seconds";
+
+/** The upper bound (ms) of the histogram bucket holding quantile q of the phase's observations. */
+function bucketQuantile(before: Samples, after: Samples, q: number): number {
+  const buckets: Array<[number, number]> = [];
+  for (const [key, value] of after) {
+    const m = new RegExp(`^${ATTEMPT}_bucket\\{.*le="([^"]+)".*\\}$`).exec(key);
+    if (m) buckets.push([m[1] === "+Inf" ? Infinity : Number(m[1]), value - (before.get(key) ?? 0)]);
+  }
+  buckets.sort((a, b) => a[0] - b[0]);
+  const total = buckets.at(-1)?.[1] ?? 0;
+  const hit = buckets.find(([, count]) => count >= q * total);
+  return hit ? hit[0] * 1000 : NaN;
+}
+
+const LOOP_RESOLUTION_MS = 10; // prom-client's eventLoopMonitoringPrecision default
+
+function diagnostics(before: Samples, after: Samples): DeliverDiagnostics {
+  const sum = (m: Samples, prefix: string) => [...m].filter(([k]) => k.startsWith(prefix)).reduce((a, [, v]) => a + v, 0);
+  const delta = (prefix: string) => sum(after, prefix) - sum(before, prefix);
+  const loop = (stat: string) => round(Math.max(0, (after.get(`nodejs_eventloop_lag_${stat}_seconds`) ?? NaN) * 1000 - LOOP_RESOLUTION_MS), 1);
+  const attempts = delta(`${ATTEMPT}_count`);
+  return {
+    attempts,
+    attemptMeanMs: round((delta(`${ATTEMPT}_sum`) / Math.max(1, attempts)) * 1000, 2),
+    attemptP50Ms: bucketQuantile(before, after, 0.5),
+    attemptP99Ms: bucketQuantile(before, after, 0.99),
+    loopDelayP99Ms: loop("p99"),
+    loopDelayMaxMs: loop("max"),
+    gcMs: round(delta("nodejs_gc_duration_seconds_sum") * 1000, 0),
+    heapUsedMB: round((after.get("nodejs_heap_size_used_bytes") ?? NaN) / 2 ** 20, 1),
+    heapTotalMB: round((after.get("nodejs_heap_size_total_bytes") ?? NaN) / 2 ** 20, 1),
+  };
+}
+
+const diagText = (d: DeliverDiagnostics) =>
+  `${fmt(d.attempts)} HTTP attempts, mean ${d.attemptMeanMs} ms (p50 <= ${d.attemptP50Ms} ms, p99 <= ${d.attemptP99Ms} ms); ` +
+  `event-loop delay p99 ${d.loopDelayP99Ms} ms, max ${d.loopDelayMaxMs} ms;\n            GC ${d.gcMs} ms; heap used/total at end ${d.heapUsedMB}/${d.heapTotalMB} MB`;
+
+// ---------------------------------------------------------------------------------------------
+
+async function main(): Promise<void> {
+  if (!existsSync(P.cli)) throw new Error(`${P.cli} not found: run \`npm run build\` first`);
+  log(`trackhook delivery bench: ${cpus().length} CPUs (${cpus()[0]?.model ?? "?"}), node ${process.version}`);
+  log(`  track event ${EVENT_BYTES} bytes, stored ${STORED_BYTES} bytes, webhook body ${BODY_BYTES} bytes (signed)`);
+  log(`  concurrency (maxInFlight, ceiling connections) ${P.concurrency}; backlog ${fmt(P.backlog)} after ${fmt(P.warmup)} warm-up; latency at ${P.rate}/s for ${P.latencyMs / 1000}s`);
+  const quiet = await waitForQuiet(QUIET_WAIT_S, QUIET_BUSY_PCT);
+  log(
+    `  ${P.cli.startsWith(ROOT) ? P.cli.slice(ROOT.length) : P.cli} built ${statSync(P.cli).mtime.toISOString()}` +
+      `${P.cpuProf ? "; deliver runs with --cpu-prof (figures include profiler overhead)" : ""}` +
+      `${P.deliverNodeOptions.length ? `; deliver node flags: ${P.deliverNodeOptions.join(" ")}` : ""}`,
+  );
+
+  const receiverSpawn = await spawnUntil(process.execPath, [RECEIVER, "0"], /^listening (http:\/\/\S+)/, { ipc: true });
+  const receiver = new ReceiverClient(receiverSpawn.child, `${receiverSpawn.match[1]!}/hook`);
+  log(`    receiver ${receiver.url} (pid ${receiverSpawn.child.pid})`);
+
+  // C: the ceiling, bare undici with the same bodies and headers.
+  log(`\n[C] bare undici POST ceiling (${P.concurrency} in flight, keep-alive) ...`);
+  const ceilingWarm = backlogMessages(P.warmup).map((m) => webhookRequest(m.data));
+  const ceilingRequests = backlogMessages(P.backlog).map((m) => webhookRequest(m.data));
+  await ceiling(receiver, ceilingWarm);
+  await receiver.reset();
+  const ceil = await withCpu({ receiver: receiverSpawn.child.pid }, () => ceiling(receiver, ceilingRequests));
+  const ceilStats = await receiver.stats();
+  const ceilingRate = arrivalRate(ceilStats);
+  log(`    ${fmt(ceilingRate)} requests/s at the receiver (first to last arrival); ${fmt(ceil.result.clientPerSecond)}/s at the client; ${fmt(ceil.result.ok)} of ${fmt(ceil.result.sent)} answered 200, ${ceil.result.failures} failures`);
+  log(`    CPU ${cpuText(ceil.cpu)}; receiver ${usPer(ceil.cpu.receiver, ceil.seconds, ceil.result.sent)} us, client ${usPer(ceil.cpu.bench, ceil.seconds, ceil.result.sent)} us CPU per request`);
+  if (ceil.result.firstError) log(`    first error: ${ceil.result.firstError}`);
+
+  log(`[S] trackhook's WebhookSender alone, same requests (${P.concurrency} in flight, no NATS) ...`);
+  const senderRequests = backlogMessages(P.backlog).map((m) => webhookRequest(m.data));
+  await senderAlone(receiver, ceilingWarm);
+  await receiver.reset();
+  const snd = await withCpu({ receiver: receiverSpawn.child.pid }, () => senderAlone(receiver, senderRequests));
+  const senderRate = arrivalRate(await receiver.stats());
+  const senderUs = usPer(snd.cpu.bench, snd.seconds, snd.result.sent);
+  log(`    ${fmt(senderRate)} requests/s at the receiver = ${round(senderRate / ceilingRate, 3)} of C; ${fmt(snd.result.delivered)} of ${fmt(snd.result.sent)} delivered${snd.result.firstOutcome ? ` (first other outcome ${snd.result.firstOutcome})` : ""}`);
+  log(`    CPU ${cpuText(snd.cpu)}; sender ${senderUs} us CPU per request (bare undici ${usPer(ceil.cpu.bench, ceil.seconds, ceil.result.sent)} us)`);
+
+  // nats-server, ingest (creates the stream) and deliver, all with one config.
+  const nats = await startNats("trackhook-bench-store-");
+  const configDir = tempDir("trackhook-bench-config-");
+  writeFileSync(join(configDir, "bench.yaml"), configYaml(receiver.url));
+  const profDir = P.cpuProf ? tempDir("trackhook-bench-prof-") : undefined;
+  const shipped = shippedNodeFlags(P.cli);
+  const ingestSpawn = await spawnUntil(
+    process.execPath,
+    [...shipped, P.cli, "ingest", "--config", configDir, "--nats", nats.url, "--host", "127.0.0.1", "--port", "0", "--log-level", "info"],
+    /"address":"(http:\/\/[^"]+)".*"msg":"ingest listening"|"msg":"ingest listening".*"address":"(http:\/\/[^"]+)"/,
+  );
+  const ingest = ingestSpawn.child;
+  const ingestUrl = ingestSpawn.match[1] ?? ingestSpawn.match[2]!;
+  const deliverFlags = [...shipped, ...P.deliverNodeOptions, ...(profDir ? ["--cpu-prof", "--cpu-prof-dir", profDir] : [])];
+  const deliverSpawn = await spawnUntil(
+    process.execPath,
+    [...deliverFlags, P.cli, "deliver", "--config", configDir, "--nats", nats.url, "--allow-private-networks", "--host", "127.0.0.1", "--port", "0", "--log-level", "info"],
+    /"address":"(http:\/\/[^"]+)".*"msg":"delivery running|"msg":"delivery running.*"address":"(http:\/\/[^"]+)"/,
+  );
+  const deliver = deliverSpawn.child;
+  const deliverOps = deliverSpawn.match[1] ?? deliverSpawn.match[2]!;
+  let stopping = false;
+  deliver.once("exit", (code, signal) => {
+    if (!stopping) log(`\n  !! deliver exited in the middle of the run (code ${code}, signal ${signal}); its last lines:\n${deliverSpawn.tail.map((l) => `    ${l}`).join("\n")}\n`);
+  });
+  const nc = await natsConnect(nats.url);
+  const jsm = await jetstreamManager(nc);
+  const js = jetstream(nc);
+  // The consumer delivers what arrives after it exists (DeliverPolicy New): wait for it.
+  for (let tries = 0; ; tries++) {
+    const found = await jsm.consumers.info(EVENTS_STREAM, consumerName(NAMESPACE, DESTINATION)).then(() => true, () => false);
+    if (found) break;
+    if (tries > 200) throw new Error(`consumer ${consumerName(NAMESPACE, DESTINATION)} not created by deliver:\n${deliverSpawn.tail.join("\n")}`);
+    await sleep(50);
+  }
+  const pids: Pids = { deliver: deliver.pid, nats: nats.pid, receiver: receiverSpawn.child.pid, ingest: ingest.pid };
+  log(`    nats-server ${nats.url} (pid ${nats.pid}), ingest ${ingestUrl} (pid ${ingest.pid}), deliver ${deliverOps}/metrics (pid ${deliver.pid}, node ${deliverFlags.join(" ") || "(no flags)"})`);
+
+  const rss = { maxKB: 0, phaseMaxKB: 0 };
+  const rssTimer = setInterval(() => {
+    const kb = procStatusKB(deliver.pid, "VmRSS") ?? 0;
+    rss.maxKB = Math.max(rss.maxKB, kb);
+    rss.phaseMaxKB = Math.max(rss.phaseMaxKB, kb);
+  }, 100);
+  /** The deliver process's largest sampled RSS since the last call, MB. */
+  const phaseRssMB = () => {
+    const mb = round(Math.max(rss.phaseMaxKB, procStatusKB(deliver.pid, "VmRSS") ?? 0) / 1024, 1);
+    rss.phaseMaxKB = 0;
+    return mb;
+  };
+  log(`    deliver RSS after start: ${((procStatusKB(deliver.pid, "VmRSS") ?? NaN) / 1024).toFixed(1)} MB`);
+  const phaseWindows: PhaseWindow[] = [];
+
+  try {
+    // 1: delivery of a backlog.
+    log(`\n[1] trackhook deliver: warm-up with ${fmt(P.warmup)} messages, then a backlog of ${fmt(P.backlog)} (${P.publishLive ? "published while deliver runs" : "published while deliver is paused"}) ...`);
+    let from = monotonicUs();
+    await receiver.reset();
+    const warm = await publishAll(js, backlogMessages(P.warmup));
+    const warmArrived = await receiver.waitFor(warm.published);
+    await consumerSettled(jsm);
+    phaseWindows.push({ phase: "warm-up", fromUs: from, toUs: monotonicUs() });
+    if (!warmArrived.complete) log(`    warm-up: only ${fmt(warmArrived.count)} of ${fmt(warm.published)} arrived`);
+    const warmRssMB = phaseRssMB();
+    // Others' work that started meanwhile would skew the comparison with the ceiling.
+    await waitForQuiet(QUIET_PHASE_WAIT_S, QUIET_BUSY_PCT, true);
+
+    await receiver.reset();
+    const attemptsBefore = await streamCount(jsm, ATTEMPTS_STREAM);
+    const metricsBefore = await scrape(deliverOps);
+    const eventsBefore = await streamCount(jsm, EVENTS_STREAM);
+    const messages = backlogMessages(P.backlog);
+    if (!P.publishLive) deliver.kill("SIGSTOP");
+    const pub = await publishAll(js, messages).finally(() => deliver.kill("SIGCONT"));
+    const stored = (await streamCount(jsm, EVENTS_STREAM)) - eventsBefore;
+    from = monotonicUs();
+    const drain = await withCpu(pids, () => receiver.waitFor(pub.published));
+    phaseWindows.push({ phase: "backlog", fromUs: from, toUs: monotonicUs() });
+    const backlogStats = await receiver.stats();
+    const backlogRssMB = phaseRssMB();
+    const backlogDiag = diagnostics(metricsBefore, await scrape(deliverOps));
+    const settled = await consumerSettled(jsm);
+    const attempts = (await streamCount(jsm, ATTEMPTS_STREAM)) - attemptsBefore;
+    const dlq = await streamCount(jsm, DLQ_STREAM);
+    const deliveryRate = arrivalRate(backlogStats);
+    const ratio = deliveryRate / ceilingRate;
+    const backlogCheck = backlogStats.distinct === P.backlog && pub.published === P.backlog;
+    const arrivalSeconds = backlogStats.first !== null && backlogStats.last !== null ? (backlogStats.last - backlogStats.first) / 1000 : NaN;
+    log(`    published ${fmt(pub.published)} at ${fmt(pub.perSecond)}/s (${pub.failures} failures${pub.firstError ? `: ${pub.firstError}` : ""}); stream holds ${fmt(stored)} new`);
+    log(`    ${fmt(deliveryRate)} messages/s at the receiver (first to last arrival, ${round(arrivalSeconds, 2)} s) = ${round(ratio, 3)} of the ceiling`);
+    log(`    receiver saw ${fmt(backlogStats.count)} requests, ${fmt(backlogStats.distinct)} distinct of ${fmt(P.backlog)}${backlogStats.unlabelled ? `, ${backlogStats.unlabelled} without X-Delivery-Id` : ""}: ${backlogCheck ? "OK" : "MISMATCH"}`);
+    log(`    consumer after: ${settled.pending} pending, ${settled.ackPending} unacknowledged, ${settled.redelivered} redelivered; ${fmt(attempts)} attempt records; DLQ ${fmt(dlq)}`);
+    log(`    CPU ${cpuText(drain.cpu)}; deliver ${usPer(drain.cpu.deliver, drain.seconds, backlogStats.count)} us, nats-server ${usPer(drain.cpu.nats, drain.seconds, backlogStats.count)} us, receiver ${usPer(drain.cpu.receiver, drain.seconds, backlogStats.count)} us CPU per message`);
+    log(`    deliver RSS max: ${warmRssMB} MB in the warm-up, ${backlogRssMB} MB draining the backlog`);
+    log(`    deliver: ${diagText(backlogDiag)}${P.publishLive ? "" : " (the delay max includes the pause)"}`);
+    if (!drain.result.complete) log(`    gave up waiting: ${fmt(drain.result.count)} of ${fmt(pub.published)} arrived`);
+
+    // 2: end-to-end latency through ingest and deliver.
+    log(`\n[2] end to end: POST /v1/track open loop at ${fmt(P.rate)}/s for ${P.latencyMs / 1000}s, ingest's 200 -> receiver ...`);
+    await receiver.reset();
+    const latMetricsBefore = await scrape(deliverOps);
+    from = monotonicUs();
+    const lat = await withCpu(pids, () => openLoop(ingestUrl));
+    const latArrived = await receiver.waitFor(lat.result.ok);
+    phaseWindows.push({ phase: "latency", fromUs: from, toUs: monotonicUs() });
+    const latStats = await receiver.stats(true);
+    const latRssMB = phaseRssMB();
+    const latDiag = diagnostics(latMetricsBefore, await scrape(deliverOps));
+    const e2e: number[] = [];
+    const fromSend: number[] = [];
+    const seen = new Set<string>();
+    for (const [id, at] of latStats.arrivals ?? []) {
+      const messageId = id.slice(id.lastIndexOf("/") + 1);
+      const ok = lat.result.okAt.get(messageId);
+      if (ok === undefined || seen.has(messageId)) continue;
+      seen.add(messageId);
+      e2e.push(at - ok.at);
+      fromSend.push(at - ok.sent);
+    }
+    const e2eP = percentiles(e2e);
+    const fromSendP = percentiles(fromSend);
+    const latencyCheck = seen.size === lat.result.ok && lat.result.ok === lat.result.sent;
+    const early = e2e.filter((v) => v < 0).length;
+    log(`    achieved ${fmt(lat.result.achievedRate)}/s; statuses ${JSON.stringify(lat.result.statuses)}; ingest answered in p50 ${lat.result.ingest.p50} ms, p99 ${lat.result.ingest.p99} ms`);
+    log(`    200 -> arrival: p50 ${e2eP.p50} ms, p90 ${e2eP.p90} ms, p99 ${e2eP.p99} ms, p99.9 ${e2eP.p999} ms, max ${e2eP.max} ms${early ? ` (${early} arrived before the bench read the 200)` : ""}`);
+    log(`    request sent -> arrival (ingest included): p50 ${fromSendP.p50} ms, p99 ${fromSendP.p99} ms, max ${fromSendP.max} ms; deliver RSS max ${latRssMB} MB`);
+    log(`    receiver saw ${fmt(seen.size)} of ${fmt(lat.result.ok)} accepted (${fmt(latStats.count)} requests): ${latencyCheck ? "OK" : "MISMATCH"}${latArrived.complete ? "" : " (gave up waiting)"}`);
+    log(`    CPU ${cpuText(lat.cpu)}; load generator's own event-loop delay p99 ${lat.result.benchLoopDelay.p99} ms, max ${lat.result.benchLoopDelay.max} ms`);
+    log(`    deliver: ${diagText(latDiag)}`);
+
+    // 3: RSS, read before deliver stops.
+    clearInterval(rssTimer);
+    const hwmKB = procStatusKB(deliver.pid, "VmHWM") ?? NaN;
+    // What the RSS is made of at the end: private memory, and pages of files (the node binary) shared with other processes.
+    const anonMB = round((procStatusKB(deliver.pid, "RssAnon") ?? NaN) / 1024, 1);
+    const fileMB = round((procStatusKB(deliver.pid, "RssFile") ?? NaN) / 1024, 1);
+    rss.maxKB = Math.max(rss.maxKB, procStatusKB(deliver.pid, "VmRSS") ?? 0);
+    const rssMB = hwmKB / 1024;
+
+    stopping = true;
+    await stopChild(deliver);
+    const complaints = deliverSpawn.tail.filter((line) => /"level":(40|50|60)/.test(line));
+    if (complaints.length) {
+      log(`\n  deliver logged ${complaints.length} warnings/errors (last ${Math.min(complaints.length, 5)}):`);
+      for (const line of complaints.slice(-5)) log(`    ${line.slice(0, 300)}`);
+    }
+    let profile: ProfileSummary[] | undefined;
+    if (profDir) {
+      const file = readdirSync(profDir).find((f) => f.endsWith(".cpuprofile"));
+      if (file) {
+        mkdirSync(RESULTS_DIR, { recursive: true });
+        const kept = join(RESULTS_DIR, "delivery-latest.cpuprofile");
+        copyFileSync(join(profDir, file), kept);
+        profile = summarizeProfile(kept, phaseWindows, /\/dist\/|@nats-io|undici/);
+      }
+    }
+
+    // Report.
+    const rows: Array<[string, string, string, string]> = [
+      [`C  bare undici POST (${P.concurrency} in flight)`, `${fmt(ceilingRate)} msg/s`, "", ""],
+      [`S  WebhookSender alone (no NATS)`, `${fmt(senderRate)} msg/s`, "", ""],
+      [`1  trackhook deliver, backlog (maxInFlight ${P.concurrency})`, `${fmt(deliveryRate)} msg/s`, "", ""],
+      ["   deliver / C", round(ratio, 3).toFixed(3), `>= ${TARGETS.ratio.toFixed(1)}`, verdict(ratio >= TARGETS.ratio)],
+      ["   backlog: distinct arrivals", `${fmt(backlogStats.distinct)} / ${fmt(P.backlog)}`, "equal", verdict(backlogCheck)],
+      [`2  200 -> arrival p50 @ ${fmt(lat.result.achievedRate)}/s`, `${e2eP.p50} ms`, "", ""],
+      [`   200 -> arrival p99 @ ${fmt(lat.result.achievedRate)}/s`, `${e2eP.p99} ms`, `< ${TARGETS.p99Ms} ms`, verdict(e2eP.p99 < TARGETS.p99Ms)],
+      ["   latency: delivered / accepted", `${fmt(seen.size)} / ${fmt(lat.result.sent)}`, "equal", verdict(latencyCheck)],
+      ["3  deliver peak RSS (VmHWM)", `${rssMB.toFixed(1)} MB`, "", ""],
+    ];
+    printTable(rows);
+    log(`  (sampled VmRSS max ${(rss.maxKB / 1024).toFixed(1)} MB; at the end ${anonMB} MB anonymous + ${fileMB} MB file-backed, heap ${latDiag.heapUsedMB}/${latDiag.heapTotalMB} MB used/total)`);
+    if (profile) printProfile("CPU profile of deliver (bench/results/delivery-latest.cpuprofile)", profile);
+
+    const results = {
+      date: new Date().toISOString(),
+      commit: gitCommit(),
+      machine: { cpus: cpus().length, model: cpus()[0]?.model, node: process.version, loadavgAtStart: round(quiet.load, 2), busyPctAtStart: quiet.busyPct },
+      params: { ...P, eventBytes: EVENT_BYTES, storedBytes: STORED_BYTES, bodyBytes: BODY_BYTES, deliverNodeFlags: deliverFlags },
+      ceiling: {
+        perSecond: round(ceilingRate, 0), clientPerSecond: round(ceil.result.clientPerSecond, 0), sent: ceil.result.sent, ok: ceil.result.ok,
+        failures: ceil.result.failures, receiverDistinct: ceilStats.distinct, cpuPct: ceil.cpu, clientCpuUsPerRequest: usPer(ceil.cpu.bench, ceil.seconds, ceil.result.sent),
+      },
+      senderAlone: { perSecond: round(senderRate, 0), sent: snd.result.sent, delivered: snd.result.delivered, cpuPct: snd.cpu, senderCpuUsPerRequest: senderUs },
+      delivery: {
+        perSecond: round(deliveryRate, 0), arrivalSeconds: round(arrivalSeconds, 3), published: pub.published, publishPerSecond: round(pub.perSecond, 0),
+        publishFailures: pub.failures, stored, received: backlogStats.count, distinct: backlogStats.distinct, check: backlogCheck,
+        complete: drain.result.complete, consumer: settled, attemptRecords: attempts, dlq, cpuPct: drain.cpu, deliver: backlogDiag,
+        cpuUsPerMessage: { deliver: usPer(drain.cpu.deliver, drain.seconds, backlogStats.count), nats: usPer(drain.cpu.nats, drain.seconds, backlogStats.count), receiver: usPer(drain.cpu.receiver, drain.seconds, backlogStats.count) },
+      },
+      latency: {
+        targetRate: lat.result.targetRate, achievedRate: lat.result.achievedRate, sent: lat.result.sent, ok: lat.result.ok, statuses: lat.result.statuses,
+        delivered: seen.size, received: latStats.count, check: latencyCheck, ingestAnswer: lat.result.ingest, okToArrival: e2eP, sendToArrival: fromSendP,
+        arrivedBeforeOk: early, benchLoopDelay: lat.result.benchLoopDelay, cpuPct: lat.cpu, deliver: latDiag,
+      },
+      rss: { peakMB: round(rssMB, 1), sampledMaxMB: round(rss.maxKB / 1024, 1), endAnonMB: anonMB, endFileMB: fileMB, warmupMaxMB: warmRssMB, backlogMaxMB: backlogRssMB, latencyMaxMB: latRssMB },
+      ratios: { deliveryOverCeiling: round(ratio, 3) },
+      targets: {
+        ratio: { target: TARGETS.ratio, met: ratio >= TARGETS.ratio },
+        p99Ms: { target: TARGETS.p99Ms, met: e2eP.p99 < TARGETS.p99Ms },
+      },
+      deliverWarnings: complaints.length,
+      ...(profile ? { profile } : {}),
+    };
+    mkdirSync(RESULTS_DIR, { recursive: true });
+    const out = join(RESULTS_DIR, "delivery-latest.json");
+    writeFileSync(out, `${JSON.stringify(results, null, 2)}\n`);
+    log(`\nwrote ${out}`);
+  } finally {
+    clearInterval(rssTimer);
+    await nc.close().catch(() => {});
+  }
+}
+
+await runBench(main);

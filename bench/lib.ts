@@ -1,0 +1,354 @@
+// Helpers for the benchmarks (bench/delivery.ts; bench/ingest.ts still carries its own copies):
+// process accounting from /proc, CPU per phase, the quiet-machine wait, child processes that are
+// cleaned up however the bench ends, percentiles, report formatting and CPU-profile summaries.
+import { spawn, execFileSync, type ChildProcess } from "node:child_process";
+import { mkdtempSync, readFileSync, rmSync } from "node:fs";
+import { cpus, loadavg, tmpdir } from "node:os";
+import { join } from "node:path";
+import { fileURLToPath } from "node:url";
+import { LocalNatsServer } from "../dataplane/nats/mod.ts";
+
+export const ROOT = fileURLToPath(new URL("..", import.meta.url));
+export const RESULTS_DIR = join(ROOT, "bench", "results");
+
+/** Wall-clock milliseconds with sub-millisecond resolution, comparable between processes of one machine. */
+export const wallMs = () => performance.timeOrigin + performance.now();
+
+// ---------------------------------------------------------------------------------------------
+// Process accounting from /proc.
+
+export const CLK_TCK = 100; // `getconf CLK_TCK`: 100 on Linux
+
+export function cpuTicks(pid: number | undefined): number | undefined {
+  if (!pid) return undefined;
+  try {
+    const stat = readFileSync(`/proc/${pid}/stat`, "utf8");
+    const fields = stat.slice(stat.lastIndexOf(")") + 2).split(" ");
+    return Number(fields[11]) + Number(fields[12]); // utime + stime
+  } catch {
+    return undefined;
+  }
+}
+
+export function procStatusKB(pid: number | undefined, field: "VmRSS" | "VmHWM" | "RssAnon" | "RssFile"): number | undefined {
+  if (!pid) return undefined;
+  try {
+    const match = new RegExp(`^${field}:\\s+(\\d+) kB`, "m").exec(readFileSync(`/proc/${pid}/status`, "utf8"));
+    return match ? Number(match[1]) : undefined;
+  } catch {
+    return undefined;
+  }
+}
+
+/** Busy jiffies of the whole machine (all cores), from /proc/stat. */
+export function hostBusyTicks(): number | undefined {
+  try {
+    const fields = readFileSync("/proc/stat", "utf8").split("\n")[0]!.trim().split(/\s+/).slice(1).map(Number);
+    const total = fields.slice(0, 8).reduce((a, b) => a + b, 0);
+    return total - (fields[3] ?? 0) - (fields[4] ?? 0); // minus idle and iowait
+  } catch {
+    return undefined;
+  }
+}
+
+export type Pids = Record<string, number | undefined>;
+export type CpuShare = Record<string, number>;
+
+/**
+ * CPU use (% of one core) of each process over a phase; "bench" is this process, "other" is what
+ * the rest of the machine used meanwhile (anything else running skews the figures).
+ */
+export async function withCpu<T>(pids: Pids, run: () => Promise<T>): Promise<{ result: T; cpu: CpuShare; seconds: number }> {
+  const before = Object.fromEntries(Object.entries(pids).map(([k, pid]) => [k, cpuTicks(pid)]));
+  const hostBefore = hostBusyTicks();
+  const ownBefore = process.cpuUsage();
+  const t0 = performance.now();
+  const result = await run();
+  const seconds = (performance.now() - t0) / 1000;
+  const own = process.cpuUsage(ownBefore);
+  const cpu: CpuShare = { bench: round(((own.user + own.system) / 1e6 / seconds) * 100, 0) };
+  for (const [name, pid] of Object.entries(pids)) {
+    const a = before[name];
+    const b = cpuTicks(pid);
+    if (a !== undefined && b !== undefined) cpu[name] = round(((b - a) / CLK_TCK / seconds) * 100, 0);
+  }
+  const hostAfter = hostBusyTicks();
+  if (hostBefore !== undefined && hostAfter !== undefined) {
+    const host = ((hostAfter - hostBefore) / CLK_TCK / seconds) * 100;
+    const ours = Object.values(cpu).reduce((a, b) => a + b, 0);
+    cpu.other = Math.max(0, round(host - ours, 0));
+  }
+  return { result, cpu, seconds };
+}
+
+/** CPU microseconds a process spent per item over a phase. */
+export const usPer = (cpuPct: number | undefined, seconds: number, items: number) => round((((cpuPct ?? NaN) / 100) * seconds * 1e6) / items, 1);
+
+/**
+ * On a shared machine, waits (at most `waitS` seconds) for whatever else is running to finish:
+ * until the machine is under `busyPct` CPU over one second.
+ */
+export async function waitForQuiet(waitS: number, busyLimitPct: number, onlyIfBusy = false): Promise<{ busyPct: number; load: number }> {
+  const load = loadavg()[0]!;
+  let busyPct = NaN;
+  for (let waited = 0; waited < waitS; waited++) {
+    const busy0 = hostBusyTicks();
+    await sleep(1000);
+    busyPct = busy0 === undefined ? NaN : round((((hostBusyTicks() ?? busy0) - busy0) / CLK_TCK) * 100, 0);
+    if (!(busyPct > busyLimitPct)) break;
+    if (waited === 0) log(`  machine busy (${busyPct}% CPU): waiting up to ${waitS}s for it to calm down ...`);
+  }
+  if (onlyIfBusy && !(busyPct > busyLimitPct)) return { busyPct, load };
+  log(
+    `  machine ${onlyIfBusy ? "now" : "before start"}: ${busyPct}% CPU busy (of ${cpus().length * 100}%), load average ${load.toFixed(2)}` +
+      `${busyPct > busyLimitPct ? ' -- something else is running: figures will be noisy (see "other" CPU per phase)' : ""}`,
+  );
+  return { busyPct, load };
+}
+
+// ---------------------------------------------------------------------------------------------
+// Child processes, stopped and their temp dirs removed by cleanup().
+
+const children = new Set<ChildProcess>();
+const natsServers: LocalNatsServer[] = [];
+const tempDirs: string[] = [];
+
+export async function startNats(prefix: string): Promise<LocalNatsServer> {
+  const server = await LocalNatsServer.start({ storeDir: tempDir(prefix) });
+  natsServers.push(server);
+  return server;
+}
+
+export function tempDir(prefix: string): string {
+  const dir = mkdtempSync(join(tmpdir(), prefix));
+  tempDirs.push(dir);
+  return dir;
+}
+
+/** The node flags the CLI ships in its shebang (`#!/usr/bin/env -S node <flags>`), so the bench runs it as users do. */
+export function shippedNodeFlags(cli: string): string[] {
+  return /^#!\/usr\/bin\/env -S node(.*)$/.exec(readFileSync(cli, "utf8").split("\n", 1)[0]!)?.[1]!.trim().split(/\s+/).filter(Boolean) ?? [];
+}
+
+/**
+ * Spawns a process and resolves once a stdout line matches `ready`; keeps the last lines for
+ * errors. With `ipc`, the child also gets an IPC channel (child.send / process.send).
+ */
+export async function spawnUntil(
+  command: string,
+  args: string[],
+  ready: RegExp,
+  opts: { timeoutMs?: number; ipc?: boolean } = {},
+): Promise<{ child: ChildProcess; match: RegExpExecArray; tail: string[] }> {
+  const timeoutMs = opts.timeoutMs ?? 20_000;
+  const child = spawn(command, args, { cwd: ROOT, stdio: opts.ipc ? ["ignore", "pipe", "pipe", "ipc"] : ["ignore", "pipe", "pipe"] });
+  children.add(child);
+  child.once("exit", () => children.delete(child));
+  const tail: string[] = [];
+  const keep = (line: string) => {
+    tail.push(line);
+    if (tail.length > 50) tail.shift();
+  };
+  const match = await new Promise<RegExpExecArray>((resolve, reject) => {
+    const timer = setTimeout(() => reject(new Error(`${command} ${args.join(" ")} not ready after ${timeoutMs} ms:\n${tail.join("\n")}`)), timeoutMs);
+    let buffered = "";
+    child.stdout!.on("data", (chunk: Buffer) => {
+      buffered += chunk.toString();
+      let newline: number;
+      while ((newline = buffered.indexOf("\n")) >= 0) {
+        const line = buffered.slice(0, newline);
+        buffered = buffered.slice(newline + 1);
+        keep(line);
+        const m = ready.exec(line);
+        if (m) {
+          clearTimeout(timer);
+          resolve(m);
+        }
+      }
+    });
+    child.stderr!.on("data", (chunk: Buffer) => chunk.toString().split("\n").filter(Boolean).forEach(keep));
+    child.once("exit", (code, signal) => {
+      clearTimeout(timer);
+      reject(new Error(`${command} exited before it was ready (code ${code}, signal ${signal}):\n${tail.join("\n")}`));
+    });
+  });
+  return { child, match, tail };
+}
+
+export async function stopChild(child: ChildProcess, timeoutMs = 10_000): Promise<void> {
+  if (child.exitCode !== null || child.signalCode !== null) return;
+  const exited = new Promise<void>((resolve) => child.once("exit", () => resolve()));
+  child.kill("SIGCONT"); // in case the bench paused it
+  child.kill("SIGTERM");
+  const timer = setTimeout(() => child.kill("SIGKILL"), timeoutMs);
+  await exited;
+  clearTimeout(timer);
+}
+
+export async function cleanup(): Promise<void> {
+  for (const child of [...children]) await stopChild(child).catch(() => {});
+  for (const server of natsServers) await server.stop().catch(() => {});
+  for (const dir of tempDirs) rmSync(dir, { recursive: true, force: true });
+}
+
+/** Runs the bench's main(): exit 0 after cleanup, 1 with the error; Ctrl-C cleans up too. */
+export async function runBench(main: () => Promise<void>): Promise<never> {
+  process.once("SIGINT", () => {
+    void cleanup().then(() => process.exit(130));
+  });
+  try {
+    await main();
+    await cleanup();
+    process.exit(0);
+  } catch (err) {
+    process.stderr.write(`bench failed: ${err instanceof Error ? (err.stack ?? err.message) : String(err)}\n`);
+    await cleanup();
+    process.exit(1);
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Statistics and report helpers.
+
+export interface Percentiles {
+  p50: number;
+  p90: number;
+  p99: number;
+  p999: number;
+  max: number;
+}
+
+export function percentiles(values: number[]): Percentiles {
+  const sorted = Float64Array.from(values).sort();
+  const at = (q: number) => (sorted.length ? sorted[Math.min(sorted.length - 1, Math.floor(q * sorted.length))]! : NaN);
+  return { p50: round(at(0.5), 2), p90: round(at(0.9), 2), p99: round(at(0.99), 2), p999: round(at(0.999), 2), max: round(sorted.at(-1) ?? NaN, 2) };
+}
+
+export function round(n: number, digits: number): number {
+  const f = 10 ** digits;
+  return Math.round(n * f) / f;
+}
+
+export const sleep = (ms: number) => new Promise<void>((resolve) => setTimeout(resolve, ms));
+export const fmt = (n: number) => (Number.isFinite(n) ? Math.round(n).toLocaleString("en-US") : "n/a");
+export const cpuText = (cpu: CpuShare) => Object.entries(cpu).map(([k, v]) => `${k} ${v}%`).join(", ");
+export const verdict = (ok: boolean) => (ok ? "PASS" : "MISS");
+
+export function log(line: string) {
+  process.stdout.write(`${line}\n`);
+}
+
+/** Prints rows of [measure, value, target, verdict] as an aligned table. */
+export function printTable(rows: Array<[string, string, string, string]>): void {
+  const head: [string, string, string, string] = ["measure", "value", "target", ""];
+  const w = [0, 1, 2, 3].map((i) => Math.max(...[head, ...rows].map((r) => r[i]!.length)));
+  const line = (r: string[]) => `  ${r[0]!.padEnd(w[0]!)}  ${r[1]!.padStart(w[1]!)}  ${r[2]!.padEnd(w[2]!)}  ${r[3]}`;
+  log(`\n${line(head)}\n  ${"-".repeat(w[0]! + w[1]! + w[2]! + 10)}`);
+  for (const r of rows) log(line(r));
+}
+
+export function gitCommit(): string | undefined {
+  try {
+    return execFileSync("git", ["rev-parse", "--short", "HEAD"], { cwd: ROOT, encoding: "utf8" }).trim();
+  } catch {
+    return undefined;
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// CPU profile summary (--cpu-prof of a child process).
+
+interface ProfileNode {
+  id: number;
+  callFrame: { functionName: string; url: string; lineNumber: number };
+  children?: number[];
+}
+
+export interface ProfileSummary {
+  phase: string;
+  /** CPU time sampled in the phase (idle excluded), ms. */
+  sampledMs: number;
+  byPackage: Array<{ pkg: string; selfPct: number }>;
+  topSelf: Array<{ frame: string; selfPct: number }>;
+  /** Inclusive time of the frames matching `inclusive`: which step of the work costs what. */
+  topTotal: Array<{ frame: string; totalPct: number }>;
+}
+
+/** A phase as a window of CLOCK_MONOTONIC microseconds, the clock of V8's profiler timestamps. */
+export interface PhaseWindow {
+  phase: string;
+  fromUs: number;
+  toUs: number;
+}
+
+export const monotonicUs = () => Number(process.hrtime.bigint() / 1000n);
+
+function frameKey(node: ProfileNode): string {
+  const { functionName, url, lineNumber } = node.callFrame;
+  const name = functionName || "(anonymous)";
+  if (!url) return name;
+  const short = url.replace(/^file:\/\//, "").replace(ROOT, "").replace(/^.*node_modules\//, "");
+  return `${name} ${short}:${lineNumber + 1}`;
+}
+
+function packageOf(node: ProfileNode): string {
+  const url = node.callFrame.url.replace(/^file:\/\//, "");
+  if (!url) return node.callFrame.functionName || "(native)";
+  if (url.startsWith("node:")) return url.replace(/^node:(internal\/)?/, "node:").split("/").slice(0, 2).join("/");
+  const pkg = /node_modules\/((?:@[^/]+\/)?[^/]+)/.exec(url);
+  if (pkg) return pkg[1]!;
+  if (url.includes("/dist/")) return `trackhook:${url.slice(url.indexOf("/dist/") + 6)}`;
+  return url;
+}
+
+/** Self time by package and frame, and inclusive time of the frames whose URL matches `inclusive`, per phase. */
+export function summarizeProfile(file: string, windows: PhaseWindow[], inclusive: RegExp): ProfileSummary[] {
+  const profile = JSON.parse(readFileSync(file, "utf8")) as { nodes: ProfileNode[]; samples: number[]; timeDeltas: number[]; startTime: number };
+  const byId = new Map(profile.nodes.map((n) => [n.id, n]));
+  const parent = new Map<number, number>();
+  for (const n of profile.nodes) for (const c of n.children ?? []) parent.set(c, n.id);
+  const acc = windows.map((w) => ({ w, all: 0, self: new Map<string, number>(), total: new Map<string, number>(), pkgs: new Map<string, number>() }));
+  const add = (m: Map<string, number>, k: string, v: number) => m.set(k, (m.get(k) ?? 0) + v);
+  let t = profile.startTime;
+  profile.samples.forEach((id, i) => {
+    const dt = Math.max(0, profile.timeDeltas[i] ?? 0);
+    t += dt;
+    const node = byId.get(id);
+    const a = acc.find(({ w }) => t >= w.fromUs && t < w.toUs);
+    if (!a || !node || node.callFrame.functionName === "(idle)") return;
+    a.all += dt;
+    add(a.self, frameKey(node), dt);
+    add(a.pkgs, packageOf(node), dt);
+    const seen = new Set<string>();
+    for (let cur: number | undefined = id; cur !== undefined; cur = parent.get(cur)) {
+      const n = byId.get(cur)!;
+      if (!inclusive.test(n.callFrame.url)) continue;
+      const k = frameKey(n);
+      if (!seen.has(k)) add(a.total, k, dt);
+      seen.add(k);
+    }
+  });
+  const top = (m: Map<string, number>, n: number) => [...m.entries()].sort((x, y) => y[1] - x[1]).slice(0, n);
+  return acc.map(({ w, all, self, total, pkgs }) => {
+    const pct = (v: number) => round((v / Math.max(1, all)) * 100, 1);
+    return {
+      phase: w.phase,
+      sampledMs: round(all / 1000, 0),
+      byPackage: top(pkgs, 12).map(([pkg, v]) => ({ pkg, selfPct: pct(v) })),
+      topSelf: top(self, 20).map(([frame, v]) => ({ frame, selfPct: pct(v) })),
+      topTotal: top(total, 20).map(([frame, v]) => ({ frame, totalPct: pct(v) })),
+    };
+  });
+}
+
+export function printProfile(title: string, profile: ProfileSummary[]): void {
+  log(`\n${title}, by phase:`);
+  for (const ph of profile) {
+    log(`\n  [${ph.phase}] ${fmt(ph.sampledMs)} ms of CPU sampled. Self time by package:`);
+    log(`    ${ph.byPackage.map((p) => `${p.pkg} ${p.selfPct}%`).join(", ")}`);
+    log("  top frames by self time:");
+    for (const f of ph.topSelf.slice(0, 15)) log(`    ${f.selfPct.toFixed(1).padStart(5)}%  ${f.frame}`);
+    log("  trackhook, NATS client and undici frames by total (inclusive) time:");
+    for (const f of ph.topTotal.slice(0, 15)) log(`    ${f.totalPct.toFixed(1).padStart(5)}%  ${f.frame}`);
+  }
+}
