@@ -6,7 +6,7 @@ import type { NatsConnection } from "@nats-io/transport-node";
 import type { CompiledConfig } from "../../schema/mod.ts";
 import type { ConfigProvider } from "../config/mod.ts";
 import type { Logger } from "../logging.ts";
-import { DLQ_STREAM, EVENTS_STREAM, attemptsStreamConfig, consumerName, dlqStreamConfig, dlqSubject, ensureStream } from "../nats/mod.ts";
+import { DLQ_STREAM, EVENTS_STREAM, TurnBatch, attemptsStreamConfig, consumerName, dlqStreamConfig, dlqSubject, ensureStream } from "../nats/mod.ts";
 import { ensureDestinationConsumer, removeStaleConsumers } from "./consumers.ts";
 import type { DeliveryBacklog, DeliveryMetrics } from "./metrics.ts";
 import { DestinationWorker, type WebhookSending } from "./worker.ts";
@@ -30,6 +30,7 @@ export class DeliveryService {
   readonly #jsm: JetStreamManager;
   readonly #workers = new Map<string, DestinationWorker>();
   readonly #limit: ConcurrencyLimit;
+  readonly #turn = new TurnBatch();
   /** Config changes are applied one after another, never interleaved. */
   #applying: Promise<void> = Promise.resolve();
   #unsubscribe: () => void = () => {};
@@ -100,7 +101,7 @@ export class DeliveryService {
     for (const [key, destination] of wanted) {
       keep.add(await ensureDestinationConsumer(this.#jsm, destination));
       if (this.#workers.has(key)) continue;
-      const worker = new DestinationWorker(jetstream(nc), destination, sender, log, metrics, this.#limit);
+      const worker = new DestinationWorker(nc, jetstream(nc), destination, sender, log, metrics, { limit: this.#limit, turn: this.#turn });
       await worker.start();
       this.#workers.set(key, worker);
       log.info({ destination: key, urls: destination.urls.length, sources: destination.sources }, "delivering");

@@ -2,10 +2,11 @@
 // parallel, records every attempt, and then acks (delivered), naks with a delay (retry) or stores
 // a dead letter and acks (permanent failure, or the retry window is over). A message is acked only
 // after it was delivered or its dead letter is stored.
-import { headers as natsHeaders } from "@nats-io/transport-node";
+import { headers as natsHeaders, type NatsConnection } from "@nats-io/transport-node";
 import type { ConsumerMessages, JetStreamClient, JsMsg } from "@nats-io/jetstream";
 import type { CompiledDestination } from "../../schema/mod.ts";
 import type { Logger } from "../logging.ts";
+import type { TurnBatch} from "../nats/mod.ts";
 import { EVENTS_STREAM, attemptsSubject, consumerName, dlqSubject } from "../nats/mod.ts";
 import { type AttemptOutcome, backoffMs, combine } from "./outcome.ts";
 import { standardWebhookHeaders, webhookBody, xSignature, type DeliverableMessage } from "./payload.ts";
@@ -48,14 +49,26 @@ export class DestinationWorker {
   readonly #metrics: DeliveryMetrics;
   readonly #label: string;
   readonly #limit: ConcurrencyLimit;
+  readonly #nc: NatsConnection;
+  readonly #turn: TurnBatch;
   readonly #inFlight = new Set<Promise<void>>();
   /** URLs that failed for good, per stream sequence: not tried again on a retry (in memory only). */
   readonly #deadUrls = new Map<number, Set<string>>();
   #messages: ConsumerMessages | undefined;
   #loop: Promise<void> | undefined;
 
-  constructor(js: JetStreamClient, destination: CompiledDestination, sender: WebhookSending, log: Logger, metrics: DeliveryMetrics, limit: ConcurrencyLimit) {
-    this.#limit = limit;
+  constructor(
+    nc: NatsConnection,
+    js: JetStreamClient,
+    destination: CompiledDestination,
+    sender: WebhookSending,
+    log: Logger,
+    metrics: DeliveryMetrics,
+    shared: { limit: ConcurrencyLimit; turn: TurnBatch },
+  ) {
+    this.#nc = nc;
+    this.#limit = shared.limit;
+    this.#turn = shared.turn;
     this.#js = js;
     this.destination = destination;
     this.#sender = sender;
@@ -109,14 +122,14 @@ export class DestinationWorker {
     const results = await Promise.all(urls.map((url) => this.#sender.send({ url, body, headers, timeoutMs: this.destination.timeoutMs })));
 
     const attempt = m.info.deliveryCount;
-    await this.#record(m, message, attempt, results);
+    this.#record(m, message, attempt, results);
     for (const r of results) if (r.outcome.kind === "permanent") dead.add(r.url);
 
     const outcome = combine(results.map((r) => r.outcome));
     if (outcome.kind === "delivered") {
       this.#deadUrls.delete(m.seq);
       this.#metrics.deliveries.inc({ destination: this.#label, outcome: "delivered", reason: "" });
-      m.ack();
+      this.#turn.add(() => m.ack());
       return;
     }
     if (outcome.kind === "permanent") {
@@ -134,7 +147,7 @@ export class DestinationWorker {
     }
     this.#deadUrls.set(m.seq, dead);
     this.#metrics.deliveries.inc({ destination: this.#label, outcome: "retry", reason: outcome.error ?? String(outcome.status ?? "") });
-    m.nak(delay);
+    this.#turn.add(() => m.nak(delay));
   }
 
   #headersFor(message: DeliverableMessage, body: Uint8Array): Record<string, string> {
@@ -150,24 +163,32 @@ export class DestinationWorker {
     return headers;
   }
 
-  async #record(m: JsMsg, message: DeliverableMessage, attempt: number, results: Awaited<ReturnType<WebhookSending["send"]>>[]): Promise<void> {
+  /**
+   * Attempt records are published without waiting for a PubAck: a lost record only loses
+   * history, and waiting cost a round trip per message. They leave with the turn's other traffic.
+   */
+  #record(m: JsMsg, message: DeliverableMessage, attempt: number, results: Awaited<ReturnType<WebhookSending["send"]>>[]): void {
     const subject = attemptsSubject(this.destination.namespace, this.destination.name);
-    await Promise.all(
-      results.map(async (r) => {
-        const o = r.outcome;
-        const status = "status" in o ? o.status : undefined;
-        const error = "error" in o ? o.error : undefined;
-        this.#metrics.attempts.inc({ destination: this.#label, status_class: status ? `${Math.floor(status / 100)}xx` : "error", error: error ?? "" });
-        this.#metrics.attemptDuration.observe({ destination: this.#label }, r.latencyMs / 1000);
-        const record: AttemptRecord = {
-          destination: this.#label, url: r.url, messageId: message.messageId, streamSequence: m.seq, attempt,
-          outcome: o.kind, latencyMs: Math.round(r.latencyMs), at: new Date().toISOString(),
-          ...(status !== undefined ? { status } : {}), ...(error ? { error } : {}), ...(r.responseSnippet ? { response: r.responseSnippet } : {}),
-        };
-        // A lost attempt record must not hold up or fail the delivery itself.
-        await this.#js.publish(subject, JSON.stringify(record)).catch((err: Error) => this.#log.warn({ err: err.message }, "attempt record not stored"));
-      }),
-    );
+    for (const r of results) {
+      const o = r.outcome;
+      const status = "status" in o ? o.status : undefined;
+      const error = "error" in o ? o.error : undefined;
+      this.#metrics.attempts.inc({ destination: this.#label, status_class: status ? `${Math.floor(status / 100)}xx` : "error", error: error ?? "" });
+      this.#metrics.attemptDuration.observe({ destination: this.#label }, r.latencyMs / 1000);
+      const record: AttemptRecord = {
+        destination: this.#label, url: r.url, messageId: message.messageId, streamSequence: m.seq, attempt,
+        outcome: o.kind, latencyMs: Math.round(r.latencyMs), at: new Date().toISOString(),
+        ...(status !== undefined ? { status } : {}), ...(error ? { error } : {}), ...(r.responseSnippet ? { response: r.responseSnippet } : {}),
+      };
+      const payload = JSON.stringify(record);
+      this.#turn.add(() => {
+        try {
+          this.#nc.publish(subject, payload);
+        } catch (err) {
+          this.#log.warn({ err: (err as Error).message }, "attempt record not published");
+        }
+      });
+    }
   }
 
   async #deadLetter(m: JsMsg, reason: string, attempts: number, last?: AttemptOutcome): Promise<void> {

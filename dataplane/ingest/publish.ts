@@ -9,7 +9,7 @@
 // one timer covers the request, and the publishes of one event-loop turn leave in one write.
 import { createInbox, headers, type Msg, type NatsConnection, type Subscription } from "@nats-io/transport-node";
 import type { CompiledSource, StoredMessage } from "../../schema/mod.ts";
-import { EVENTS_STREAM, eventMsgId, eventSubject } from "../nats/mod.ts";
+import { EVENTS_STREAM, TurnBatch, eventMsgId, eventSubject } from "../nats/mod.ts";
 import { errors, type IngestError } from "./errors.ts";
 import type { IngestMetrics } from "./metrics.ts";
 
@@ -59,7 +59,7 @@ export class EventPublisher {
   readonly #pending = new Map<string, Pending>();
   readonly #subscription: Subscription;
   #nextToken = 0;
-  #queued: Array<() => void> = [];
+  readonly #turn = new TurnBatch();
 
   constructor(nc: NatsConnection, options: PublisherOptions, metrics: IngestMetrics) {
     this.#nc = nc;
@@ -79,7 +79,7 @@ export class EventPublisher {
         resolve,
         reject,
       };
-      this.#enqueue(() => {
+      this.#turn.add(() => {
         const startedAt = performance.now();
         try {
           for (const [index, { message, payload }] of messages.entries()) {
@@ -96,16 +96,6 @@ export class EventPublisher {
           this.#fail(request, errors.storageUnavailable(this.#options.retryAfterSeconds, err));
         }
       });
-    });
-  }
-
-  /** Runs the publishes of everything queued during this loop turn together: one socket write, not one per request. */
-  #enqueue(publish: () => void): void {
-    if (this.#queued.push(publish) > 1) return;
-    setImmediate(() => {
-      const queued = this.#queued;
-      this.#queued = [];
-      for (const run of queued) run();
     });
   }
 

@@ -4,4 +4,5 @@ export {
 } from "./subjects.ts";
 export { eventsStreamConfig, dlqStreamConfig, attemptsStreamConfig, ensureStream, type EventsStreamSettings } from "./streams.ts";
 export { connectNats, type ConnectOptions } from "./connect.ts";
+export { TurnBatch } from "./turn-batch.ts";
 export { LocalNatsServer, NatsServerNotFoundError, findNatsServer, type LocalNatsServerOptions } from "./local-server.ts";
