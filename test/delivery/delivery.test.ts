@@ -150,6 +150,19 @@ describe("payloads, headers and signatures", () => {
     expect(body("k-group")).toMatchObject({ type: "group", groupId: "g1", traits: { name: "Acme" } });
   });
 
+  it("delivers a delete notification without version, whatever its integrations say", async () => {
+    const key = await addDestination("deletes", { urls: [receiver.url("/deletes")], secret: "s3cret" });
+    expect(key).toBe("key-deletes");
+    // Delete notifications are published by deletion requests (the operator), not sent to the ingest.
+    const notification = { type: "delete", userId: "u-gone", timestamp: "2026-11-22T00:00:00.000Z", messageId: "delete-1", integrations: { All: false } };
+    await nats.js.publish("trackhook.events.default.deletes.delete", JSON.stringify(notification), { msgID: "default/deletes/delete-1" });
+    const [r] = await receiver.waitFor("/deletes", 1);
+    const body = JSON.parse(r!.body.toString());
+    expect(body).toMatchObject({ type: "delete", userId: "u-gone", timestamp: "2026-11-22T00:00:00.000Z" });
+    expect(body).not.toHaveProperty("version");
+    expect(r!.headers["x-signature"]).toBe(createHmac("sha1", "s3cret").update(r!.body).digest("hex"));
+  });
+
   it("sends no X-Signature without a shared secret; adds Standard Webhooks headers when asked", async () => {
     const plain = await addDestination("unsigned", { urls: [receiver.url("/unsigned")] });
     await send(plain, "/v1/track", { userId: "u1", event: "Plain" });
