@@ -1,4 +1,4 @@
 export { ConfigError } from "./errors.ts";
 export { loadDocuments, configFiles, type RawDocument } from "./load.ts";
 export { compileConfig, sha256Hex, DEFAULT_NAMESPACE } from "./compile.ts";
-export { FileConfigProvider, loadConfigFile, staticConfig, type ConfigProvider } from "./provider.ts";
+export { ConfigHolder, FileConfigProvider, loadConfigFile, staticConfig, type ConfigProvider } from "./provider.ts";

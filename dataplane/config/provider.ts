@@ -24,22 +24,46 @@ export function staticConfig(config: CompiledConfig): ConfigProvider {
   return { current: () => config, subscribe: () => () => {}, close: () => {} };
 }
 
+/** A config that is replaced as a whole with set(); listeners hear of each change. */
+export class ConfigHolder implements ConfigProvider {
+  #config: CompiledConfig;
+  readonly #listeners = new Set<(config: CompiledConfig) => void>();
+
+  constructor(initial: CompiledConfig = { sources: [], destinations: [] }) {
+    this.#config = initial;
+  }
+
+  current(): CompiledConfig {
+    return this.#config;
+  }
+
+  subscribe(listener: (config: CompiledConfig) => void): () => void {
+    this.#listeners.add(listener);
+    return () => this.#listeners.delete(listener);
+  }
+
+  set(config: CompiledConfig): void {
+    this.#config = config;
+    for (const listener of this.#listeners) listener(config);
+  }
+
+  close(): void {}
+}
+
 /**
  * Loads `--config` and reloads it whenever a file changes. A broken edit is logged and the last
  * good config stays in force, so a typo never takes a running ingest down.
  */
-export class FileConfigProvider implements ConfigProvider {
-  #config: CompiledConfig;
-  #listeners = new Set<(config: CompiledConfig) => void>();
+export class FileConfigProvider extends ConfigHolder {
   #watcher: FSWatcher;
   #timer: NodeJS.Timeout | undefined;
   readonly path: string;
   private readonly log: Logger;
 
   constructor(path: string, log: Logger, debounceMs = 200) {
+    super(loadConfigFile(path)); // throws ConfigError: invalid config fails at start
     this.path = path;
     this.log = log;
-    this.#config = loadConfigFile(path); // throws ConfigError: invalid config fails at start
     const isDir = statSync(path).isDirectory();
     const dir = isDir ? path : dirname(path);
     const file = isDir ? undefined : basename(path);
@@ -52,15 +76,6 @@ export class FileConfigProvider implements ConfigProvider {
     this.#watcher.unref();
   }
 
-  current(): CompiledConfig {
-    return this.#config;
-  }
-
-  subscribe(listener: (config: CompiledConfig) => void): () => void {
-    this.#listeners.add(listener);
-    return () => this.#listeners.delete(listener);
-  }
-
   reload(): void {
     let next: CompiledConfig;
     try {
@@ -70,13 +85,12 @@ export class FileConfigProvider implements ConfigProvider {
       this.log.error({ path: this.path, problems }, "config reload failed; keeping the previous config");
       return;
     }
-    if (JSON.stringify(next) === JSON.stringify(this.#config)) return;
-    this.#config = next;
+    if (JSON.stringify(next) === JSON.stringify(this.current())) return;
     this.log.info({ path: this.path, sources: next.sources.length, destinations: next.destinations.length }, "config reloaded");
-    for (const listener of this.#listeners) listener(next);
+    this.set(next);
   }
 
-  close(): void {
+  override close(): void {
     clearTimeout(this.#timer);
     this.#watcher.close();
   }

@@ -6,8 +6,7 @@ import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import type { NatsConnection } from "@nats-io/transport-node";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import type { CompiledConfig } from "../../schema/mod.ts";
-import { compileConfig, type ConfigProvider } from "../../dataplane/config/mod.ts";
+import { compileConfig, ConfigHolder } from "../../dataplane/config/mod.ts";
 import { ReplayTargetError, readAttempts, replayDeadLetters, tail, type TailedMessage } from "../../dataplane/delivery/admin.ts";
 import { DeliveryMetrics, DeliveryService, WebhookSender, type AttemptRecord } from "../../dataplane/delivery/mod.ts";
 import { createLogger } from "../../dataplane/logging.ts";
@@ -20,22 +19,6 @@ const root = fileURLToPath(new URL("../..", import.meta.url));
 const CLI = join(root, "cli", "main.ts");
 const cli = (...args: string[]) => spawnSync(process.execPath, [CLI, ...args, "--nats", nats.server.url], { cwd: root, encoding: "utf8", timeout: 20_000 });
 
-/** A config that tests change while everything runs. */
-class LiveConfig implements ConfigProvider {
-  #config: CompiledConfig = { sources: [], destinations: [] };
-  #listeners = new Set<(c: CompiledConfig) => void>();
-  current = () => this.#config;
-  subscribe(listener: (c: CompiledConfig) => void) {
-    this.#listeners.add(listener);
-    return () => this.#listeners.delete(listener);
-  }
-  set(config: CompiledConfig) {
-    this.#config = config;
-    for (const l of this.#listeners) l(config);
-  }
-  close() {}
-}
-
 let nats: NatsHarness;
 let ingest: IngestHarness;
 let receiver: Receiver;
@@ -43,7 +26,7 @@ let service: DeliveryService;
 let sender: WebhookSender;
 /** The connection the admin functions use. */
 let admin: NatsConnection;
-const config = new LiveConfig();
+const config = new ConfigHolder();
 const documents: unknown[] = [];
 
 beforeAll(async () => {

@@ -8,30 +8,13 @@ import { createServer as createHttpsServer } from "node:https";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import type { CompiledConfig } from "../../schema/mod.ts";
-import { compileConfig, type ConfigProvider } from "../../dataplane/config/mod.ts";
+import { compileConfig, ConfigHolder } from "../../dataplane/config/mod.ts";
 import { DeliveryMetrics, DeliveryService, WebhookSender } from "../../dataplane/delivery/mod.ts";
 import { createLogger } from "../../dataplane/logging.ts";
 import { ATTEMPTS_STREAM, DLQ_STREAM } from "../../dataplane/nats/mod.ts";
 import { basic, post, startIngest, type IngestHarness } from "../harness/ingest.ts";
 import { startNats, type NatsHarness } from "../harness/nats.ts";
 import { answer, startReceiver, type Receiver } from "../harness/receiver.ts";
-
-/** A config that tests change while everything runs. */
-class LiveConfig implements ConfigProvider {
-  #config: CompiledConfig = { sources: [], destinations: [] };
-  #listeners = new Set<(c: CompiledConfig) => void>();
-  current = () => this.#config;
-  subscribe(listener: (c: CompiledConfig) => void) {
-    this.#listeners.add(listener);
-    return () => this.#listeners.delete(listener);
-  }
-  set(config: CompiledConfig) {
-    this.#config = config;
-    for (const l of this.#listeners) l(config);
-  }
-  close() {}
-}
 
 interface DestinationSpec {
   urls: string[];
@@ -48,7 +31,7 @@ let receiver: Receiver;
 let service: DeliveryService;
 let metrics: DeliveryMetrics;
 let sender: WebhookSender;
-const config = new LiveConfig();
+const config = new ConfigHolder();
 const documents: unknown[] = [];
 
 beforeAll(async () => {

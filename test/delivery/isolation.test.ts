@@ -7,7 +7,7 @@ import { createServer, type Server, type ServerResponse } from "node:http";
 import { performance } from "node:perf_hooks";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import type { CompiledConfig } from "../../schema/mod.ts";
-import { compileConfig, staticConfig, type ConfigProvider } from "../../dataplane/config/mod.ts";
+import { compileConfig, staticConfig, ConfigHolder } from "../../dataplane/config/mod.ts";
 import { DeliveryMetrics, DeliveryService, WebhookSender } from "../../dataplane/delivery/mod.ts";
 import { createLogger } from "../../dataplane/logging.ts";
 import { basic, startIngest, type IngestHarness } from "../harness/ingest.ts";
@@ -24,22 +24,6 @@ const SEND_CONCURRENCY = 4;
 const MIN_RATIO = 0.8;
 /** Each condition is measured this often and the best run counts: noise on a 2-core machine only ever slows a run down. */
 const ROUNDS = 5;
-
-/** A config the test changes while delivery runs. */
-class LiveConfig implements ConfigProvider {
-  #config: CompiledConfig = { sources: [], destinations: [] };
-  #listeners = new Set<(c: CompiledConfig) => void>();
-  current = () => this.#config;
-  subscribe(listener: (c: CompiledConfig) => void) {
-    this.#listeners.add(listener);
-    return () => this.#listeners.delete(listener);
-  }
-  set(config: CompiledConfig) {
-    this.#config = config;
-    for (const l of this.#listeners) l(config);
-  }
-  close() {}
-}
 
 /**
  * A receiver lean enough not to be what is measured: answers 200 at once and notes when each
@@ -106,7 +90,7 @@ let service: DeliveryService;
 let sender: WebhookSender;
 const healthy = new HealthyReceiver();
 const dead = new DeadReceiver();
-const config = new LiveConfig();
+const config = new ConfigHolder();
 let withDead: CompiledConfig;
 let healthyOnly: CompiledConfig;
 
