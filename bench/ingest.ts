@@ -17,20 +17,21 @@
 // ingest's /metrics are scraped around each phase (PubAck time, event-loop delay, GC, heap).
 // Two cores run the load generator, the ingest and nats-server together: read the "other" CPU
 // column (anything else running on the machine) before trusting a run.
-import { spawn, execFileSync, type ChildProcess } from "node:child_process";
-import { copyFileSync, existsSync, mkdirSync, mkdtempSync, readFileSync, readdirSync, rmSync, statSync, writeFileSync } from "node:fs";
-import { cpus, loadavg, tmpdir } from "node:os";
+import { copyFileSync, existsSync, mkdirSync, readdirSync, statSync, writeFileSync } from "node:fs";
+import { cpus } from "node:os";
 import { join } from "node:path";
-import { fileURLToPath } from "node:url";
 import { monitorEventLoopDelay } from "node:perf_hooks";
 import { parseArgs } from "node:util";
 import { jetstream, jetstreamManager, type JetStreamManager } from "@nats-io/jetstream";
 import { connect, type NatsConnection } from "@nats-io/transport-node";
 import { Pool } from "undici";
-import { EVENTS_STREAM, LocalNatsServer, eventMsgId, eventSubject, eventsStreamConfig } from "../dataplane/nats/mod.ts";
+import { EVENTS_STREAM, eventMsgId, eventSubject, eventsStreamConfig } from "../dataplane/nats/mod.ts";
+import {
+  RESULTS_DIR, ROOT, cpuText, fmt, gitCommit, log, monotonicUs, percentiles, printProfile, printTable, procStatusKB, round,
+  runBench, shippedNodeFlags, spawnUntil, startNats, stopChild, summarizeProfile, tempDir, usPer, verdict, waitForQuiet,
+  withCpu, type CpuShare, type Percentiles, type PhaseWindow, type Pids, type ProfileSummary,
+} from "./lib.ts";
 
-const ROOT = fileURLToPath(new URL("..", import.meta.url));
-const RESULTS_DIR = join(ROOT, "bench", "results");
 const BARE = join(ROOT, "bench", "bare-fastify.ts");
 
 const { values: flags } = parseArgs({
@@ -112,137 +113,6 @@ function batchBody(size: number): string {
 const EVENT_BYTES = Buffer.byteLength(trackEvent("bench-xxxxxx-00000000"));
 
 // ---------------------------------------------------------------------------------------------
-// Process accounting from /proc.
-
-const CLK_TCK = 100; // `getconf CLK_TCK`: 100 on Linux
-
-function cpuTicks(pid: number | undefined): number | undefined {
-  if (!pid) return undefined;
-  try {
-    const stat = readFileSync(`/proc/${pid}/stat`, "utf8");
-    const fields = stat.slice(stat.lastIndexOf(")") + 2).split(" ");
-    return Number(fields[11]) + Number(fields[12]); // utime + stime
-  } catch {
-    return undefined;
-  }
-}
-
-function procStatusKB(pid: number | undefined, field: "VmRSS" | "VmHWM"): number | undefined {
-  if (!pid) return undefined;
-  try {
-    const match = new RegExp(`^${field}:\\s+(\\d+) kB`, "m").exec(readFileSync(`/proc/${pid}/status`, "utf8"));
-    return match ? Number(match[1]) : undefined;
-  } catch {
-    return undefined;
-  }
-}
-
-/** Busy jiffies of the whole machine (all cores), from /proc/stat. */
-function hostBusyTicks(): number | undefined {
-  try {
-    const fields = readFileSync("/proc/stat", "utf8").split("\n")[0]!.trim().split(/\s+/).slice(1).map(Number);
-    const total = fields.slice(0, 8).reduce((a, b) => a + b, 0);
-    return total - (fields[3] ?? 0) - (fields[4] ?? 0); // minus idle and iowait
-  } catch {
-    return undefined;
-  }
-}
-
-type Pids = Record<string, number | undefined>;
-type CpuShare = Record<string, number>;
-
-/**
- * CPU use (% of one core) of each process over a phase; "bench" is this process, "other" is what
- * the rest of the machine used meanwhile (anything else running skews the figures).
- */
-async function withCpu<T>(pids: Pids, run: () => Promise<T>): Promise<{ result: T; cpu: CpuShare; seconds: number }> {
-  const before = Object.fromEntries(Object.entries(pids).map(([k, pid]) => [k, cpuTicks(pid)]));
-  const hostBefore = hostBusyTicks();
-  const ownBefore = process.cpuUsage();
-  const t0 = performance.now();
-  const result = await run();
-  const seconds = (performance.now() - t0) / 1000;
-  const own = process.cpuUsage(ownBefore);
-  const cpu: CpuShare = { bench: round(((own.user + own.system) / 1e6 / seconds) * 100, 0) };
-  for (const [name, pid] of Object.entries(pids)) {
-    const a = before[name];
-    const b = cpuTicks(pid);
-    if (a !== undefined && b !== undefined) cpu[name] = round(((b - a) / CLK_TCK / seconds) * 100, 0);
-  }
-  const hostAfter = hostBusyTicks();
-  if (hostBefore !== undefined && hostAfter !== undefined) {
-    const host = ((hostAfter - hostBefore) / CLK_TCK / seconds) * 100;
-    const ours = Object.values(cpu).reduce((a, b) => a + b, 0);
-    cpu.other = Math.max(0, round(host - ours, 0));
-  }
-  return { result, cpu, seconds };
-}
-
-// ---------------------------------------------------------------------------------------------
-// Child processes.
-
-const children = new Set<ChildProcess>();
-const natsServers: LocalNatsServer[] = [];
-const tempDirs: string[] = [];
-
-async function startNats(prefix: string): Promise<LocalNatsServer> {
-  const server = await LocalNatsServer.start({ storeDir: tempDir(prefix) });
-  natsServers.push(server);
-  return server;
-}
-
-function tempDir(prefix: string): string {
-  const dir = mkdtempSync(join(tmpdir(), prefix));
-  tempDirs.push(dir);
-  return dir;
-}
-
-/** Spawns a process and resolves once a stdout line matches `ready`; keeps the last lines for errors. */
-async function spawnUntil(command: string, args: string[], ready: RegExp, timeoutMs = 20_000): Promise<{ child: ChildProcess; match: RegExpExecArray; tail: string[] }> {
-  const child = spawn(command, args, { cwd: ROOT, stdio: ["ignore", "pipe", "pipe"] });
-  children.add(child);
-  child.once("exit", () => children.delete(child));
-  const tail: string[] = [];
-  const keep = (line: string) => {
-    tail.push(line);
-    if (tail.length > 50) tail.shift();
-  };
-  const match = await new Promise<RegExpExecArray>((resolve, reject) => {
-    const timer = setTimeout(() => reject(new Error(`${command} ${args.join(" ")} not ready after ${timeoutMs} ms:\n${tail.join("\n")}`)), timeoutMs);
-    let buffered = "";
-    child.stdout!.on("data", (chunk: Buffer) => {
-      buffered += chunk.toString();
-      let newline: number;
-      while ((newline = buffered.indexOf("\n")) >= 0) {
-        const line = buffered.slice(0, newline);
-        buffered = buffered.slice(newline + 1);
-        keep(line);
-        const m = ready.exec(line);
-        if (m) {
-          clearTimeout(timer);
-          resolve(m);
-        }
-      }
-    });
-    child.stderr!.on("data", (chunk: Buffer) => chunk.toString().split("\n").filter(Boolean).forEach(keep));
-    child.once("exit", (code, signal) => {
-      clearTimeout(timer);
-      reject(new Error(`${command} exited before it was ready (code ${code}, signal ${signal}):\n${tail.join("\n")}`));
-    });
-  });
-  return { child, match, tail };
-}
-
-async function stopChild(child: ChildProcess, timeoutMs = 10_000): Promise<void> {
-  if (child.exitCode !== null || child.signalCode !== null) return;
-  const exited = new Promise<void>((resolve) => child.once("exit", () => resolve()));
-  child.kill("SIGTERM");
-  const timer = setTimeout(() => child.kill("SIGKILL"), timeoutMs);
-  await exited;
-  clearTimeout(timer);
-}
-
-// ---------------------------------------------------------------------------------------------
 // Load generation.
 
 interface ClosedLoopResult {
@@ -318,20 +188,6 @@ interface LatencyResult {
   service: Percentiles;
   /** This process's own event-loop delay, ms: high values would mean the load generator, not the server, adds latency. */
   benchLoopDelay: { p99: number; max: number };
-}
-
-interface Percentiles {
-  p50: number;
-  p90: number;
-  p99: number;
-  p999: number;
-  max: number;
-}
-
-function percentiles(values: number[]): Percentiles {
-  const sorted = Float64Array.from(values).sort();
-  const at = (q: number) => (sorted.length ? sorted[Math.min(sorted.length - 1, Math.floor(q * sorted.length))]! : NaN);
-  return { p50: round(at(0.5), 2), p90: round(at(0.9), 2), p99: round(at(0.99), 2), p999: round(at(0.999), 2), max: round(sorted.at(-1) ?? NaN, 2) };
 }
 
 /** Open loop: request i is due at start + i/rate whatever happened to the others. */
@@ -542,123 +398,10 @@ async function ingestPhase<T>(phase: string, origin: string, pids: Pids, run: ()
   return { result, cpu, seconds, ingest };
 }
 
-/** CPU microseconds a process spent per event over a phase. */
-const usPer = (cpuPct: number | undefined, seconds: number, events: number) => round((((cpuPct ?? NaN) / 100) * seconds * 1e6) / events, 1);
-
 const diagText = (d: IngestDiagnostics & { rssMaxMB: number }) =>
   `publish->PubAck mean ${d.publishMeanMs} ms (p50 <= ${d.publishP50Ms} ms, p99 <= ${d.publishP99Ms} ms); ` +
   `event-loop delay p50 ${d.loopDelayP50Ms} ms, p99 ${d.loopDelayP99Ms} ms, max ${d.loopDelayMaxMs} ms;\n` +
   `            GC ${d.gcMs} ms; heap used/total at end ${d.heapUsedMB}/${d.heapTotalMB} MB (new space ${d.newSpaceMB} MB); RSS max ${d.rssMaxMB} MB`;
-
-// ---------------------------------------------------------------------------------------------
-// CPU profile summary (--cpu-prof).
-
-interface ProfileNode {
-  id: number;
-  callFrame: { functionName: string; url: string; lineNumber: number };
-  children?: number[];
-}
-
-interface ProfileSummary {
-  phase: string;
-  /** CPU time sampled in the phase (idle excluded), ms. */
-  sampledMs: number;
-  byPackage: Array<{ pkg: string; selfPct: number }>;
-  topSelf: Array<{ frame: string; selfPct: number }>;
-  /** Inclusive time of the trackhook and NATS client frames: which step of a request costs what. */
-  topTotal: Array<{ frame: string; totalPct: number }>;
-}
-
-/** A phase as a window of CLOCK_MONOTONIC microseconds, the clock of V8's profiler timestamps. */
-interface PhaseWindow {
-  phase: string;
-  fromUs: number;
-  toUs: number;
-}
-
-const monotonicUs = () => Number(process.hrtime.bigint() / 1000n);
-
-function frameKey(node: ProfileNode): string {
-  const { functionName, url, lineNumber } = node.callFrame;
-  const name = functionName || "(anonymous)";
-  if (!url) return name;
-  const short = url.replace(/^file:\/\//, "").replace(ROOT, "").replace(/^.*node_modules\//, "");
-  return `${name} ${short}:${lineNumber + 1}`;
-}
-
-function packageOf(node: ProfileNode): string {
-  const url = node.callFrame.url.replace(/^file:\/\//, "");
-  if (!url) return node.callFrame.functionName || "(native)";
-  if (url.startsWith("node:")) return url.replace(/^node:(internal\/)?/, "node:").split("/").slice(0, 2).join("/");
-  const pkg = /node_modules\/((?:@[^/]+\/)?[^/]+)/.exec(url);
-  if (pkg) return pkg[1]!;
-  if (url.includes("/dist/")) return `trackhook:${url.slice(url.indexOf("/dist/") + 6)}`;
-  return url;
-}
-
-/** Self time by package and frame, and inclusive time of our own and the NATS client's frames, per phase. */
-function summarizeProfile(file: string, windows: PhaseWindow[]): ProfileSummary[] {
-  const profile = JSON.parse(readFileSync(file, "utf8")) as { nodes: ProfileNode[]; samples: number[]; timeDeltas: number[]; startTime: number };
-  const byId = new Map(profile.nodes.map((n) => [n.id, n]));
-  const parent = new Map<number, number>();
-  for (const n of profile.nodes) for (const c of n.children ?? []) parent.set(c, n.id);
-  const acc = windows.map((w) => ({ w, all: 0, self: new Map<string, number>(), total: new Map<string, number>(), pkgs: new Map<string, number>() }));
-  const add = (m: Map<string, number>, k: string, v: number) => m.set(k, (m.get(k) ?? 0) + v);
-  let t = profile.startTime;
-  profile.samples.forEach((id, i) => {
-    const dt = Math.max(0, profile.timeDeltas[i] ?? 0);
-    t += dt;
-    const node = byId.get(id);
-    const a = acc.find(({ w }) => t >= w.fromUs && t < w.toUs);
-    if (!a || !node || node.callFrame.functionName === "(idle)") return;
-    a.all += dt;
-    add(a.self, frameKey(node), dt);
-    add(a.pkgs, packageOf(node), dt);
-    const seen = new Set<string>();
-    for (let cur: number | undefined = id; cur !== undefined; cur = parent.get(cur)) {
-      const n = byId.get(cur)!;
-      if (!/\/dist\/|@nats-io/.test(n.callFrame.url)) continue;
-      const k = frameKey(n);
-      if (!seen.has(k)) add(a.total, k, dt);
-      seen.add(k);
-    }
-  });
-  const top = (m: Map<string, number>, n: number) => [...m.entries()].sort((x, y) => y[1] - x[1]).slice(0, n);
-  return acc.map(({ w, all, self, total, pkgs }) => {
-    const pct = (v: number) => round((v / Math.max(1, all)) * 100, 1);
-    return {
-      phase: w.phase,
-      sampledMs: round(all / 1000, 0),
-      byPackage: top(pkgs, 12).map(([pkg, v]) => ({ pkg, selfPct: pct(v) })),
-      topSelf: top(self, 20).map(([frame, v]) => ({ frame, selfPct: pct(v) })),
-      topTotal: top(total, 20).map(([frame, v]) => ({ frame, totalPct: pct(v) })),
-    };
-  });
-}
-
-// ---------------------------------------------------------------------------------------------
-// Report helpers.
-
-function round(n: number, digits: number): number {
-  const f = 10 ** digits;
-  return Math.round(n * f) / f;
-}
-
-const fmt = (n: number) => (Number.isFinite(n) ? Math.round(n).toLocaleString("en-US") : "n/a");
-const cpuText = (cpu: CpuShare) => Object.entries(cpu).map(([k, v]) => `${k} ${v}%`).join(", ");
-const verdict = (ok: boolean) => (ok ? "PASS" : "MISS");
-
-function log(line: string) {
-  process.stdout.write(`${line}\n`);
-}
-
-function gitCommit(): string | undefined {
-  try {
-    return execFileSync("git", ["rev-parse", "--short", "HEAD"], { cwd: ROOT, encoding: "utf8" }).trim();
-  } catch {
-    return undefined;
-  }
-}
 
 // ---------------------------------------------------------------------------------------------
 
@@ -667,16 +410,7 @@ async function main(): Promise<void> {
   log(`trackhook ingest bench: ${cpus().length} CPUs (${cpus()[0]?.model ?? "?"}), node ${process.version}, event ${EVENT_BYTES} bytes`);
   log(`  warm-up ${P.warmupMs / 1000}s + measure ${P.measureMs / 1000}s per phase; publish window ${P.window}; batch ${P.batchSize} x ${P.batchConcurrency} conc; track ${P.trackConcurrency} conc`);
   // On a shared machine, wait (a bounded time) for whatever else is running to finish.
-  const load = loadavg()[0]!;
-  let busyPct = NaN;
-  for (let waited = 0; waited < QUIET_WAIT_S; waited++) {
-    const busy0 = hostBusyTicks();
-    await new Promise((resolve) => setTimeout(resolve, 1000));
-    busyPct = busy0 === undefined ? NaN : round((((hostBusyTicks() ?? busy0) - busy0) / CLK_TCK) * 100, 0);
-    if (!(busyPct > QUIET_BUSY_PCT)) break;
-    if (waited === 0) log(`  machine busy (${busyPct}% CPU): waiting up to ${QUIET_WAIT_S}s for it to calm down ...`);
-  }
-  log(`  machine before start: ${busyPct}% CPU busy (of ${cpus().length * 100}%), load average ${load.toFixed(2)}${busyPct > QUIET_BUSY_PCT ? " -- something else is running: figures will be noisy (see \"other\" CPU per phase)" : ""}`);
+  const { busyPct, load } = await waitForQuiet(QUIET_WAIT_S, QUIET_BUSY_PCT);
   log(`  ${P.cli.startsWith(ROOT) ? P.cli.slice(ROOT.length) : P.cli} built ${statSync(P.cli).mtime.toISOString()}${P.cpuProf ? "; ingest runs with --cpu-prof (figures include profiler overhead)" : ""}${P.ingestNodeOptions.length ? `; ingest node flags: ${P.ingestNodeOptions.join(" ")}` : ""}`);
 
   // A: raw JetStream ceiling.
@@ -690,10 +424,8 @@ async function main(): Promise<void> {
   const configDir = tempDir("trackhook-bench-config-");
   copyFileSync(join(ROOT, "examples", "dev.yaml"), join(configDir, "dev.yaml"));
   const profDir = P.cpuProf ? tempDir("trackhook-bench-prof-") : undefined;
-  // The flags the CLI ships in its shebang (`#!/usr/bin/env -S node <flags>`) apply here too, so
-  // the bench measures the ingest as users run it.
-  const shippedFlags = /^#!\/usr\/bin\/env -S node(.*)$/.exec(readFileSync(P.cli, "utf8").split("\n", 1)[0]!)?.[1]!.trim().split(/\s+/).filter(Boolean) ?? [];
-  const nodeFlags = [...shippedFlags, ...P.ingestNodeOptions, ...(profDir ? ["--cpu-prof", "--cpu-prof-dir", profDir] : [])];
+  // The flags the CLI ships in its shebang apply here too, so the bench measures the ingest as users run it.
+  const nodeFlags = [...shippedNodeFlags(P.cli), ...P.ingestNodeOptions, ...(profDir ? ["--cpu-prof", "--cpu-prof-dir", profDir] : [])];
   const ingestSpawn = await spawnUntil(
     process.execPath,
     [...nodeFlags, P.cli, "ingest", "--config", configDir, "--nats", nats.url, "--host", "127.0.0.1", "--port", "0", "--log-level", "info"],
@@ -784,7 +516,7 @@ async function main(): Promise<void> {
         mkdirSync(RESULTS_DIR, { recursive: true });
         const kept = join(RESULTS_DIR, "ingest-latest.cpuprofile");
         copyFileSync(join(profDir, file), kept);
-        profile = summarizeProfile(kept, phaseWindows);
+        profile = summarizeProfile(kept, phaseWindows, /\/dist\/|@nats-io/);
       }
     }
 
@@ -804,23 +536,10 @@ async function main(): Promise<void> {
       [`   /v1/track p99 @ ${fmt(l.achievedRate)}/s`, `${l.fromSchedule.p99} ms`, "", ""],
       ["   ingest peak RSS (VmHWM)", `${rssMB.toFixed(1)} MB`, `< ${TARGETS.rssMB} MB`, verdict(rssMB < TARGETS.rssMB)],
     ];
-    const w = [0, 1, 2, 3].map((i) => Math.max(...rows.map((r) => r[i]!.length), ["measure", "value", "target", ""][i]!.length));
-    const line = (r: string[]) => `  ${r[0]!.padEnd(w[0]!)}  ${r[1]!.padStart(w[1]!)}  ${r[2]!.padEnd(w[2]!)}  ${r[3]}`;
-    log(`\n${line(["measure", "value", "target", ""])}\n  ${"-".repeat(w[0]! + w[1]! + w[2]! + 10)}`);
-    for (const r of rows) log(line(r));
+    printTable(rows);
     log(`  (sampled VmRSS max ${(rss.maxKB / 1024).toFixed(1)} MB)`);
 
-    if (profile) {
-      log(`\nCPU profile of the ingest (bench/results/ingest-latest.cpuprofile), by phase:`);
-      for (const ph of profile) {
-        log(`\n  [${ph.phase}] ${fmt(ph.sampledMs)} ms of CPU sampled. Self time by package:`);
-        log(`    ${ph.byPackage.map((p) => `${p.pkg} ${p.selfPct}%`).join(", ")}`);
-        log("  top frames by self time:");
-        for (const f of ph.topSelf.slice(0, 15)) log(`    ${f.selfPct.toFixed(1).padStart(5)}%  ${f.frame}`);
-        log("  trackhook and NATS client frames by total (inclusive) time:");
-        for (const f of ph.topTotal.slice(0, 15)) log(`    ${f.totalPct.toFixed(1).padStart(5)}%  ${f.frame}`);
-      }
-    }
+    if (profile) printProfile("CPU profile of the ingest (bench/results/ingest-latest.cpuprofile)", profile, "trackhook and NATS client");
 
     const results = {
       date: new Date().toISOString(),
@@ -851,22 +570,4 @@ async function main(): Promise<void> {
   }
 }
 
-async function cleanup(): Promise<void> {
-  for (const child of [...children]) await stopChild(child).catch(() => {});
-  for (const server of natsServers) await server.stop().catch(() => {});
-  for (const dir of tempDirs) rmSync(dir, { recursive: true, force: true });
-}
-
-process.once("SIGINT", () => {
-  void cleanup().then(() => process.exit(130));
-});
-
-try {
-  await main();
-  await cleanup();
-  process.exit(0);
-} catch (err) {
-  process.stderr.write(`bench failed: ${err instanceof Error ? (err.stack ?? err.message) : String(err)}\n`);
-  await cleanup();
-  process.exit(1);
-}
+await runBench(main);

@@ -1,4 +1,4 @@
-// Helpers for the benchmarks (bench/delivery.ts; bench/ingest.ts still carries its own copies):
+// Helpers for the benchmarks (bench/delivery.ts, bench/ingest.ts):
 // process accounting from /proc, CPU per phase, the quiet-machine wait, child processes that are
 // cleaned up however the bench ends, percentiles, report formatting and CPU-profile summaries.
 import { spawn, execFileSync, type ChildProcess } from "node:child_process";
@@ -341,14 +341,15 @@ export function summarizeProfile(file: string, windows: PhaseWindow[], inclusive
   });
 }
 
-export function printProfile(title: string, profile: ProfileSummary[]): void {
+/** `inclusiveFrames` names what the `inclusive` pattern given to summarizeProfile matched, for the heading of the inclusive list. */
+export function printProfile(title: string, profile: ProfileSummary[], inclusiveFrames = "trackhook, NATS client and undici"): void {
   log(`\n${title}, by phase:`);
   for (const ph of profile) {
     log(`\n  [${ph.phase}] ${fmt(ph.sampledMs)} ms of CPU sampled. Self time by package:`);
     log(`    ${ph.byPackage.map((p) => `${p.pkg} ${p.selfPct}%`).join(", ")}`);
     log("  top frames by self time:");
     for (const f of ph.topSelf.slice(0, 15)) log(`    ${f.selfPct.toFixed(1).padStart(5)}%  ${f.frame}`);
-    log("  trackhook, NATS client and undici frames by total (inclusive) time:");
+    log(`  ${inclusiveFrames} frames by total (inclusive) time:`);
     for (const f of ph.topTotal.slice(0, 15)) log(`    ${f.totalPct.toFixed(1).padStart(5)}%  ${f.frame}`);
   }
 }
