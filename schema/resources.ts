@@ -79,8 +79,10 @@ export const WebhookDestinationSpec = Type.Object(
       Type.String({
         minLength: 8,
         maxLength: 2048,
-        pattern: "^https?://[^\\s/?#]+([/?#][^\\s]*)?$",
-        description: "An http or https URL that receives POSTed messages.",
+        // No user:password@ part: credentials go in headers (valueFrom a Secret), not in URLs
+        // that end up in logs and attempt records.
+        pattern: "^https?://[^\\s/?#@]+([/?#][^\\s]*)?$",
+        description: "An http or https URL that receives POSTed messages (no credentials in it: use headers).",
       }),
       {
         minItems: 1,

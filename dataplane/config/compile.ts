@@ -125,6 +125,9 @@ export function compileConfig(documents: RawDocument[]): CompiledConfig {
         : (header.value ?? ""),
     }));
     const sharedSecret = spec.sharedSecretRef ? secretValue(label, "spec.sharedSecretRef", namespace, spec.sharedSecretRef) : undefined;
+    if (spec.standardWebhooks && !spec.sharedSecretRef) {
+      problems.push(`${label}: spec.standardWebhooks: needs spec.sharedSecretRef (the signature's key)`);
+    }
     compiledDestinations.push({
       namespace,
       name: doc.metadata.name,

@@ -11,6 +11,7 @@ export type DeliverableMessage = (StoredMessage | { type: "delete"; userId: stri
 export function webhookBody(message: DeliverableMessage): Buffer {
   if (message.type === "delete") return Buffer.from(JSON.stringify(message));
   const body: Record<string, unknown> = { version: 1, ...message };
+  body.version = 1; // a client's own top-level `version` must not replace the body format's
   if (message.type === "alias") {
     body["Previous ID"] = (message as { previousId?: unknown }).previousId;
     body["User ID"] = (message as { userId?: unknown }).userId;

@@ -30,7 +30,7 @@ export class DeliveryService {
   readonly #jsm: JetStreamManager;
   readonly #workers = new Map<string, DestinationWorker>();
   readonly #limit: ConcurrencyLimit;
-  readonly #turn = new TurnBatch();
+  readonly #turn: TurnBatch;
   /** Config changes are applied one after another, never interleaved. */
   #applying: Promise<void> = Promise.resolve();
   #unsubscribe: () => void = () => {};
@@ -39,6 +39,7 @@ export class DeliveryService {
     this.#deps = deps;
     this.#jsm = jsm;
     this.#limit = new ConcurrencyLimit(deps.maxInFlight ?? DEFAULT_PROCESS_MAX_IN_FLIGHT);
+    this.#turn = new TurnBatch((err) => deps.log.warn({ err: (err as Error).message }, "an ack or nak could not be sent; the message will be redelivered"));
   }
 
   static async start(deps: DeliveryServiceDeps): Promise<DeliveryService> {
@@ -48,7 +49,8 @@ export class DeliveryService {
     await waitForEventsStream(jsm, deps.log);
     const service = new DeliveryService(deps, jsm);
     deps.metrics.readBacklogFrom(() => service.backlog());
-    await service.apply(deps.config.current());
+    // A destination that cannot start is logged and left out; the others run.
+    await service.apply(deps.config.current()).catch(() => {});
     service.#unsubscribe = deps.config.subscribe((config) => {
       void service.apply(config).catch((err: unknown) => deps.log.error({ err }, "applying the new delivery config failed"));
     });
@@ -83,8 +85,10 @@ export class DeliveryService {
   }
 
   apply(config: CompiledConfig): Promise<void> {
-    this.#applying = this.#applying.then(() => this.#apply(config));
-    return this.#applying;
+    // A failed apply must not poison the chain: the next config is applied from a clean start.
+    const applying = this.#applying.catch(() => {}).then(() => this.#apply(config));
+    this.#applying = applying;
+    return applying;
   }
 
   async #apply(config: CompiledConfig): Promise<void> {
@@ -98,16 +102,25 @@ export class DeliveryService {
       }
     }
     const keep = new Set<string>();
+    const failed: string[] = [];
     for (const [key, destination] of wanted) {
-      keep.add(await ensureDestinationConsumer(this.#jsm, destination));
+      keep.add(consumerName(destination.namespace, destination.name));
       if (this.#workers.has(key)) continue;
-      const worker = new DestinationWorker(nc, jetstream(nc), destination, sender, log, metrics, { limit: this.#limit, turn: this.#turn });
-      await worker.start();
-      this.#workers.set(key, worker);
-      log.info({ destination: key, urls: destination.urls.length, sources: destination.sources }, "delivering");
+      try {
+        await ensureDestinationConsumer(this.#jsm, destination);
+        const worker = new DestinationWorker(nc, jetstream(nc), destination, sender, log, metrics, { limit: this.#limit, turn: this.#turn });
+        await worker.start();
+        this.#workers.set(key, worker);
+        log.info({ destination: key, urls: destination.urls.length, sources: destination.sources }, "delivering");
+      } catch (err) {
+        // One destination that cannot start must not keep the others from running.
+        failed.push(key);
+        log.error({ err: (err as Error).message, destination: key }, "destination could not start; it is tried again at the next config change or restart");
+      }
     }
     const removed = await removeStaleConsumers(this.#jsm, keep);
     if (removed.length > 0) log.info({ consumers: removed }, "removed consumers of destinations no longer enabled");
+    if (failed.length > 0) throw new Error(`destinations not started: ${failed.join(", ")}`);
   }
 
   /** Stops pulling and waits for in-flight deliveries. */
@@ -116,6 +129,7 @@ export class DeliveryService {
     await this.#applying.catch(() => {});
     await Promise.all([...this.#workers.values()].map((w) => w.stop()));
     this.#workers.clear();
+    this.#turn.flush();
   }
 }
 

@@ -27,6 +27,23 @@ export interface WebhookSending {
 /** The header receivers can use to drop a retried duplicate: the same for every attempt of a message. */
 export const DELIVERY_ID_HEADER = "x-delivery-id";
 
+/** A stored message delivery can send: a JSON object with a messageId and a type. */
+function isDeliverable(value: unknown): value is DeliverableMessage {
+  if (value === null || typeof value !== "object" || Array.isArray(value)) return false;
+  const { messageId, type } = value as { messageId?: unknown; type?: unknown };
+  return typeof messageId === "string" && typeof type === "string";
+}
+
+/** A URL as attempt records show it: no credentials, and no query string (tokens live there). */
+export function redactUrl(url: string): string {
+  try {
+    const parsed = new URL(url);
+    return `${parsed.origin}${parsed.pathname}${parsed.search ? "?…" : ""}`;
+  } catch {
+    return "(invalid URL)";
+  }
+}
+
 export interface AttemptRecord {
   destination: string;
   url: string;
@@ -55,6 +72,7 @@ export class DestinationWorker {
   /** URLs that failed for good, per stream sequence: not tried again on a retry (in memory only). */
   readonly #deadUrls = new Map<number, Set<string>>();
   #messages: ConsumerMessages | undefined;
+  #stopping = false;
   #loop: Promise<void> | undefined;
 
   constructor(
@@ -83,6 +101,12 @@ export class DestinationWorker {
     this.#messages = await consumer.consume({ max_messages: Math.min(this.destination.maxInFlight, 256) });
     this.#loop = (async () => {
       for await (const m of this.#messages!) {
+        // Messages buffered when stop() began go back to the server: a disabled or removed
+        // destination must not be sent anything more, and shutdown should not wait for them.
+        if (this.#stopping) {
+          m.nak();
+          continue;
+        }
         // Waiting for a process-wide slot pauses this destination's pulling (backpressure).
         await this.#limit.acquire();
         const work = this.#handle(m)
@@ -96,18 +120,29 @@ export class DestinationWorker {
 
   /** Stops pulling and waits for the messages in delivery (SIGTERM drains). */
   async stop(): Promise<void> {
+    this.#stopping = true;
     await this.#messages?.close();
     await this.#loop;
     await Promise.all(this.#inFlight);
   }
 
   async #handle(m: JsMsg): Promise<void> {
-    let message: DeliverableMessage;
+    let message: DeliverableMessage | undefined;
     try {
       message = m.json<DeliverableMessage>();
     } catch {
+      message = undefined;
+    }
+    if (!isDeliverable(message)) {
       // Nothing can be sent for it, and retrying cannot help: keep it where a person can look.
       await this.#deadLetter(m, "invalid_message", m.info.deliveryCount);
+      return;
+    }
+    // The retry window counts from when the message was stored, not from the first attempt.
+    const deadline = m.info.timestampNanos / 1e6 + this.destination.retryWindowMs;
+    if (Date.now() >= deadline && m.info.deliveryCount > 1) {
+      // Redelivered after the window closed (its dead letter could not be stored before): no more sends.
+      await this.#deadLetter(m, "retry_window_exhausted", m.info.deliveryCount);
       return;
     }
     if (!routesTo(message, this.destination.name)) {
@@ -119,7 +154,19 @@ export class DestinationWorker {
     const headers = this.#headersFor(message, body);
     const dead = this.#deadUrls.get(m.seq) ?? new Set<string>();
     const urls = this.destination.urls.filter((url) => !dead.has(url));
-    const results = await Promise.all(urls.map((url) => this.#sender.send({ url, body, headers, timeoutMs: this.destination.timeoutMs })));
+    const sends = urls.map((url) => this.#sender.send({ url, body, headers, timeoutMs: this.destination.timeoutMs }));
+    // One 2xx delivers the message: ack it then, without waiting for slower URLs (which are
+    // still awaited below, for their records and so they keep counting against the limits).
+    let acked = false;
+    for (const send of sends) {
+      void send.then((r) => {
+        if (r.outcome.kind !== "delivered" || acked) return;
+        acked = true;
+        this.#metrics.deliveries.inc({ destination: this.#label, outcome: "delivered", reason: "" });
+        this.#turn.add(() => m.ack());
+      });
+    }
+    const results = await Promise.all(sends);
 
     const attempt = m.info.deliveryCount;
     this.#record(m, message, attempt, results);
@@ -128,16 +175,12 @@ export class DestinationWorker {
     const outcome = combine(results.map((r) => r.outcome));
     if (outcome.kind === "delivered") {
       this.#deadUrls.delete(m.seq);
-      this.#metrics.deliveries.inc({ destination: this.#label, outcome: "delivered", reason: "" });
-      this.#turn.add(() => m.ack());
       return;
     }
     if (outcome.kind === "permanent") {
       await this.#deadLetter(m, "permanent_failure", attempt, outcome);
       return;
     }
-    // The retry window counts from when the message was stored, not from the first attempt.
-    const deadline = m.info.timestampNanos / 1e6 + this.destination.retryWindowMs;
     // Whole milliseconds, as backoffMs returns: a delay capped at the window's end then counts as reaching it.
     const remaining = Math.floor(deadline - Date.now());
     const delay = outcome.retryAfterMs ?? backoffMs(attempt, remaining);
@@ -153,7 +196,8 @@ export class DestinationWorker {
   #headersFor(message: DeliverableMessage, body: Uint8Array): Record<string, string> {
     const headers: Record<string, string> = {};
     for (const { name, value } of this.destination.headers) headers[name.toLowerCase()] = value;
-    const deliveryId = `${this.destination.namespace}/${this.destination.name}/${message.messageId}`;
+    // Encoded: a messageId may hold characters a header value cannot.
+    const deliveryId = `${this.destination.namespace}/${this.destination.name}/${encodeURIComponent(message.messageId)}`;
     headers[DELIVERY_ID_HEADER] = deliveryId;
     const secret = this.destination.sharedSecret;
     if (secret) {
@@ -176,7 +220,7 @@ export class DestinationWorker {
       this.#metrics.attempts.inc({ destination: this.#label, status_class: status ? `${Math.floor(status / 100)}xx` : "error", error: error ?? "" });
       this.#metrics.attemptDuration.observe({ destination: this.#label }, r.latencyMs / 1000);
       const record: AttemptRecord = {
-        destination: this.#label, url: r.url, messageId: message.messageId, streamSequence: m.seq, attempt,
+        destination: this.#label, url: redactUrl(r.url), messageId: message.messageId, streamSequence: m.seq, attempt,
         outcome: o.kind, latencyMs: Math.round(r.latencyMs), at: new Date().toISOString(),
         ...(status !== undefined ? { status } : {}), ...(error ? { error } : {}), ...(r.responseSnippet ? { response: r.responseSnippet } : {}),
       };

@@ -131,6 +131,23 @@ spec: { sources: [mobile], urls: [https://a.example] }
     expect(text).toMatch(/WebhookDestination ghost\): spec.sources\[0\]: no Source "mobile" in namespace default/);
   });
 
+  it("rejects credentials in webhook URLs, and Standard Webhooks without a shared secret", () => {
+    const dir = configDir({
+      "a.yaml": [secret("k", "writeKey", "x"), source("web", "k", "writeKey"), `apiVersion: trackhook.io/v1alpha1
+kind: WebhookDestination
+metadata: { name: creds }
+spec: { sources: [web], urls: ["https://user:pw@hooks.example.com/in"] }
+`, `apiVersion: trackhook.io/v1alpha1
+kind: WebhookDestination
+metadata: { name: nokey }
+spec: { sources: [web], urls: ["https://hooks.example.com/in"], standardWebhooks: true }
+`].join("---\n"),
+    });
+    const text = problemsOf(dir).join("\n");
+    expect(text).toMatch(/WebhookDestination creds\): spec.urls\[0\]: must match pattern/);
+    expect(text).toMatch(/WebhookDestination nokey\): spec.standardWebhooks: needs spec.sharedSecretRef/);
+  });
+
   it("rejects two Sources sharing one write key", () => {
     const dir = configDir({ "a.yaml": [secret("k", "writeKey", "same"), source("a", "k", "writeKey"), source("b", "k", "writeKey")].join("---\n") });
     expect(problemsOf(dir).join("\n")).toMatch(/same write key is already used by Source default\/a/);

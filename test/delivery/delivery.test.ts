@@ -23,6 +23,7 @@ interface DestinationSpec {
   retryWindow?: string;
   timeout?: string;
   standardWebhooks?: boolean;
+  maxInFlight?: number;
 }
 
 let nats: NatsHarness;
@@ -65,6 +66,7 @@ async function addDestination(name: string, spec: DestinationSpec): Promise<stri
         ...(spec.retryWindow ? { retryWindow: spec.retryWindow } : {}),
         ...(spec.timeout ? { timeout: spec.timeout } : {}),
         ...(spec.standardWebhooks ? { standardWebhooks: true } : {}),
+        ...(spec.maxInFlight ? { maxInFlight: spec.maxInFlight } : {}),
       },
     },
   );
@@ -237,6 +239,74 @@ describe("a stored message that is not JSON", () => {
     expect(m?.header?.get("Trackhook-Reason")).toBe("invalid_message");
     expect(m?.string()).toBe("not json {");
     expect(receiver.requests("/garbled")).toHaveLength(0);
+  });
+
+  it("JSON that is not a message object (42, [], {} without messageId) is dead-lettered too", async () => {
+    for (const [i, payload] of ["42", "[]", '{"type":"track"}'].entries()) {
+      await nats.js.publish("trackhook.events.default.garbled.track", payload, { msgID: `garbled-json-${i}` });
+    }
+    const deadline = Date.now() + 10_000;
+    let count = 0;
+    while (count < 4 && Date.now() < deadline) {
+      const info = await nats.jsm.streams.info(DLQ_STREAM, { subjects_filter: "trackhook.dlq.default.garbled" });
+      count = (info.state.subjects as Record<string, number> | undefined)?.["trackhook.dlq.default.garbled"] ?? 0;
+      if (count < 4) await new Promise((r) => setTimeout(r, 50));
+    }
+    expect(count).toBe(4);
+    expect(receiver.requests("/garbled")).toHaveLength(0);
+  });
+});
+
+describe("review regressions", () => {
+  it("a messageId with characters a header cannot hold is delivered, its delivery id encoded", async () => {
+    const key = await addDestination("unicode", { urls: [receiver.url("/unicode")], standardWebhooks: true, secret: "s3cret" });
+    await send(key, "/v1/track", { userId: "u1", event: "Unicode", messageId: "✓-3" });
+    const [r] = await receiver.waitFor("/unicode", 1);
+    expect(r!.headers["x-delivery-id"]).toBe(`default/unicode/${encodeURIComponent("✓-3")}`);
+    expect(JSON.parse(r!.body.toString()).messageId).toBe("✓-3");
+  });
+
+  it("one 2xx acks the message at once, while another URL is still hanging", async () => {
+    receiver.on("/hang", () => {}); // never answers; the 3 s timeout ends it
+    const key = await addDestination("early", { urls: [receiver.url("/hang"), receiver.url("/early-ok")], timeout: "3s" });
+    await send(key, "/v1/track", { userId: "u1", event: "Early", messageId: "early-1" });
+    await receiver.waitFor("/early-ok", 1);
+    const info = await (async () => {
+      const deadline = Date.now() + 1_500;
+      for (;;) {
+        const i = await nats.jsm.consumers.info("TRACKHOOK_EVENTS", "dest_default_early");
+        if (i.num_ack_pending === 0 || Date.now() > deadline) return i;
+        await new Promise((r) => setTimeout(r, 25));
+      }
+    })();
+    expect(info.num_ack_pending).toBe(0); // acked well before the hanging URL's timeout
+  });
+
+  it("a disabled destination is sent nothing more, even what it had buffered", async () => {
+    receiver.on("/slow", (_req, _n, res) => void setTimeout(() => res.end("ok"), 200));
+    const key = await addDestination("slow", { urls: [receiver.url("/slow")], maxInFlight: 2 });
+    for (let i = 0; i < 30; i++) await send(key, "/v1/track", { userId: "u1", event: "Backlog", messageId: `slow-${i}` });
+    await receiver.waitFor("/slow", 1);
+    const index = documents.findIndex((d) => (d as { kind: string; metadata: { name: string } }).kind === "WebhookDestination" && (d as { metadata: { name: string } }).metadata.name === "slow");
+    (documents[index] as { spec: { enabled?: boolean } }).spec.enabled = false;
+    config.set(compileConfig(documents.map((body, i) => ({ origin: `test document ${i + 1}`, body: structuredClone(body) }))));
+    const deadline = Date.now() + 10_000;
+    while (service.destinations.includes("default/slow") && Date.now() < deadline) await new Promise((r) => setTimeout(r, 20));
+    const atDisable = receiver.requests("/slow").length;
+    await new Promise((r) => setTimeout(r, 1_000));
+    expect(receiver.requests("/slow").length).toBe(atDisable);
+    expect(atDisable).toBeLessThan(30);
+  });
+
+  it("a config that cannot be applied does not stop later configs from applying", async () => {
+    const current = config.current();
+    const broken = structuredClone(current);
+    broken.destinations.push({ ...broken.destinations[0]!, name: "bad.name", sources: [] });
+    await expect(service.apply(broken)).rejects.toThrow(/bad\.name/);
+    expect(service.destinations).toContain("default/kinds");
+    await service.apply(current);
+    expect(service.destinations).toContain("default/kinds");
+    expect(service.destinations).not.toContain("default/bad.name");
   });
 });
 

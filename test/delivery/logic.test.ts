@@ -4,6 +4,7 @@ import { createHmac } from "node:crypto";
 import { describe, expect, it } from "vitest";
 import { routesTo } from "../../dataplane/delivery/routing.ts";
 import { standardWebhookHeaders, webhookBody, xSignature, type DeliverableMessage } from "../../dataplane/delivery/payload.ts";
+import { redactUrl } from "../../dataplane/delivery/worker.ts";
 import { RETRY_AFTER_BOUNDS_MS, backoffMs, classifyStatus, combine, parseRetryAfter } from "../../dataplane/delivery/outcome.ts";
 
 const track = (integrations?: Record<string, unknown>) => ({ type: "track" as const, ...(integrations ? { integrations } : {}) });
@@ -31,6 +32,11 @@ describe("body and signatures", () => {
     expect(JSON.parse(webhookBody(alias).toString())).toMatchObject({ version: 1, type: "alias", "Previous ID": "old-id", "User ID": "new-id", previousId: "old-id" });
   });
 
+  it("keeps version 1 even when the message has a top-level version of its own", () => {
+    const message = { type: "track", version: 2, event: "e", messageId: "m" } as unknown as DeliverableMessage;
+    expect(JSON.parse(webhookBody(message).toString()).version).toBe(1);
+  });
+
   it("sends delete notifications without version", () => {
     const body = JSON.parse(webhookBody({ type: "delete", userId: "u1", timestamp: "2026-01-01T00:00:00.000Z", messageId: "d1" }).toString());
     expect(body).toEqual({ type: "delete", userId: "u1", timestamp: "2026-01-01T00:00:00.000Z", messageId: "d1" });
@@ -49,6 +55,13 @@ describe("body and signatures", () => {
     expect(headers).toEqual({ "webhook-id": "msg_1", "webhook-timestamp": "1700000000", "webhook-signature": `v1,${expected}` });
     const key = Buffer.from("c2VjcmV0LWJ5dGVz", "base64");
     expect(standardWebhookHeaders("m", 1, body, "whsec_c2VjcmV0LWJ5dGVz")["webhook-signature"]).toBe(`v1,${createHmac("sha256", key).update(`m.1.${body.toString()}`).digest("base64")}`);
+  });
+});
+
+describe("attempt records", () => {
+  it("show URLs without credentials or query strings", () => {
+    expect(redactUrl("https://user:pw@hooks.example.com:8443/in?token=abc")).toBe("https://hooks.example.com:8443/in?…");
+    expect(redactUrl("http://hooks.example.com/a/b")).toBe("http://hooks.example.com/a/b");
   });
 });
 
