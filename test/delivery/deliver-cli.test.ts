@@ -102,12 +102,28 @@ describe("trackhook deliver", () => {
     expect(code).toBe(0);
   });
 
+  it("on SIGTERM, finishes the delivery in flight and acks it before exiting", async () => {
+    receiver.on("/hook", (_req, _n, res) => void setTimeout(() => res.end("ok"), 1_500));
+    let seenAt = 0;
+    const code = await runDeliver(["--allow-private-networks"], async () => {
+      const res = await post(`${ingest.url}/v1/track`, { userId: "u1", event: "Draining", messageId: "drain-1" }, { headers: { authorization: basic("cli-key") } });
+      expect(res.status).toBe(200);
+      await until(async () => receiver.requests("/hook").filter((r) => JSON.parse(r.body.toString()).messageId === "drain-1").length, (n) => n === 1);
+      seenAt = Date.now(); // the request is at the receiver, its answer 1.5 s away: SIGTERM now
+    });
+    expect(code).toBe(0);
+    expect(Date.now() - seenAt).toBeGreaterThan(1_000); // it waited for the answer
+    const info = await nats.jsm.consumers.info("TRACKHOOK_EVENTS", "dest_default_local");
+    expect(info.num_ack_pending).toBe(0); // acked, so never sent again
+    receiver.on("/hook", (_req, _n, res) => void res.end("ok"));
+  });
+
   it("delivers to it with --allow-private-networks, and exits 0 on SIGTERM", async () => {
     const code = await runDeliver(["--allow-private-networks"], async () => {
       const res = await post(`${ingest.url}/v1/track`, { userId: "u1", event: "Allowed", messageId: "allowed-1" }, { headers: { authorization: basic("cli-key") } });
       expect(res.status).toBe(200);
-      const [request] = await receiver.waitFor("/hook", 1);
-      expect(JSON.parse(request!.body.toString())).toMatchObject({ messageId: "allowed-1", version: 1 });
+      const mine = await until(async () => receiver.requests("/hook").filter((r) => JSON.parse(r.body.toString()).messageId === "allowed-1"), (found) => found.length === 1);
+      expect(JSON.parse(mine[0]!.body.toString())).toMatchObject({ messageId: "allowed-1", version: 1 });
     });
     expect(code).toBe(0);
   });
