@@ -1,7 +1,7 @@
 // Runs delivery for every enabled destination of the config in force, and follows config changes
 // live: a destination added starts, one changed restarts with its new settings, one disabled or
 // removed stops and loses its consumer (nothing is delivered for it afterwards).
-import { jetstream, jetstreamManager, type JetStreamManager } from "@nats-io/jetstream";
+import { jetstream, jetstreamManager, type JetStreamManager, type StreamInfo } from "@nats-io/jetstream";
 import type { NatsConnection } from "@nats-io/transport-node";
 import type { CompiledConfig } from "../../schema/mod.ts";
 import type { ConfigProvider } from "../config/mod.ts";
@@ -34,6 +34,8 @@ export class DeliveryService {
   /** Config changes are applied one after another, never interleaved. */
   #applying: Promise<void> = Promise.resolve();
   #unsubscribe: () => void = () => {};
+  /** The events stream's max_age: a retry window as long as it would let messages age out unretried. */
+  #streamMaxAgeMs = Infinity;
 
   private constructor(deps: DeliveryServiceDeps, jsm: JetStreamManager) {
     this.#deps = deps;
@@ -46,8 +48,9 @@ export class DeliveryService {
     const jsm = await jetstreamManager(deps.nc);
     await ensureStream(jsm, dlqStreamConfig());
     await ensureStream(jsm, attemptsStreamConfig());
-    await waitForEventsStream(jsm, deps.log);
+    const events = await waitForEventsStream(jsm, deps.log);
     const service = new DeliveryService(deps, jsm);
+    if (events.config.max_age > 0) service.#streamMaxAgeMs = events.config.max_age / 1e6;
     deps.metrics.readBacklogFrom(() => service.backlog());
     // A destination that cannot start is logged and left out; the others run.
     await service.apply(deps.config.current()).catch(() => {});
@@ -112,6 +115,12 @@ export class DeliveryService {
         await worker.start();
         this.#workers.set(key, worker);
         log.info({ destination: key, urls: destination.urls.length, sources: destination.sources }, "delivering");
+        if (destination.retryWindowMs >= this.#streamMaxAgeMs) {
+          log.error(
+            { destination: key, retryWindowMs: destination.retryWindowMs, streamMaxAgeMs: this.#streamMaxAgeMs },
+            "retryWindow is not shorter than the events stream's max_age: messages may expire while still being retried (raise --stream-max-age)",
+          );
+        }
       } catch (err) {
         // One destination that cannot start must not keep the others from running.
         failed.push(key);
@@ -133,11 +142,10 @@ export class DeliveryService {
   }
 }
 
-async function waitForEventsStream(jsm: JetStreamManager, log: Logger): Promise<void> {
+async function waitForEventsStream(jsm: JetStreamManager, log: Logger): Promise<StreamInfo> {
   for (let warned = false; ; warned = true) {
     try {
-      await jsm.streams.info(EVENTS_STREAM);
-      return;
+      return await jsm.streams.info(EVENTS_STREAM);
     } catch (err) {
       if (!/stream not found/i.test((err as Error).message)) throw err;
       if (!warned) log.warn(`waiting for stream ${EVENTS_STREAM} (the ingest creates it at start)`);
