@@ -50,11 +50,14 @@ export async function ensureDestinationConsumer(jsm: JetStreamManager, destinati
   return config.durable_name;
 }
 
-/** Deletes destination consumers that no enabled destination owns any more. */
-export async function removeStaleConsumers(jsm: JetStreamManager, keep: Set<string>): Promise<string[]> {
+/**
+ * Deletes destination consumers that are not in `keep`. With `among`, only those names are
+ * candidates: a process deletes what it managed itself, never another process's consumers.
+ */
+export async function removeStaleConsumers(jsm: JetStreamManager, keep: Set<string>, among?: Set<string>): Promise<string[]> {
   const removed: string[] = [];
   for await (const info of jsm.consumers.list(EVENTS_STREAM)) {
-    if (info.name.startsWith(CONSUMER_PREFIX) && !keep.has(info.name)) {
+    if (info.name.startsWith(CONSUMER_PREFIX) && !keep.has(info.name) && (!among || among.has(info.name))) {
       await jsm.consumers.delete(EVENTS_STREAM, info.name);
       removed.push(info.name);
     }

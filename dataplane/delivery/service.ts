@@ -36,6 +36,8 @@ export class DeliveryService {
   #unsubscribe: () => void = () => {};
   /** The events stream's max_age: a retry window as long as it would let messages age out unretried. */
   #streamMaxAgeMs = Infinity;
+  /** Consumers this service created or updated: the only ones it may delete. */
+  readonly #managed = new Set<string>();
 
   private constructor(deps: DeliveryServiceDeps, jsm: JetStreamManager) {
     this.#deps = deps;
@@ -110,8 +112,11 @@ export class DeliveryService {
       keep.add(consumerName(destination.namespace, destination.name));
       if (this.#workers.has(key)) continue;
       try {
-        await ensureDestinationConsumer(this.#jsm, destination);
-        const worker = new DestinationWorker(nc, jetstream(nc), destination, sender, log, metrics, { limit: this.#limit, turn: this.#turn });
+        this.#managed.add(await ensureDestinationConsumer(this.#jsm, destination));
+        // No destination may hold more than half of the process's slots: a dead one with a large
+        // maxInFlight would otherwise starve every other destination for its whole timeout.
+        const share = new ConcurrencyLimit(Math.min(destination.maxInFlight, Math.max(1, Math.floor(this.#limit.max / 2))));
+        const worker = new DestinationWorker(nc, jetstream(nc), destination, sender, log, metrics, { limit: this.#limit, share, turn: this.#turn });
         await worker.start();
         this.#workers.set(key, worker);
         log.info({ destination: key, urls: destination.urls.length, sources: destination.sources }, "delivering");
@@ -127,7 +132,11 @@ export class DeliveryService {
         log.error({ err: (err as Error).message, destination: key }, "destination could not start; it is tried again at the next config change or restart");
       }
     }
-    const removed = await removeStaleConsumers(this.#jsm, keep);
+    // Only consumers this process managed: another deliver (or dev) on the same NATS with another
+    // config keeps its own. A destination removed while no process ran keeps its consumer until
+    // the operator, or someone with `nats consumer rm`, cleans it up.
+    const removed = await removeStaleConsumers(this.#jsm, keep, this.#managed);
+    for (const name of removed) this.#managed.delete(name);
     if (removed.length > 0) log.info({ consumers: removed }, "removed consumers of destinations no longer enabled");
     if (failed.length > 0) throw new Error(`destinations not started: ${failed.join(", ")}`);
   }

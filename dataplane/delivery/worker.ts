@@ -66,6 +66,7 @@ export class DestinationWorker {
   readonly #metrics: DeliveryMetrics;
   readonly #label: string;
   readonly #limit: ConcurrencyLimit;
+  readonly #share: ConcurrencyLimit;
   readonly #nc: NatsConnection;
   readonly #turn: TurnBatch;
   readonly #inFlight = new Set<Promise<void>>();
@@ -82,10 +83,11 @@ export class DestinationWorker {
     sender: WebhookSending,
     log: Logger,
     metrics: DeliveryMetrics,
-    shared: { limit: ConcurrencyLimit; turn: TurnBatch },
+    shared: { limit: ConcurrencyLimit; share: ConcurrencyLimit; turn: TurnBatch },
   ) {
     this.#nc = nc;
     this.#limit = shared.limit;
+    this.#share = shared.share;
     this.#turn = shared.turn;
     this.#js = js;
     this.destination = destination;
@@ -107,11 +109,16 @@ export class DestinationWorker {
           m.nak();
           continue;
         }
-        // Waiting for a process-wide slot pauses this destination's pulling (backpressure).
+        // Waiting for a slot (this destination's share, then the process's) pauses this
+        // destination's pulling: backpressure instead of an unbounded queue.
+        await this.#share.acquire();
         await this.#limit.acquire();
         const work = this.#handle(m)
           .catch((err: unknown) => this.#log.error({ err, seq: m.seq }, "delivery failed unexpectedly; the message will be redelivered"))
-          .finally(() => this.#limit.release());
+          .finally(() => {
+            this.#limit.release();
+            this.#share.release();
+          });
         this.#inFlight.add(work);
         void work.finally(() => this.#inFlight.delete(work));
       }

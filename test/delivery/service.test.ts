@@ -1,0 +1,85 @@
+// The delivery service among others: it never deletes consumers it did not manage (another
+// deliver process with another config keeps its own), and a dead destination cannot take all of
+// the process's delivery slots from a healthy one.
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { ConfigHolder, compileConfig } from "../../dataplane/config/mod.ts";
+import { DeliveryMetrics, DeliveryService, WebhookSender } from "../../dataplane/delivery/mod.ts";
+import { createLogger } from "../../dataplane/logging.ts";
+import { EVENTS_STREAM, ensureStream, eventsStreamConfig } from "../../dataplane/nats/mod.ts";
+import { DEFAULT_STREAM } from "../harness/ingest.ts";
+import { startNats, type NatsHarness } from "../harness/nats.ts";
+import { startReceiver, type Receiver } from "../harness/receiver.ts";
+
+let nats: NatsHarness;
+let receiver: Receiver;
+const sender = new WebhookSender({ allowPrivateNetworks: true, userAgent: "test" });
+beforeAll(async () => {
+  nats = await startNats();
+  await ensureStream(nats.jsm, eventsStreamConfig(DEFAULT_STREAM));
+  receiver = await startReceiver();
+});
+afterAll(async () => {
+  await sender.close();
+  await receiver?.close();
+  await nats?.stop();
+});
+
+function configOf(destinations: Array<{ name: string; url: string; timeout?: string; maxInFlight?: number }>) {
+  return compileConfig(
+    [
+      ...destinations.flatMap((d) => [
+        { apiVersion: "v1", kind: "Secret", metadata: { name: `${d.name}-key` }, stringData: { writeKey: `w-${d.name}` } },
+        { apiVersion: "trackhook.io/v1alpha1", kind: "Source", metadata: { name: d.name }, spec: { writeKeySecretRef: { name: `${d.name}-key`, key: "writeKey" } } },
+        {
+          apiVersion: "trackhook.io/v1alpha1", kind: "WebhookDestination", metadata: { name: d.name },
+          spec: { sources: [d.name], urls: [d.url], ...(d.timeout ? { timeout: d.timeout } : {}), ...(d.maxInFlight ? { maxInFlight: d.maxInFlight } : {}) },
+        },
+      ]),
+    ].map((body, i) => ({ origin: `doc ${i + 1}`, body })),
+  );
+}
+
+const start = async (config: ConfigHolder, maxInFlight?: number) =>
+  DeliveryService.start({ nc: await nats.connect(), config, sender, log: createLogger({ level: "silent" }), metrics: new DeliveryMetrics({ defaultMetrics: false }), ...(maxInFlight ? { maxInFlight } : {}) });
+
+const consumers = async () => {
+  const names: string[] = [];
+  for await (const c of nats.jsm.consumers.list(EVENTS_STREAM)) names.push(c.name);
+  return names.sort();
+};
+
+describe("delivery service", () => {
+  it("leaves alone the consumers of another process's destinations", async () => {
+    const a = await start(new ConfigHolder(configOf([{ name: "alpha", url: receiver.url("/alpha") }])));
+    const b = await start(new ConfigHolder(configOf([{ name: "beta", url: receiver.url("/beta") }])));
+    try {
+      expect(await consumers()).toEqual(["dest_default_alpha", "dest_default_beta"]);
+      // Each removes only what it managed itself.
+      await b.apply({ sources: [], destinations: [] });
+      expect(await consumers()).toEqual(["dest_default_alpha"]);
+    } finally {
+      await a.stop();
+      await b.stop();
+    }
+  });
+
+  it("gives a dead destination at most half of the process's slots, so a healthy one keeps flowing", async () => {
+    receiver.on("/dead", () => {}); // never answers
+    const config = new ConfigHolder(configOf([
+      { name: "dead", url: receiver.url("/dead"), timeout: "3s", maxInFlight: 100 },
+      { name: "healthy", url: receiver.url("/healthy") },
+    ]));
+    const service = await start(config, 4);
+    try {
+      for (let i = 0; i < 20; i++) await nats.js.publish("trackhook.events.default.dead.track", JSON.stringify({ type: "track", messageId: `d-${i}`, userId: "u", event: "e" }), { msgID: `default/dead/d-${i}` });
+      await receiver.waitFor("/dead", 2);
+      const sentAt = Date.now();
+      for (let i = 0; i < 5; i++) await nats.js.publish("trackhook.events.default.healthy.track", JSON.stringify({ type: "track", messageId: `h-${i}`, userId: "u", event: "e" }), { msgID: `default/healthy/h-${i}` });
+      await receiver.waitFor("/healthy", 5, 2_500); // well before the dead URL's 3 s timeout frees anything
+      expect(Date.now() - sentAt).toBeLessThan(2_500);
+      expect(receiver.requests("/dead").length).toBe(2); // its share of 4: two
+    } finally {
+      await service.stop();
+    }
+  });
+});
