@@ -4,86 +4,35 @@
 import { spawn, spawnSync } from "node:child_process";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
-import type { NatsConnection } from "@nats-io/transport-node";
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { compileConfig, ConfigHolder } from "../../dataplane/config/mod.ts";
+import { describe, expect, it } from "vitest";
 import { ReplayTargetError, readAttempts, replayDeadLetters, tail, type TailedMessage } from "../../dataplane/delivery/admin.ts";
-import { DeliveryMetrics, DeliveryService, WebhookSender, type AttemptRecord } from "../../dataplane/delivery/mod.ts";
-import { createLogger } from "../../dataplane/logging.ts";
+import type { AttemptRecord } from "../../dataplane/delivery/mod.ts";
 import { ATTEMPTS_STREAM, CONSUMER_PREFIX, DLQ_STREAM, EVENTS_STREAM } from "../../dataplane/nats/mod.ts";
-import { basic, post, startIngest, type IngestHarness } from "../harness/ingest.ts";
-import { startNats, type NatsHarness } from "../harness/nats.ts";
-import { answer, startReceiver, type Receiver } from "../harness/receiver.ts";
+import { basic, post } from "../harness/ingest.ts";
+import { useDelivery } from "../harness/delivery.ts";
+import { answer } from "../harness/receiver.ts";
 
 const root = fileURLToPath(new URL("../..", import.meta.url));
 const CLI = join(root, "cli", "main.ts");
-const cli = (...args: string[]) => spawnSync(process.execPath, [CLI, ...args, "--nats", nats.server.url], { cwd: root, encoding: "utf8", timeout: 20_000 });
+const cli = (...args: string[]) => spawnSync(process.execPath, [CLI, ...args, "--nats", env.nats.server.url], { cwd: root, encoding: "utf8", timeout: 20_000 });
 
-let nats: NatsHarness;
-let ingest: IngestHarness;
-let receiver: Receiver;
-let service: DeliveryService;
-let sender: WebhookSender;
-/** The connection the admin functions use. */
-let admin: NatsConnection;
-const config = new ConfigHolder();
-const documents: unknown[] = [];
-
-beforeAll(async () => {
-  nats = await startNats();
-  ingest = await startIngest(nats, { config });
-  receiver = await startReceiver();
-  sender = new WebhookSender({ allowPrivateNetworks: true, userAgent: "trackhook/test" });
-  service = await DeliveryService.start({ nc: await nats.connect(), config, sender, log: createLogger({ level: "silent" }), metrics: new DeliveryMetrics({ defaultMetrics: false }) });
-  admin = await nats.connect();
-});
-afterAll(async () => {
-  await service?.stop();
-  await sender?.close();
-  await receiver?.close();
-  await ingest?.close();
-  await nats?.stop();
-});
-
-const apply = () => config.set(compileConfig(documents.map((body, i) => ({ origin: `test document ${i + 1}`, body: structuredClone(body) }))));
-
-/** Adds a Source `<name>` with write key `key-<name>`; returns the key. */
-function addSource(name: string): string {
-  const key = `key-${name}`;
-  documents.push(
-    { apiVersion: "v1", kind: "Secret", metadata: { name: `${name}-secrets` }, stringData: { writeKey: key } },
-    { apiVersion: "trackhook.io/v1alpha1", kind: "Source", metadata: { name }, spec: { writeKeySecretRef: { name: `${name}-secrets`, key: "writeKey" } } },
-  );
-  apply();
-  return key;
-}
-
-/** Adds a WebhookDestination `<name>` for a source; resolves once it is delivering. */
-async function addDestination(name: string, spec: { source: string; urls: string[]; retryWindow?: string }): Promise<void> {
-  documents.push({
-    apiVersion: "trackhook.io/v1alpha1", kind: "WebhookDestination", metadata: { name },
-    spec: { sources: [spec.source], urls: spec.urls, ...(spec.retryWindow ? { retryWindow: spec.retryWindow } : {}) },
-  });
-  apply();
-  const deadline = Date.now() + 10_000;
-  while (!service.destinations.includes(`default/${name}`)) {
-    if (Date.now() > deadline) throw new Error(`destination ${name} did not start`);
-    await sleep(20);
-  }
-}
+const env = useDelivery();
+const addSource = (name: string) => env.addSource(name);
+const addDestination = (name: string, spec: { source: string; urls: string[]; retryWindow?: string }) =>
+  env.setDestination(name, { sources: [spec.source], urls: spec.urls, ...(spec.retryWindow ? { retryWindow: spec.retryWindow } : {}) });
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
 const send = async (key: string, body: Record<string, unknown>) => {
-  const res = await post(`${ingest.url}/v1/track`, body, { headers: { authorization: basic(key) } });
+  const res = await post(`${env.ingest.url}/v1/track`, body, { headers: { authorization: basic(key) } });
   expect(res.status).toBe(200);
 };
 
 async function deadLetters(name: string): Promise<Array<{ reason?: string; body: Record<string, unknown> }>> {
-  const info = await nats.jsm.streams.info(DLQ_STREAM, { subjects_filter: `trackhook.dlq.default.${name}` });
+  const info = await env.nats.jsm.streams.info(DLQ_STREAM, { subjects_filter: `trackhook.dlq.default.${name}` });
   const out = [];
   for (let seq = info.state.first_seq; seq <= info.state.last_seq && info.state.messages > 0; seq++) {
-    const m = await nats.jsm.streams.getMessage(DLQ_STREAM, { seq }).catch(() => null);
+    const m = await env.nats.jsm.streams.getMessage(DLQ_STREAM, { seq }).catch(() => null);
     if (m && m.subject === `trackhook.dlq.default.${name}`) out.push({ reason: m.header?.get("Trackhook-Reason"), body: m.json<Record<string, unknown>>() });
   }
   return out;
@@ -109,7 +58,7 @@ const collect = async <T>(items: AsyncIterable<T>): Promise<T[]> => {
 async function strayConsumers(): Promise<string[]> {
   const names: string[] = [];
   for (const stream of [EVENTS_STREAM, DLQ_STREAM, ATTEMPTS_STREAM]) {
-    for await (const c of nats.jsm.consumers.list(stream)) if (!c.name.startsWith(CONSUMER_PREFIX)) names.push(`${stream}/${c.name}`);
+    for await (const c of env.nats.jsm.consumers.list(stream)) if (!c.name.startsWith(CONSUMER_PREFIX)) names.push(`${stream}/${c.name}`);
   }
   return names;
 }
@@ -118,50 +67,50 @@ const messageIds = (requests: Array<{ body: Buffer }>) => requests.map((r) => JS
 
 describe("replaying dead letters", () => {
   it("an always-503 receiver ends in the DLQ; once it is back, replay delivers the message exactly once, to that destination only", async () => {
-    receiver.on("/flaky", answer(503));
+    env.receiver.on("/flaky", answer(503));
     const key = addSource("shop");
-    await addDestination("flaky-hook", { source: "shop", urls: [receiver.url("/flaky")], retryWindow: "2s" });
-    await addDestination("steady-hook", { source: "shop", urls: [receiver.url("/steady")] });
+    await addDestination("flaky-hook", { source: "shop", urls: [env.receiver.url("/flaky")], retryWindow: "2s" });
+    await addDestination("steady-hook", { source: "shop", urls: [env.receiver.url("/steady")] });
 
     await send(key, { userId: "u1", event: "Ordered", messageId: "replay-1" });
-    await receiver.waitFor("/steady", 1);
+    await env.receiver.waitFor("/steady", 1);
     expect(await waitForDeadLetters("flaky-hook", 1)).toEqual([
       expect.objectContaining({ reason: "retry_window_exhausted", body: expect.objectContaining({ messageId: "replay-1" }) }),
     ]);
     // One 503, or two when the worker schedules a last retry right at the end of the window.
-    const failed = receiver.requests("/flaky").length;
+    const failed = env.receiver.requests("/flaky").length;
     expect(failed).toBeGreaterThanOrEqual(1);
     expect(failed).toBeLessThanOrEqual(2);
 
-    receiver.on("/flaky", answer(200));
-    expect(await replayDeadLetters(admin, { namespace: "default", destination: "flaky-hook" })).toEqual({ replayed: 1 });
-    const requests = await receiver.waitFor("/flaky", failed + 1);
+    env.receiver.on("/flaky", answer(200));
+    expect(await replayDeadLetters(env.nc, { namespace: "default", destination: "flaky-hook" })).toEqual({ replayed: 1 });
+    const requests = await env.receiver.waitFor("/flaky", failed + 1);
     expect(new Set(messageIds(requests))).toEqual(new Set(["replay-1"]));
     expect(JSON.parse(requests[failed]!.body.toString())).toMatchObject({ type: "track", event: "Ordered", userId: "u1", version: 1 });
     expect(await deadLetters("flaky-hook")).toEqual([]);
 
     // Nothing left to replay; and the other destination of the same source got nothing again.
-    expect(await replayDeadLetters(admin, { namespace: "default", destination: "flaky-hook" })).toEqual({ replayed: 0 });
+    expect(await replayDeadLetters(env.nc, { namespace: "default", destination: "flaky-hook" })).toEqual({ replayed: 0 });
     await sleep(1_500);
-    expect(receiver.requests("/flaky")).toHaveLength(failed + 1);
-    expect(receiver.requests("/steady")).toHaveLength(1);
+    expect(env.receiver.requests("/flaky")).toHaveLength(failed + 1);
+    expect(env.receiver.requests("/steady")).toHaveLength(1);
     expect(await strayConsumers()).toEqual([]);
   });
 
   it("`trackhook replay` does the same from the command line (namespace default when omitted)", async () => {
-    receiver.on("/cli-down", answer(503));
+    env.receiver.on("/cli-down", answer(503));
     const key = addSource("cli-src");
-    await addDestination("cli-hook", { source: "cli-src", urls: [receiver.url("/cli-down")], retryWindow: "2s" });
+    await addDestination("cli-hook", { source: "cli-src", urls: [env.receiver.url("/cli-down")], retryWindow: "2s" });
     await send(key, { userId: "u2", event: "Via CLI", messageId: "replay-cli-1" });
     await waitForDeadLetters("cli-hook", 1);
-    const failed = receiver.requests("/cli-down").length;
+    const failed = env.receiver.requests("/cli-down").length;
 
-    receiver.on("/cli-down", answer(200));
+    env.receiver.on("/cli-down", answer(200));
     const first = cli("replay", "--destination", "cli-hook");
     expect(first.stderr).toBe("");
     expect(first.status).toBe(0);
     expect(first.stdout).toBe("replayed 1 messages to default/cli-hook\n");
-    const requests = await receiver.waitFor("/cli-down", failed + 1);
+    const requests = await env.receiver.waitFor("/cli-down", failed + 1);
     expect(JSON.parse(requests[failed]!.body.toString())).toMatchObject({ messageId: "replay-cli-1", event: "Via CLI" });
     expect(await deadLetters("cli-hook")).toEqual([]);
 
@@ -169,22 +118,22 @@ describe("replaying dead letters", () => {
     expect(again.status).toBe(0);
     expect(again.stdout).toBe("replayed 0 messages to default/cli-hook\n");
     await sleep(1_000);
-    expect(receiver.requests("/cli-down")).toHaveLength(failed + 1);
+    expect(env.receiver.requests("/cli-down")).toHaveLength(failed + 1);
     expect(await strayConsumers()).toEqual([]);
   });
 
   it("--limit takes the oldest first, --since skips older ones, and a replayed message that fails again is dead-lettered again", async () => {
-    receiver.on("/gone", answer(404));
+    env.receiver.on("/gone", answer(404));
     const key = addSource("batch-src");
-    await addDestination("batch-hook", { source: "batch-src", urls: [receiver.url("/gone")] });
+    await addDestination("batch-hook", { source: "batch-src", urls: [env.receiver.url("/gone")] });
     for (const id of ["b-1", "b-2", "b-3"]) await send(key, { userId: "u3", event: "Batch", messageId: id });
     const letters = await waitForDeadLetters("batch-hook", 3);
     expect(letters.map((l) => l.body.messageId)).toEqual(["b-1", "b-2", "b-3"]);
 
     await sleep(200);
-    expect(await replayDeadLetters(admin, { namespace: "default", destination: "batch-hook", sinceMs: 100 })).toEqual({ replayed: 0 });
-    expect(await replayDeadLetters(admin, { namespace: "default", destination: "batch-hook", limit: 2 })).toEqual({ replayed: 2 });
-    await receiver.waitFor("/gone", 5);
+    expect(await replayDeadLetters(env.nc, { namespace: "default", destination: "batch-hook", sinceMs: 100 })).toEqual({ replayed: 0 });
+    expect(await replayDeadLetters(env.nc, { namespace: "default", destination: "batch-hook", limit: 2 })).toEqual({ replayed: 2 });
+    await env.receiver.waitFor("/gone", 5);
     const after = await waitForDeadLetters("batch-hook", 3);
     expect(after.map((l) => l.body.messageId)).toEqual(["b-3", "b-1", "b-2"]);
     expect(after.map((l) => l.reason)).toEqual(["permanent_failure", "permanent_failure", "permanent_failure"]);
@@ -192,8 +141,8 @@ describe("replaying dead letters", () => {
   });
 
   it("refuses to replay to a destination that has no consumer, leaving its dead letters alone", async () => {
-    await expect(replayDeadLetters(admin, { namespace: "default", destination: "nobody" })).rejects.toBeInstanceOf(ReplayTargetError);
-    await expect(replayDeadLetters(admin, { namespace: "default", destination: "x.>" })).rejects.toThrow(/not a DNS label/);
+    await expect(replayDeadLetters(env.nc, { namespace: "default", destination: "nobody" })).rejects.toBeInstanceOf(ReplayTargetError);
+    await expect(replayDeadLetters(env.nc, { namespace: "default", destination: "x.>" })).rejects.toThrow(/not a DNS label/);
     const result = cli("replay", "--destination", "nobody");
     expect(result.status).toBe(1);
     expect(result.stderr).toContain("default/nobody has no consumer");
@@ -203,11 +152,11 @@ describe("replaying dead letters", () => {
 describe("attempt history", () => {
   it("readAttempts returns the 503 then the 200 of the replayed message; `trackhook attempts` prints them", async () => {
     // Uses the message of the first replay test: one or two 503 attempts, dead-lettered, replayed, one 200.
-    const expected = receiver.requests("/flaky").length;
+    const expected = env.receiver.requests("/flaky").length;
     let records: AttemptRecord[] = [];
     const deadline = Date.now() + 10_000;
     while (records.length < expected && Date.now() < deadline) {
-      records = await collect(readAttempts(admin, { namespace: "default", destination: "flaky-hook", messageId: "replay-1" }));
+      records = await collect(readAttempts(env.nc, { namespace: "default", destination: "flaky-hook", messageId: "replay-1" }));
       if (records.length < expected) await sleep(100);
     }
     const failures = records.slice(0, -1).map((r) => [r.status, r.outcome]);
@@ -215,12 +164,12 @@ describe("attempt history", () => {
     expect(failures).toEqual(failures.map(() => [503, "retry"]));
     expect(records.map((r) => r.attempt)).toEqual([...failures.map((_, i) => i + 1), 1]); // the replayed copy starts over
     expect(records.at(-1)).toMatchObject({ status: 200, outcome: "delivered" });
-    for (const r of records) expect(r).toMatchObject({ destination: "default/flaky-hook", url: receiver.url("/flaky"), messageId: "replay-1", latencyMs: expect.any(Number) });
+    for (const r of records) expect(r).toMatchObject({ destination: "default/flaky-hook", url: env.receiver.url("/flaky"), messageId: "replay-1", latencyMs: expect.any(Number) });
     expect(records[0]!.response).toBe("nope");
     expect(records.map((r) => Date.parse(r.at))).toEqual(records.map((r) => Date.parse(r.at)).sort((a, b) => a - b));
     // Another message's attempts are not included; without --message-id every message's are.
-    expect(await collect(readAttempts(admin, { namespace: "default", destination: "flaky-hook", messageId: "other" }))).toEqual([]);
-    expect(await collect(readAttempts(admin, { namespace: "default", destination: "steady-hook" }))).toEqual([
+    expect(await collect(readAttempts(env.nc, { namespace: "default", destination: "flaky-hook", messageId: "other" }))).toEqual([]);
+    expect(await collect(readAttempts(env.nc, { namespace: "default", destination: "steady-hook" }))).toEqual([
       expect.objectContaining({ messageId: "replay-1", status: 200 }),
     ]);
 
@@ -229,7 +178,7 @@ describe("attempt history", () => {
     const lines = table.stdout.trimEnd().split("\n");
     expect(lines[0]).toMatch(/^TIME\s+MESSAGE ID\s+ATTEMPT\s+URL\s+RESULT\s+LATENCY\s+RESPONSE$/);
     expect(lines).toHaveLength(records.length + 1);
-    const url = receiver.url("/flaky");
+    const url = env.receiver.url("/flaky");
     expect(lines[1]).toMatch(new RegExp(`^\\S+Z\\s+replay-1\\s+1\\s+${url}\\s+503\\s+\\d+ ms\\s+nope$`));
     expect(lines.at(-1)).toMatch(new RegExp(`^\\S+Z\\s+replay-1\\s+1\\s+${url}\\s+200\\s+\\d+ ms\\s+ok$`));
 
@@ -252,7 +201,7 @@ describe("tail", () => {
     await send(key, { userId: "u4", event: "Before", messageId: "tail-before" });
 
     const stop = new AbortController();
-    const messages = await tail(admin, { source: "tail-src", signal: stop.signal });
+    const messages = await tail(env.nc, { source: "tail-src", signal: stop.signal });
     await send(otherKey, { userId: "u4", event: "Elsewhere", messageId: "tail-elsewhere" });
     await send(key, { userId: "u4", event: "After", messageId: "tail-after" });
 
@@ -273,7 +222,7 @@ describe("tail", () => {
   it("without a source, sees every source; an already-aborted signal yields nothing", async () => {
     const key = addSource("tail-all");
     const stop = new AbortController();
-    const messages = await tail(admin, { signal: stop.signal });
+    const messages = await tail(env.nc, { signal: stop.signal });
     await send(key, { userId: "u5", event: "Any", messageId: "tail-any" });
     const iterator = messages[Symbol.asyncIterator]();
     const first = await iterator.next();
@@ -283,13 +232,13 @@ describe("tail", () => {
 
     const aborted = new AbortController();
     aborted.abort();
-    expect(await collect(await tail(admin, { signal: aborted.signal }))).toEqual([]);
+    expect(await collect(await tail(env.nc, { signal: aborted.signal }))).toEqual([]);
     expect(await strayConsumers()).toEqual([]);
   });
 
   it("`trackhook tail` prints one JSON line per message and stops on SIGINT", async () => {
     const key = addSource("tail-cli");
-    const child = spawn(process.execPath, [CLI, "tail", "--source", "tail-cli", "--nats", nats.server.url], { cwd: root });
+    const child = spawn(process.execPath, [CLI, "tail", "--source", "tail-cli", "--nats", env.nats.server.url], { cwd: root });
     let stdout = "";
     let stderr = "";
     child.stdout.on("data", (c: Buffer) => (stdout += c.toString()));

@@ -7,88 +7,31 @@ import { mkdtempSync, readFileSync } from "node:fs";
 import { createServer as createHttpsServer } from "node:https";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { compileConfig, ConfigHolder } from "../../dataplane/config/mod.ts";
-import { DeliveryMetrics, DeliveryService, WebhookSender } from "../../dataplane/delivery/mod.ts";
-import { createLogger } from "../../dataplane/logging.ts";
+import { describe, expect, it } from "vitest";
 import { ATTEMPTS_STREAM, DLQ_STREAM } from "../../dataplane/nats/mod.ts";
-import { basic, post, startIngest, type IngestHarness } from "../harness/ingest.ts";
-import { startNats, type NatsHarness } from "../harness/nats.ts";
-import { answer, startReceiver, type Receiver } from "../harness/receiver.ts";
+import { basic, post } from "../harness/ingest.ts";
+import { useDelivery, type DestinationSpec } from "../harness/delivery.ts";
+import { answer } from "../harness/receiver.ts";
 
-interface DestinationSpec {
-  urls: string[];
-  secret?: string;
-  headers?: Array<{ name: string; value: string }>;
-  retryWindow?: string;
-  timeout?: string;
-  standardWebhooks?: boolean;
-  maxInFlight?: number;
-}
+const env = useDelivery();
 
-let nats: NatsHarness;
-let ingest: IngestHarness;
-let receiver: Receiver;
-let service: DeliveryService;
-let metrics: DeliveryMetrics;
-let sender: WebhookSender;
-const config = new ConfigHolder();
-const documents: unknown[] = [];
-
-beforeAll(async () => {
-  nats = await startNats();
-  ingest = await startIngest(nats, { config });
-  receiver = await startReceiver();
-  sender = new WebhookSender({ allowPrivateNetworks: true, userAgent: "trackhook/test" });
-  metrics = new DeliveryMetrics({ defaultMetrics: false });
-  service = await DeliveryService.start({ nc: await nats.connect(), config, sender, log: createLogger({ level: "silent" }), metrics });
-});
-afterAll(async () => {
-  await service?.stop();
-  await sender?.close();
-  await receiver?.close();
-  await ingest?.close();
-  await nats?.stop();
-});
-
-/** Adds a Source `<name>` (write key `key-<name>`) and a WebhookDestination `<name>` for it; resolves once it is delivering. */
-async function addDestination(name: string, spec: DestinationSpec): Promise<string> {
-  const key = `key-${name}`;
-  documents.push(
-    { apiVersion: "v1", kind: "Secret", metadata: { name: `${name}-secrets` }, stringData: { writeKey: key, ...(spec.secret ? { shared: spec.secret } : {}) } },
-    { apiVersion: "trackhook.io/v1alpha1", kind: "Source", metadata: { name }, spec: { writeKeySecretRef: { name: `${name}-secrets`, key: "writeKey" } } },
-    {
-      apiVersion: "trackhook.io/v1alpha1", kind: "WebhookDestination", metadata: { name },
-      spec: {
-        sources: [name], urls: spec.urls,
-        ...(spec.secret ? { sharedSecretRef: { name: `${name}-secrets`, key: "shared" } } : {}),
-        ...(spec.headers ? { headers: spec.headers } : {}),
-        ...(spec.retryWindow ? { retryWindow: spec.retryWindow } : {}),
-        ...(spec.timeout ? { timeout: spec.timeout } : {}),
-        ...(spec.standardWebhooks ? { standardWebhooks: true } : {}),
-        ...(spec.maxInFlight ? { maxInFlight: spec.maxInFlight } : {}),
-      },
-    },
-  );
-  config.set(compileConfig(documents.map((body, i) => ({ origin: `test document ${i + 1}`, body: structuredClone(body) }))));
-  const deadline = Date.now() + 10_000;
-  while (!service.destinations.includes(`default/${name}`)) {
-    if (Date.now() > deadline) throw new Error(`destination ${name} did not start`);
-    await new Promise((r) => setTimeout(r, 20));
-  }
+/** A Source `<name>` and a WebhookDestination `<name>` for it; returns the write key. */
+async function addDestination(name: string, spec: Omit<DestinationSpec, "sources">): Promise<string> {
+  const key = env.addSource(name);
+  await env.setDestination(name, { ...spec, sources: [name] });
   return key;
 }
 
 const send = async (key: string, path: string, body: Record<string, unknown>) => {
-  const res = await post(`${ingest.url}${path}`, body, { headers: { authorization: basic(key) } });
+  const res = await post(`${env.ingest.url}${path}`, body, { headers: { authorization: basic(key) } });
   expect(res.status).toBe(200);
 };
 
 async function deadLetters(name: string): Promise<Array<{ reason?: string; body: Record<string, unknown> }>> {
-  const info = await nats.jsm.streams.info(DLQ_STREAM, { subjects_filter: `trackhook.dlq.default.${name}` });
+  const info = await env.nats.jsm.streams.info(DLQ_STREAM, { subjects_filter: `trackhook.dlq.default.${name}` });
   const out = [];
   for (let seq = info.state.first_seq; seq <= info.state.last_seq && info.state.messages > 0; seq++) {
-    const m = await nats.jsm.streams.getMessage(DLQ_STREAM, { seq }).catch(() => null);
+    const m = await env.nats.jsm.streams.getMessage(DLQ_STREAM, { seq }).catch(() => null);
     if (m && m.subject === `trackhook.dlq.default.${name}`) out.push({ reason: m.header?.get("Trackhook-Reason"), body: m.json<Record<string, unknown>>() });
   }
   return out;
@@ -96,10 +39,10 @@ async function deadLetters(name: string): Promise<Array<{ reason?: string; body:
 
 /** Attempt records of a destination, oldest first. */
 async function attemptRecords(name: string): Promise<Array<Record<string, unknown>>> {
-  const info = await nats.jsm.streams.info(ATTEMPTS_STREAM);
+  const info = await env.nats.jsm.streams.info(ATTEMPTS_STREAM);
   const out = [];
   for (let seq = info.state.first_seq; seq <= info.state.last_seq && info.state.messages > 0; seq++) {
-    const m = await nats.jsm.streams.getMessage(ATTEMPTS_STREAM, { seq }).catch(() => null);
+    const m = await env.nats.jsm.streams.getMessage(ATTEMPTS_STREAM, { seq }).catch(() => null);
     if (m && m.subject === `trackhook.attempts.default.${name}`) out.push(m.json<Record<string, unknown>>());
   }
   return out;
@@ -107,7 +50,7 @@ async function attemptRecords(name: string): Promise<Array<Record<string, unknow
 
 describe("payloads, headers and signatures", () => {
   it("delivers every kind with the spec's fields, signed over the exact bytes, with custom headers", async () => {
-    const key = await addDestination("kinds", { urls: [receiver.url("/kinds")], secret: "s3cret", headers: [{ name: "X-Team", value: "growth" }] });
+    const key = await addDestination("kinds", { urls: [env.receiver.url("/kinds")], secret: "s3cret", headers: [{ name: "X-Team", value: "growth" }] });
     await send(key, "/v1/page", { userId: "u1", messageId: "k-page", properties: { path: "/", url: "https://x.example/", title: "Home", referrer: "" } });
     await send(key, "/v1/screen", { userId: "u1", messageId: "k-screen", name: "Settings", context: { device: { model: "Pixel", type: "android" }, os: { name: "Android", version: "15" }, app: { build: "1", name: "Shop", version: "2.0" } } });
     await send(key, "/v1/identify", { userId: "u1", messageId: "k-identify", traits: { email: "a@example.com", logins: 3 } });
@@ -115,7 +58,7 @@ describe("payloads, headers and signatures", () => {
     await send(key, "/v1/alias", { userId: "new-id", previousId: "old-id", messageId: "k-alias" });
     await send(key, "/v1/group", { userId: "u1", messageId: "k-group", groupId: "g1", traits: { name: "Acme" } });
 
-    const requests = await receiver.waitFor("/kinds", 6);
+    const requests = await env.receiver.waitFor("/kinds", 6);
     const byId = new Map(requests.map((r) => [JSON.parse(r.body.toString()).messageId as string, r]));
     for (const r of requests) {
       expect(r.headers["content-type"]).toBe("application/json");
@@ -136,12 +79,12 @@ describe("payloads, headers and signatures", () => {
   });
 
   it("delivers a delete notification without version, whatever its integrations say", async () => {
-    const key = await addDestination("deletes", { urls: [receiver.url("/deletes")], secret: "s3cret" });
+    const key = await addDestination("deletes", { urls: [env.receiver.url("/deletes")], secret: "s3cret" });
     expect(key).toBe("key-deletes");
     // Delete notifications are published by deletion requests (the operator), not sent to the ingest.
     const notification = { type: "delete", userId: "u-gone", timestamp: "2026-11-22T00:00:00.000Z", messageId: "delete-1", integrations: { All: false } };
-    await nats.js.publish("trackhook.events.default.deletes.delete", JSON.stringify(notification), { msgID: "default/deletes/delete-1" });
-    const [r] = await receiver.waitFor("/deletes", 1);
+    await env.nats.js.publish("trackhook.events.default.deletes.delete", JSON.stringify(notification), { msgID: "default/deletes/delete-1" });
+    const [r] = await env.receiver.waitFor("/deletes", 1);
     const body = JSON.parse(r!.body.toString());
     expect(body).toMatchObject({ type: "delete", userId: "u-gone", timestamp: "2026-11-22T00:00:00.000Z" });
     expect(body).not.toHaveProperty("version");
@@ -149,26 +92,26 @@ describe("payloads, headers and signatures", () => {
   });
 
   it("sends no X-Signature without a shared secret; adds Standard Webhooks headers when asked", async () => {
-    const plain = await addDestination("unsigned", { urls: [receiver.url("/unsigned")] });
+    const plain = await addDestination("unsigned", { urls: [env.receiver.url("/unsigned")] });
     await send(plain, "/v1/track", { userId: "u1", event: "Plain" });
-    const [unsigned] = await receiver.waitFor("/unsigned", 1);
+    const [unsigned] = await env.receiver.waitFor("/unsigned", 1);
     expect(unsigned!.headers).not.toHaveProperty("x-signature");
 
-    const std = await addDestination("standard", { urls: [receiver.url("/standard")], secret: "s3cret", standardWebhooks: true });
+    const std = await addDestination("standard", { urls: [env.receiver.url("/standard")], secret: "s3cret", standardWebhooks: true });
     await send(std, "/v1/track", { userId: "u1", event: "Standard" });
-    const [r] = await receiver.waitFor("/standard", 1);
+    const [r] = await env.receiver.waitFor("/standard", 1);
     const { "webhook-id": id, "webhook-timestamp": ts } = r!.headers as Record<string, string>;
     const expected = createHmac("sha256", "s3cret").update(`${id}.${ts}.${r!.body.toString()}`).digest("base64");
     expect(r!.headers["webhook-signature"]).toBe(`v1,${expected}`);
   });
 
   it("respects integrations: a message that turns webhooks off is not delivered", async () => {
-    const key = await addDestination("optout", { urls: [receiver.url("/optout")] });
+    const key = await addDestination("optout", { urls: [env.receiver.url("/optout")] });
     await send(key, "/v1/track", { userId: "u1", event: "Off", integrations: { All: false } });
     await send(key, "/v1/track", { userId: "u1", event: "On", integrations: { All: false, optout: true } });
-    const [r] = await receiver.waitFor("/optout", 1);
+    const [r] = await env.receiver.waitFor("/optout", 1);
     await new Promise((resolve) => setTimeout(resolve, 300));
-    expect(receiver.requests("/optout")).toHaveLength(1);
+    expect(env.receiver.requests("/optout")).toHaveLength(1);
     expect(JSON.parse(r!.body.toString()).event).toBe("On");
   });
 });
@@ -176,49 +119,49 @@ describe("payloads, headers and signatures", () => {
 describe("several URLs, retries and dead letters", () => {
   it("five URLs: one 2xx delivers, and the failing ones are not retried", async () => {
     const paths = ["/five-a", "/five-b", "/five-c", "/five-d", "/five-ok"];
-    for (const p of paths.slice(0, 4)) receiver.on(p, answer(500));
-    const key = await addDestination("five", { urls: paths.map((p) => receiver.url(p)) });
+    for (const p of paths.slice(0, 4)) env.receiver.on(p, answer(500));
+    const key = await addDestination("five", { urls: paths.map((p) => env.receiver.url(p)) });
     await send(key, "/v1/track", { userId: "u1", event: "Five" });
-    await receiver.waitFor("/five-ok", 1);
+    await env.receiver.waitFor("/five-ok", 1);
     await new Promise((r) => setTimeout(r, 6_500)); // past the first backoff (5 s ± 20%)
-    for (const p of paths) expect(receiver.requests(p), p).toHaveLength(1);
+    for (const p of paths) expect(env.receiver.requests(p), p).toHaveLength(1);
   });
 
   it("all URLs failing with 5xx are retried", async () => {
-    receiver.on("/down-a", answer(503, { "retry-after": "1" }));
-    receiver.on("/down-b", answer(502, { "retry-after": "1" }));
-    const key = await addDestination("alldown", { urls: [receiver.url("/down-a"), receiver.url("/down-b")] });
+    env.receiver.on("/down-a", answer(503, { "retry-after": "1" }));
+    env.receiver.on("/down-b", answer(502, { "retry-after": "1" }));
+    const key = await addDestination("alldown", { urls: [env.receiver.url("/down-a"), env.receiver.url("/down-b")] });
     await send(key, "/v1/track", { userId: "u1", event: "Retry me" });
-    await receiver.waitFor("/down-a", 3);
-    await receiver.waitFor("/down-b", 3);
+    await env.receiver.waitFor("/down-a", 3);
+    await env.receiver.waitFor("/down-b", 3);
   });
 
   it("a 404 everywhere goes to the dead-letter queue without a retry", async () => {
-    receiver.on("/gone-a", answer(404));
-    receiver.on("/gone-b", answer(410));
-    const key = await addDestination("gone", { urls: [receiver.url("/gone-a"), receiver.url("/gone-b")] });
+    env.receiver.on("/gone-a", answer(404));
+    env.receiver.on("/gone-b", answer(410));
+    const key = await addDestination("gone", { urls: [env.receiver.url("/gone-a"), env.receiver.url("/gone-b")] });
     await send(key, "/v1/track", { userId: "u1", event: "Nowhere", messageId: "gone-1" });
     const deadline = Date.now() + 10_000;
     while ((await deadLetters("gone")).length === 0 && Date.now() < deadline) await new Promise((r) => setTimeout(r, 50));
     const [letter] = await deadLetters("gone");
     expect(letter).toMatchObject({ reason: "permanent_failure", body: { messageId: "gone-1" } });
     await new Promise((r) => setTimeout(r, 1_000));
-    expect(receiver.requests("/gone-a")).toHaveLength(1);
-    expect(receiver.requests("/gone-b")).toHaveLength(1);
+    expect(env.receiver.requests("/gone-a")).toHaveLength(1);
+    expect(env.receiver.requests("/gone-b")).toHaveLength(1);
   });
 
   it("a 500-then-200 receiver gets the message delivered, with no attempt after the 200", async () => {
-    receiver.on("/flaky", (_req, n, res) => (n === 0 ? answer(500, { "retry-after": "1" }) : answer(200))(_req, n, res));
-    const key = await addDestination("flaky", { urls: [receiver.url("/flaky")] });
+    env.receiver.on("/flaky", (_req, n, res) => (n === 0 ? answer(500, { "retry-after": "1" }) : answer(200))(_req, n, res));
+    const key = await addDestination("flaky", { urls: [env.receiver.url("/flaky")] });
     await send(key, "/v1/track", { userId: "u1", event: "Eventually" });
-    await receiver.waitFor("/flaky", 2);
+    await env.receiver.waitFor("/flaky", 2);
     await new Promise((r) => setTimeout(r, 2_500));
-    expect(receiver.requests("/flaky")).toHaveLength(2);
+    expect(env.receiver.requests("/flaky")).toHaveLength(2);
   });
 
   it("with a short retry window, an always-down receiver ends in the dead-letter queue", async () => {
-    receiver.on("/always-down", answer(503));
-    const key = await addDestination("shortwindow", { urls: [receiver.url("/always-down")], retryWindow: "3s" });
+    env.receiver.on("/always-down", answer(503));
+    const key = await addDestination("shortwindow", { urls: [env.receiver.url("/always-down")], retryWindow: "3s" });
     await send(key, "/v1/track", { userId: "u1", event: "Doomed", messageId: "doomed-1" });
     const deadline = Date.now() + 15_000;
     while ((await deadLetters("shortwindow")).length === 0 && Date.now() < deadline) await new Promise((r) => setTimeout(r, 100));
@@ -228,53 +171,53 @@ describe("several URLs, retries and dead letters", () => {
 
 describe("a stored message that is not JSON", () => {
   it("is dead-lettered as invalid_message instead of being redelivered forever", async () => {
-    await addDestination("garbled", { urls: [receiver.url("/garbled")] });
-    await nats.js.publish("trackhook.events.default.garbled.track", "not json {", { msgID: "garbled-1" });
+    await addDestination("garbled", { urls: [env.receiver.url("/garbled")] });
+    await env.nats.js.publish("trackhook.events.default.garbled.track", "not json {", { msgID: "garbled-1" });
     const deadline = Date.now() + 10_000;
     let m = null;
     while (!m && Date.now() < deadline) {
-      m = await nats.jsm.streams.getMessage(DLQ_STREAM, { last_by_subj: "trackhook.dlq.default.garbled" }).catch(() => null);
+      m = await env.nats.jsm.streams.getMessage(DLQ_STREAM, { last_by_subj: "trackhook.dlq.default.garbled" }).catch(() => null);
       if (!m) await new Promise((r) => setTimeout(r, 50));
     }
     expect(m?.header?.get("Trackhook-Reason")).toBe("invalid_message");
     expect(m?.string()).toBe("not json {");
-    expect(receiver.requests("/garbled")).toHaveLength(0);
+    expect(env.receiver.requests("/garbled")).toHaveLength(0);
   });
 
   it("JSON that is not a message object (42, [], {} without messageId) is dead-lettered too", async () => {
     for (const [i, payload] of ["42", "[]", '{"type":"track"}'].entries()) {
-      await nats.js.publish("trackhook.events.default.garbled.track", payload, { msgID: `garbled-json-${i}` });
+      await env.nats.js.publish("trackhook.events.default.garbled.track", payload, { msgID: `garbled-json-${i}` });
     }
     const deadline = Date.now() + 10_000;
     let count = 0;
     while (count < 4 && Date.now() < deadline) {
-      const info = await nats.jsm.streams.info(DLQ_STREAM, { subjects_filter: "trackhook.dlq.default.garbled" });
+      const info = await env.nats.jsm.streams.info(DLQ_STREAM, { subjects_filter: "trackhook.dlq.default.garbled" });
       count = (info.state.subjects as Record<string, number> | undefined)?.["trackhook.dlq.default.garbled"] ?? 0;
       if (count < 4) await new Promise((r) => setTimeout(r, 50));
     }
     expect(count).toBe(4);
-    expect(receiver.requests("/garbled")).toHaveLength(0);
+    expect(env.receiver.requests("/garbled")).toHaveLength(0);
   });
 });
 
 describe("review regressions", () => {
   it("a messageId with characters a header cannot hold is delivered, its delivery id encoded", async () => {
-    const key = await addDestination("unicode", { urls: [receiver.url("/unicode")], standardWebhooks: true, secret: "s3cret" });
+    const key = await addDestination("unicode", { urls: [env.receiver.url("/unicode")], standardWebhooks: true, secret: "s3cret" });
     await send(key, "/v1/track", { userId: "u1", event: "Unicode", messageId: "✓-3" });
-    const [r] = await receiver.waitFor("/unicode", 1);
+    const [r] = await env.receiver.waitFor("/unicode", 1);
     expect(r!.headers["x-delivery-id"]).toBe(`default/unicode/${encodeURIComponent("✓-3")}`);
     expect(JSON.parse(r!.body.toString()).messageId).toBe("✓-3");
   });
 
   it("one 2xx acks the message at once, while another URL is still hanging", async () => {
-    receiver.on("/hang", () => {}); // never answers; the 3 s timeout ends it
-    const key = await addDestination("early", { urls: [receiver.url("/hang"), receiver.url("/early-ok")], timeout: "3s" });
+    env.receiver.on("/hang", () => {}); // never answers; the 3 s timeout ends it
+    const key = await addDestination("early", { urls: [env.receiver.url("/hang"), env.receiver.url("/early-ok")], timeout: "3s" });
     await send(key, "/v1/track", { userId: "u1", event: "Early", messageId: "early-1" });
-    await receiver.waitFor("/early-ok", 1);
+    await env.receiver.waitFor("/early-ok", 1);
     const info = await (async () => {
       const deadline = Date.now() + 1_500;
       for (;;) {
-        const i = await nats.jsm.consumers.info("TRACKHOOK_EVENTS", "dest_default_early");
+        const i = await env.nats.jsm.consumers.info("TRACKHOOK_EVENTS", "dest_default_early");
         if (i.num_ack_pending === 0 || Date.now() > deadline) return i;
         await new Promise((r) => setTimeout(r, 25));
       }
@@ -283,30 +226,26 @@ describe("review regressions", () => {
   });
 
   it("a disabled destination is sent nothing more, even what it had buffered", async () => {
-    receiver.on("/slow", (_req, _n, res) => void setTimeout(() => res.end("ok"), 200));
-    const key = await addDestination("slow", { urls: [receiver.url("/slow")], maxInFlight: 2 });
+    env.receiver.on("/slow", (_req, _n, res) => void setTimeout(() => res.end("ok"), 200));
+    const key = await addDestination("slow", { urls: [env.receiver.url("/slow")], maxInFlight: 2 });
     for (let i = 0; i < 30; i++) await send(key, "/v1/track", { userId: "u1", event: "Backlog", messageId: `slow-${i}` });
-    await receiver.waitFor("/slow", 1);
-    const index = documents.findIndex((d) => (d as { kind: string; metadata: { name: string } }).kind === "WebhookDestination" && (d as { metadata: { name: string } }).metadata.name === "slow");
-    (documents[index] as { spec: { enabled?: boolean } }).spec.enabled = false;
-    config.set(compileConfig(documents.map((body, i) => ({ origin: `test document ${i + 1}`, body: structuredClone(body) }))));
-    const deadline = Date.now() + 10_000;
-    while (service.destinations.includes("default/slow") && Date.now() < deadline) await new Promise((r) => setTimeout(r, 20));
-    const atDisable = receiver.requests("/slow").length;
+    await env.receiver.waitFor("/slow", 1);
+    await env.setDestination("slow", { sources: ["slow"], urls: [env.receiver.url("/slow")], maxInFlight: 2, enabled: false });
+    const atDisable = env.receiver.requests("/slow").length;
     await new Promise((r) => setTimeout(r, 1_000));
-    expect(receiver.requests("/slow").length).toBe(atDisable);
+    expect(env.receiver.requests("/slow").length).toBe(atDisable);
     expect(atDisable).toBeLessThan(30);
   });
 
   it("a config that cannot be applied does not stop later configs from applying", async () => {
-    const current = config.current();
+    const current = env.config.current();
     const broken = structuredClone(current);
     broken.destinations.push({ ...broken.destinations[0]!, name: "bad.name", sources: [] });
-    await expect(service.apply(broken)).rejects.toThrow(/bad\.name/);
-    expect(service.destinations).toContain("default/kinds");
-    await service.apply(current);
-    expect(service.destinations).toContain("default/kinds");
-    expect(service.destinations).not.toContain("default/bad.name");
+    await expect(env.service.apply(broken)).rejects.toThrow(/bad\.name/);
+    expect(env.service.destinations).toContain("default/kinds");
+    await env.service.apply(current);
+    expect(env.service.destinations).toContain("default/kinds");
+    expect(env.service.destinations).not.toContain("default/bad.name");
   });
 });
 
@@ -343,7 +282,7 @@ describe("observability", () => {
   });
 
   it("metrics count deliveries and attempts, and gauges read lag and dead letters from JetStream", async () => {
-    const text = await metrics.registry.metrics();
+    const text = await env.metrics.registry.metrics();
     expect(text).toMatch(/trackhook_delivery_messages_total\{destination="default\/kinds",outcome="delivered",reason=""\} 6/);
     expect(text).toMatch(/trackhook_delivery_messages_total\{destination="default\/gone",outcome="dead_lettered",reason="permanent_failure"\} 1/);
     expect(text).toMatch(/trackhook_delivery_attempts_total\{destination="default\/gone",status_class="4xx",error=""\} 2/);

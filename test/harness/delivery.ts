@@ -1,0 +1,111 @@
+// Test harness: nats-server, ingest and a delivery service sharing one live config, plus a webhook
+// receiver, for a test file (beforeAll/afterAll). Tests add Sources and WebhookDestinations as
+// they go; each is in force when the call returns.
+import type { NatsConnection } from "@nats-io/transport-node";
+import { afterAll, beforeAll } from "vitest";
+import { ConfigHolder, compileConfig } from "../../dataplane/config/mod.ts";
+import { DeliveryMetrics, DeliveryService, WebhookSender } from "../../dataplane/delivery/mod.ts";
+import { createLogger } from "../../dataplane/logging.ts";
+import { startIngest, type IngestHarness } from "./ingest.ts";
+import { startNats, type NatsHarness } from "./nats.ts";
+import { startReceiver, type Receiver } from "./receiver.ts";
+
+export interface DestinationSpec {
+  sources: string[];
+  urls: string[];
+  secret?: string;
+  headers?: Array<{ name: string; value: string }>;
+  retryWindow?: string;
+  timeout?: string;
+  standardWebhooks?: boolean;
+  maxInFlight?: number;
+  enabled?: boolean;
+}
+
+export interface DeliveryHarness {
+  readonly nats: NatsHarness;
+  readonly ingest: IngestHarness;
+  readonly receiver: Receiver;
+  readonly service: DeliveryService;
+  readonly metrics: DeliveryMetrics;
+  /** The live config all three share. */
+  readonly config: ConfigHolder;
+  /** A connection of the test's own (for admin functions). */
+  readonly nc: NatsConnection;
+  /** Adds a Source `<name>` with write key `key-<name>`; returns the key. */
+  addSource(name: string): string;
+  /** Adds (or replaces) a WebhookDestination `<name>`; resolves once it is delivering, or stopped if disabled. */
+  setDestination(name: string, spec: DestinationSpec): Promise<void>;
+}
+
+export function useDelivery(): DeliveryHarness {
+  const config = new ConfigHolder();
+  const documents = new Map<string, unknown>(); // kind/name -> document, in insertion order
+  let nats: NatsHarness | undefined;
+  let ingest: IngestHarness | undefined;
+  let receiver: Receiver | undefined;
+  let service: DeliveryService | undefined;
+  let nc: NatsConnection | undefined;
+  const metrics = new DeliveryMetrics({ defaultMetrics: false });
+  const sender = new WebhookSender({ allowPrivateNetworks: true, userAgent: "trackhook/test" });
+
+  beforeAll(async () => {
+    nats = await startNats();
+    ingest = await startIngest(nats, { config });
+    receiver = await startReceiver();
+    service = await DeliveryService.start({ nc: await nats.connect(), config, sender, log: createLogger({ level: "silent" }), metrics });
+    nc = await nats.connect();
+  });
+  afterAll(async () => {
+    await service?.stop();
+    await sender.close();
+    await receiver?.close();
+    await ingest?.close();
+    await nats?.stop();
+  });
+
+  const apply = () =>
+    config.set(compileConfig([...documents.values()].map((body, i) => ({ origin: `test document ${i + 1}`, body: structuredClone(body) }))));
+
+  return {
+    get nats() { return nats!; },
+    get ingest() { return ingest!; },
+    get receiver() { return receiver!; },
+    get service() { return service!; },
+    get nc() { return nc!; },
+    metrics,
+    config,
+    addSource(name) {
+      const key = `key-${name}`;
+      documents.set(`Secret/${name}-key`, { apiVersion: "v1", kind: "Secret", metadata: { name: `${name}-key` }, stringData: { writeKey: key } });
+      documents.set(`Source/${name}`, { apiVersion: "trackhook.io/v1alpha1", kind: "Source", metadata: { name }, spec: { writeKeySecretRef: { name: `${name}-key`, key: "writeKey" } } });
+      apply();
+      return key;
+    },
+    async setDestination(name, spec) {
+      if (spec.secret) {
+        documents.set(`Secret/${name}-shared`, { apiVersion: "v1", kind: "Secret", metadata: { name: `${name}-shared` }, stringData: { shared: spec.secret } });
+      }
+      documents.set(`WebhookDestination/${name}`, {
+        apiVersion: "trackhook.io/v1alpha1", kind: "WebhookDestination", metadata: { name },
+        spec: {
+          sources: spec.sources, urls: spec.urls,
+          ...(spec.secret ? { sharedSecretRef: { name: `${name}-shared`, key: "shared" } } : {}),
+          ...(spec.headers ? { headers: spec.headers } : {}),
+          ...(spec.retryWindow ? { retryWindow: spec.retryWindow } : {}),
+          ...(spec.timeout ? { timeout: spec.timeout } : {}),
+          ...(spec.standardWebhooks ? { standardWebhooks: true } : {}),
+          ...(spec.maxInFlight ? { maxInFlight: spec.maxInFlight } : {}),
+          ...(spec.enabled === false ? { enabled: false } : {}),
+        },
+      });
+      apply();
+      const want = spec.enabled !== false;
+      const deadline = Date.now() + 10_000;
+      while (service!.destinations.includes(`default/${name}`) !== want) {
+        if (Date.now() > deadline) throw new Error(`destination ${name} did not ${want ? "start" : "stop"}`);
+        await new Promise((r) => setTimeout(r, 20));
+      }
+    },
+  };
+}
