@@ -27,15 +27,7 @@ const send = async (key: string, path: string, body: Record<string, unknown>) =>
   expect(res.status).toBe(200);
 };
 
-async function deadLetters(name: string): Promise<Array<{ reason?: string; body: Record<string, unknown> }>> {
-  const info = await env.nats.jsm.streams.info(DLQ_STREAM, { subjects_filter: `trackhook.dlq.default.${name}` });
-  const out = [];
-  for (let seq = info.state.first_seq; seq <= info.state.last_seq && info.state.messages > 0; seq++) {
-    const m = await env.nats.jsm.streams.getMessage(DLQ_STREAM, { seq }).catch(() => null);
-    if (m && m.subject === `trackhook.dlq.default.${name}`) out.push({ reason: m.header?.get("Trackhook-Reason"), body: m.json<Record<string, unknown>>() });
-  }
-  return out;
-}
+const deadLetters = (name: string) => env.deadLetters(name);
 
 /** Attempt records of a destination, oldest first. */
 async function attemptRecords(name: string): Promise<Array<Record<string, unknown>>> {

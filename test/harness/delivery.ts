@@ -6,6 +6,7 @@ import { afterAll, beforeAll } from "vitest";
 import { ConfigHolder, compileConfig } from "../../dataplane/config/mod.ts";
 import { DeliveryMetrics, DeliveryService, WebhookSender } from "../../dataplane/delivery/mod.ts";
 import { createLogger } from "../../dataplane/logging.ts";
+import { DLQ_STREAM } from "../../dataplane/nats/mod.ts";
 import { startIngest, type IngestHarness } from "./ingest.ts";
 import { startNats, type NatsHarness } from "./nats.ts";
 import { startReceiver, type Receiver } from "./receiver.ts";
@@ -36,6 +37,8 @@ export interface DeliveryHarness {
   addSource(name: string): string;
   /** Adds (or replaces) a WebhookDestination `<name>`; resolves once it is delivering, or stopped if disabled. */
   setDestination(name: string, spec: DestinationSpec): Promise<void>;
+  /** The dead letters of destination `default/<name>`, oldest first. */
+  deadLetters(name: string): Promise<Array<{ reason?: string; body: Record<string, unknown> }>>;
 }
 
 export function useDelivery(): DeliveryHarness {
@@ -81,6 +84,16 @@ export function useDelivery(): DeliveryHarness {
       documents.set(`Source/${name}`, { apiVersion: "trackhook.io/v1alpha1", kind: "Source", metadata: { name }, spec: { writeKeySecretRef: { name: `${name}-key`, key: "writeKey" } } });
       apply();
       return key;
+    },
+    async deadLetters(name) {
+      const subject = `trackhook.dlq.default.${name}`;
+      const info = await nats!.jsm.streams.info(DLQ_STREAM, { subjects_filter: subject });
+      const out = [];
+      for (let seq = info.state.first_seq; seq <= info.state.last_seq && info.state.messages > 0; seq++) {
+        const m = await nats!.jsm.streams.getMessage(DLQ_STREAM, { seq }).catch(() => null);
+        if (m && m.subject === subject) out.push({ reason: m.header?.get("Trackhook-Reason"), body: m.json<Record<string, unknown>>() });
+      }
+      return out;
     },
     async setDestination(name, spec) {
       if (spec.secret) {
