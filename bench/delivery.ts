@@ -39,7 +39,7 @@ import { VERSION } from "../dataplane/version.ts";
 import {
   RESULTS_DIR, ROOT, cpuText, fmt, gitCommit, log, monotonicUs, percentiles, printProfile, printTable, procStatusKB, round,
   runBench, shippedNodeFlags, sleep, spawnUntil, startNats, stopChild, summarizeProfile, tempDir, usPer, verdict, waitForQuiet,
-  wallMs, withCpu, type PhaseWindow, type Pids, type ProfileSummary,
+  wallMs, withCpu, type PhaseWindow, type Pids, type ProfileSummary, scrape, bucketQuantile, LOOP_RESOLUTION_MS, type Samples,
 } from "./lib.ts";
 
 const RECEIVER = join(ROOT, "bench", "receiver.ts");
@@ -430,23 +430,6 @@ async function consumerSettled(jsm: JetStreamManager, timeoutMs = 10_000): Promi
 // ---------------------------------------------------------------------------------------------
 // deliver's own /metrics, scraped around a phase: HTTP attempt time, GC, heap, event-loop delay.
 
-type Samples = Map<string, number>;
-
-async function scrape(origin: string): Promise<Samples> {
-  const samples: Samples = new Map();
-  try {
-    const text = await (await fetch(`${origin}/metrics`)).text();
-    for (const line of text.split("\n")) {
-      if (!line || line.startsWith("#")) continue;
-      const space = line.lastIndexOf(" ");
-      samples.set(line.slice(0, space), Number(line.slice(space + 1)));
-    }
-  } catch {
-    // diagnostics only
-  }
-  return samples;
-}
-
 interface DeliverDiagnostics {
   /** HTTP attempts over the phase (trackhook_delivery_attempt_duration_seconds), ms. */
   attempts: number;
@@ -464,21 +447,6 @@ interface DeliverDiagnostics {
 
 const ATTEMPT = "trackhook_delivery_attempt_duration_seconds";
 
-/** The upper bound (ms) of the histogram bucket holding quantile q of the phase's observations. */
-function bucketQuantile(before: Samples, after: Samples, q: number): number {
-  const buckets: Array<[number, number]> = [];
-  for (const [key, value] of after) {
-    const m = new RegExp(`^${ATTEMPT}_bucket\\{.*le="([^"]+)".*\\}$`).exec(key);
-    if (m) buckets.push([m[1] === "+Inf" ? Infinity : Number(m[1]), value - (before.get(key) ?? 0)]);
-  }
-  buckets.sort((a, b) => a[0] - b[0]);
-  const total = buckets.at(-1)?.[1] ?? 0;
-  const hit = buckets.find(([, count]) => count >= q * total);
-  return hit ? hit[0] * 1000 : NaN;
-}
-
-const LOOP_RESOLUTION_MS = 10; // prom-client's eventLoopMonitoringPrecision default
-
 function diagnostics(before: Samples, after: Samples): DeliverDiagnostics {
   const sum = (m: Samples, prefix: string) => [...m].filter(([k]) => k.startsWith(prefix)).reduce((a, [, v]) => a + v, 0);
   const delta = (prefix: string) => sum(after, prefix) - sum(before, prefix);
@@ -487,8 +455,8 @@ function diagnostics(before: Samples, after: Samples): DeliverDiagnostics {
   return {
     attempts,
     attemptMeanMs: round((delta(`${ATTEMPT}_sum`) / Math.max(1, attempts)) * 1000, 2),
-    attemptP50Ms: bucketQuantile(before, after, 0.5),
-    attemptP99Ms: bucketQuantile(before, after, 0.99),
+    attemptP50Ms: bucketQuantile(ATTEMPT, before, after, 0.5),
+    attemptP99Ms: bucketQuantile(ATTEMPT, before, after, 0.99),
     loopDelayP99Ms: loop("p99"),
     loopDelayMaxMs: loop("max"),
     gcMs: round(delta("nodejs_gc_duration_seconds_sum") * 1000, 0),

@@ -29,7 +29,7 @@ import { EVENTS_STREAM, eventMsgId, eventSubject, eventsStreamConfig } from "../
 import {
   RESULTS_DIR, ROOT, cpuText, fmt, gitCommit, log, monotonicUs, percentiles, printProfile, printTable, procStatusKB, round,
   runBench, shippedNodeFlags, spawnUntil, startNats, stopChild, summarizeProfile, tempDir, usPer, verdict, waitForQuiet,
-  withCpu, type CpuShare, type Percentiles, type PhaseWindow, type Pids, type ProfileSummary,
+  withCpu, type CpuShare, type Percentiles, type PhaseWindow, type Pids, type ProfileSummary, scrape, bucketQuantile, LOOP_RESOLUTION_MS, type Samples,
 } from "./lib.ts";
 
 const BARE = join(ROOT, "bench", "bare-fastify.ts");
@@ -312,23 +312,6 @@ async function streamCount(jsm: JetStreamManager): Promise<number> {
 // ---------------------------------------------------------------------------------------------
 // The ingest's own /metrics, scraped around each phase: where a request's time goes.
 
-type Samples = Map<string, number>;
-
-async function scrape(origin: string): Promise<Samples> {
-  const samples: Samples = new Map();
-  try {
-    const text = await (await fetch(`${origin}/metrics`)).text();
-    for (const line of text.split("\n")) {
-      if (!line || line.startsWith("#")) continue;
-      const space = line.lastIndexOf(" ");
-      samples.set(line.slice(0, space), Number(line.slice(space + 1)));
-    }
-  } catch {
-    // diagnostics only
-  }
-  return samples;
-}
-
 interface IngestDiagnostics {
   /** JetStream publish -> PubAck per message (trackhook_ingest_publish_duration_seconds), ms. */
   publishes: number;
@@ -349,20 +332,6 @@ interface IngestDiagnostics {
 
 const PUBLISH = "trackhook_ingest_publish_duration_seconds";
 
-function bucketQuantile(before: Samples, after: Samples, q: number): number {
-  const buckets: Array<[number, number]> = [];
-  for (const [key, value] of after) {
-    const m = new RegExp(`^${PUBLISH}_bucket\\{le="([^"]+)"\\}$`).exec(key);
-    if (m) buckets.push([m[1] === "+Inf" ? Infinity : Number(m[1]), value - (before.get(key) ?? 0)]);
-  }
-  buckets.sort((a, b) => a[0] - b[0]);
-  const total = buckets.at(-1)?.[1] ?? 0;
-  const hit = buckets.find(([, count]) => count >= q * total);
-  return hit ? hit[0] * 1000 : NaN; // the bucket's upper bound
-}
-
-const LOOP_RESOLUTION_MS = 10; // prom-client's eventLoopMonitoringPrecision default
-
 const loopDelay = (m: Samples, stat: string) => round(Math.max(0, (m.get(`nodejs_eventloop_lag_${stat}_seconds`) ?? NaN) * 1000 - LOOP_RESOLUTION_MS), 1);
 
 function diagnostics(before: Samples, after: Samples): IngestDiagnostics {
@@ -372,8 +341,8 @@ function diagnostics(before: Samples, after: Samples): IngestDiagnostics {
   return {
     publishes,
     publishMeanMs: round((delta(`${PUBLISH}_sum`) / Math.max(1, publishes)) * 1000, 2),
-    publishP50Ms: bucketQuantile(before, after, 0.5),
-    publishP99Ms: bucketQuantile(before, after, 0.99),
+    publishP50Ms: bucketQuantile(PUBLISH, before, after, 0.5),
+    publishP99Ms: bucketQuantile(PUBLISH, before, after, 0.99),
     loopDelayP50Ms: loopDelay(after, "p50"),
     loopDelayP99Ms: loopDelay(after, "p99"),
     loopDelayMaxMs: loopDelay(after, "max"),

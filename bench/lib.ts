@@ -353,3 +353,40 @@ export function printProfile(title: string, profile: ProfileSummary[], inclusive
     for (const f of ph.topTotal.slice(0, 15)) log(`    ${f.totalPct.toFixed(1).padStart(5)}%  ${f.frame}`);
   }
 }
+
+// ---------------------------------------------------------------------------------------------
+// A component's own /metrics, scraped around a phase.
+
+export type Samples = Map<string, number>;
+
+export async function scrape(origin: string): Promise<Samples> {
+  const samples: Samples = new Map();
+  try {
+    const text = await (await fetch(`${origin}/metrics`)).text();
+    for (const line of text.split("\n")) {
+      if (!line || line.startsWith("#")) continue;
+      const space = line.lastIndexOf(" ");
+      samples.set(line.slice(0, space), Number(line.slice(space + 1)));
+    }
+  } catch {
+    // diagnostics only
+  }
+  return samples;
+}
+
+/** The upper bound (ms) of the bucket of histogram `name` holding quantile q of a phase's observations. */
+export function bucketQuantile(name: string, before: Samples, after: Samples, q: number): number {
+  const buckets: Array<[number, number]> = [];
+  const pattern = new RegExp(`^${name}_bucket\\{.*le="([^"]+)".*\\}$`);
+  for (const [key, value] of after) {
+    const m = pattern.exec(key);
+    if (m) buckets.push([m[1] === "+Inf" ? Infinity : Number(m[1]), value - (before.get(key) ?? 0)]);
+  }
+  buckets.sort((a, b) => a[0] - b[0]);
+  const total = buckets.at(-1)?.[1] ?? 0;
+  const hit = buckets.find(([, count]) => count >= q * total);
+  return hit ? hit[0] * 1000 : NaN;
+}
+
+/** prom-client's eventLoopMonitoringPrecision default: delays below it are not measured. */
+export const LOOP_RESOLUTION_MS = 10;
