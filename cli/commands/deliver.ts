@@ -23,12 +23,13 @@ export async function startDelivery(args: {
   log: Logger;
   allowPrivateNetworks: boolean;
   maxInFlight?: number;
+  metrics?: DeliveryMetrics;
 }): Promise<RunningDelivery> {
   if (args.allowPrivateNetworks) {
     args.log.warn("private networks are ALLOWED: webhooks may reach loopback, private and metadata addresses (fine on a laptop, not in production)");
   }
   const sender = new WebhookSender({ allowPrivateNetworks: args.allowPrivateNetworks, userAgent: `trackhook/${VERSION}` });
-  const metrics = new DeliveryMetrics();
+  const metrics = args.metrics ?? new DeliveryMetrics();
   const service = await DeliveryService.start({ nc: args.nc, config: args.config, sender, log: args.log, metrics, ...(args.maxInFlight ? { maxInFlight: args.maxInFlight } : {}) });
   return {
     service,

@@ -6,6 +6,7 @@ import { createLogger } from "../../dataplane/logging.ts";
 import { LocalNatsServer, connectNats } from "../../dataplane/nats/mod.ts";
 import { UsageError, integerFlag } from "../args.ts";
 import { onShutdown } from "../shutdown.ts";
+import { DeliveryMetrics } from "../../dataplane/delivery/mod.ts";
 import { startDelivery, type RunningDelivery } from "./deliver.ts";
 import { startIngest } from "./ingest.ts";
 import { ingestFlags, ingestFlagsHelp, ingestOptions, streamSettings } from "./shared-flags.ts";
@@ -38,14 +39,16 @@ export const devCommand: Command = {
     const nc = await connectNats({ servers: natsUrl, name: "trackhook-dev", log });
     let ingest;
     let delivery: RunningDelivery;
+    // One /metrics for both: process metrics come from the ingest's registry only.
+    const deliveryMetrics = new DeliveryMetrics({ defaultMetrics: false });
     try {
       ingest = await startIngest({
-        nc, config, log, stream, options,
+        nc, config, log, stream, options, extraRegistries: [deliveryMetrics.registry],
         host: values.host ?? "127.0.0.1",
         port: integerFlag("port", values.port ?? "8080", 0, 65535),
       });
       // On a laptop the webhook receivers are usually local too.
-      delivery = await startDelivery({ nc, config, log, allowPrivateNetworks: true });
+      delivery = await startDelivery({ nc, config, log, allowPrivateNetworks: true, metrics: deliveryMetrics });
     } catch (err) {
       await ingest?.close();
       // Leave nothing running behind a failed start (a port in use, say).

@@ -1,6 +1,7 @@
 // `trackhook ingest`: the Tracking API server.
 import { jetstreamManager } from "@nats-io/jetstream";
 import type { NatsConnection } from "@nats-io/transport-node";
+import type { Registry } from "prom-client";
 import { FileConfigProvider, type ConfigProvider } from "../../dataplane/config/mod.ts";
 import { buildIngestApp, type IngestOptionsInput } from "../../dataplane/ingest/mod.ts";
 import { createLogger, type Logger } from "../../dataplane/logging.ts";
@@ -24,10 +25,12 @@ export async function startIngest(args: {
   port: number;
   stream: EventsStreamSettings;
   options: IngestOptionsInput;
+  /** More registries for /metrics (dev serves delivery's too). */
+  extraRegistries?: Registry[];
 }): Promise<RunningIngest> {
   const jsm = await jetstreamManager(args.nc);
   await ensureStream(jsm, eventsStreamConfig(args.stream));
-  const app = await buildIngestApp({ nc: args.nc, config: args.config, logger: args.log }, args.options);
+  const app = await buildIngestApp({ nc: args.nc, config: args.config, logger: args.log, ...(args.extraRegistries ? { extraRegistries: args.extraRegistries } : {}) }, args.options);
   let address: string;
   try {
     address = await app.listen({ host: args.host, port: args.port });

@@ -4,6 +4,7 @@
 import Fastify, { LogController, type FastifyBaseLogger, type FastifyError, type FastifyInstance } from "fastify";
 import { jetstreamManager } from "@nats-io/jetstream";
 import type { NatsConnection } from "@nats-io/transport-node";
+import { Registry } from "prom-client";
 import type { ConfigProvider } from "../config/mod.ts";
 import type { Logger } from "../logging.ts";
 import { EVENTS_STREAM } from "../nats/mod.ts";
@@ -23,6 +24,8 @@ export interface IngestAppDeps {
   config: ConfigProvider;
   logger?: Logger;
   metrics?: IngestMetrics;
+  /** More registries served on /metrics (dev puts delivery's here). */
+  extraRegistries?: Registry[];
 }
 
 const READINESS_CACHE_MS = 1000;
@@ -50,7 +53,8 @@ export async function buildIngestApp(deps: IngestAppDeps, input: IngestOptionsIn
     return result;
   };
 
-  const state: IngestState = { options, metrics, publisher, directory: new SourceDirectory(deps.config.current()), ready };
+  const registry = deps.extraRegistries?.length ? Registry.merge([metrics.registry, ...deps.extraRegistries]) : metrics.registry;
+  const state: IngestState = { options, metrics, registry, publisher, directory: new SourceDirectory(deps.config.current()), ready };
   metrics.sources.set(state.directory.size);
   const unsubscribe = deps.config.subscribe((config) => {
     state.directory = new SourceDirectory(config);

@@ -1,4 +1,5 @@
 // What the routes share: options, the live source directory, the publisher, metrics.
+import type { Registry } from "prom-client";
 import type { MessageType } from "../../schema/mod.ts";
 import type { IngestMetrics } from "./metrics.ts";
 import type { IngestOptions } from "./options.ts";
@@ -8,6 +9,8 @@ import type { SourceDirectory } from "./auth.ts";
 export interface IngestState {
   readonly options: IngestOptions;
   readonly metrics: IngestMetrics;
+  /** What /metrics serves: the ingest's registry, merged with others when one process runs more. */
+  readonly registry: Registry;
   readonly publisher: EventPublisher;
   /** Replaced whenever the config changes. */
   directory: SourceDirectory;

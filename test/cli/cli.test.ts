@@ -68,6 +68,11 @@ describe("trackhook CLI", () => {
       expect(stderr).toContain("curl -u \"$WRITE_KEY:\"");
       const res = await post(`${url}/v1/track`, { userId: "user-1", event: "Signed Up" }, { headers: { authorization: basic("dev-write-key") } });
       expect(res).toMatchObject({ status: 200, json: { success: true } });
+      // One /metrics for everything dev runs.
+      const metricsText = await (await fetch(`${url}/metrics`)).text();
+      expect(metricsText).toContain("trackhook_ingest_messages_total");
+      expect(metricsText).toContain("# TYPE trackhook_delivery_messages_total counter");
+      expect(metricsText.match(/^# TYPE process_cpu_seconds_total /gm)).toHaveLength(1);
     } finally {
       child.kill("SIGTERM");
     }

@@ -12,7 +12,7 @@ export function healthRoutes(app: FastifyInstance, state: IngestState): void {
   });
 
   app.get("/metrics", async (_request, reply) => {
-    reply.header("content-type", state.metrics.registry.contentType);
-    return state.metrics.registry.metrics();
+    reply.header("content-type", state.registry.contentType);
+    return state.registry.metrics();
   });
 }
