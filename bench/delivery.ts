@@ -29,7 +29,6 @@ import { join } from "node:path";
 import { monitorEventLoopDelay } from "node:perf_hooks";
 import { parseArgs } from "node:util";
 import { jetstream, jetstreamManager, type JetStreamClient, type JetStreamManager } from "@nats-io/jetstream";
-import { connect, type NatsConnection } from "@nats-io/transport-node";
 import { Pool } from "undici";
 import { xSignature, webhookBody, type DeliverableMessage } from "../dataplane/delivery/payload.ts";
 import { WebhookSender } from "../dataplane/delivery/sender.ts";
@@ -39,7 +38,7 @@ import { VERSION } from "../dataplane/version.ts";
 import {
   RESULTS_DIR, ROOT, cpuText, fmt, gitCommit, log, monotonicUs, percentiles, printProfile, printTable, procStatusKB, round,
   runBench, shippedNodeFlags, sleep, spawnUntil, startNats, stopChild, summarizeProfile, tempDir, usPer, verdict, waitForQuiet,
-  wallMs, withCpu, type PhaseWindow, type Pids, type ProfileSummary, scrape, bucketQuantile, LOOP_RESOLUTION_MS, type Samples,
+  wallMs, withCpu, type PhaseWindow, type Pids, type ProfileSummary, scrape, bucketQuantile, LOOP_RESOLUTION_MS, type Samples, nextMessageId, trackEvent, natsConnect, streamCount, positiveFlag,
 } from "./lib.ts";
 
 const RECEIVER = join(ROOT, "bench", "receiver.ts");
@@ -66,11 +65,7 @@ if (flags.help) {
        [--cli <path to cli/main.js>]                         (another build; default dist/cli/main.js)\n`);
   process.exit(0);
 }
-const num = (name: keyof typeof flags) => {
-  const n = Number(flags[name]);
-  if (!Number.isFinite(n) || n <= 0) throw new Error(`--${name} must be a positive number`);
-  return n;
-};
+const num = (name: keyof typeof flags) => positiveFlag(flags, name);
 const P = {
   backlog: Math.floor(num("backlog")),
   warmup: Math.floor(num("warmup")),
@@ -103,23 +98,6 @@ const WRITE_KEY = "bench-write-key";
 const SHARED_SECRET = "bench-signing-secret";
 const AUTH = `Basic ${Buffer.from(`${WRITE_KEY}:`).toString("base64")}`;
 const SUBJECT = eventSubject(NAMESPACE, SOURCE, "track");
-const RUN = Math.random().toString(36).slice(2, 8);
-let sequence = 0;
-
-function nextMessageId(): string {
-  return `bench-${RUN}-${(sequence++).toString(36).padStart(8, "0")}`;
-}
-
-function trackEvent(messageId: string): string {
-  const n = sequence % 100_000;
-  return (
-    `{"type":"track","event":"Order Completed","userId":"user-${n}","messageId":"${messageId}",` +
-    `"timestamp":"2026-01-15T10:00:00.000Z","properties":{"orderId":"order-${n}","revenue":42.5,` +
-    `"currency":"EUR","products":3},"context":{"library":{"name":"analytics-node",` +
-    `"version":"3.1.0"},"ip":"203.0.113.7"}}`
-  );
-}
-
 /** The message as the ingest stores it in TRACKHOOK_EVENTS (enriched: receivedAt, timestamps, ...). */
 function storedMessage(messageId: string): string {
   return JSON.stringify(enrich(JSON.parse(trackEvent(messageId)) as Record<string, unknown>, "track", { receivedAt: new Date(), ip: () => "127.0.0.1" }));
@@ -406,14 +384,6 @@ async function openLoop(ingestUrl: string): Promise<LatencyRun> {
     // The histogram counts the 1 ms sampling interval in every value.
     benchLoopDelay: { p99: round(Math.max(0, loop.percentile(99) / 1e6 - 1), 2), max: round(Math.max(0, loop.max / 1e6 - 1), 2) },
   };
-}
-
-async function natsConnect(url: string): Promise<NatsConnection> {
-  return connect({ servers: url, noAsyncTraces: true, maxReconnectAttempts: 10 });
-}
-
-async function streamCount(jsm: JetStreamManager, stream: string): Promise<number> {
-  return (await jsm.streams.info(stream).catch(() => undefined))?.state.messages ?? NaN;
 }
 
 /** The destination's consumer: waits (bounded) until nothing is pending or unacknowledged. */

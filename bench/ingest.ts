@@ -22,14 +22,13 @@ import { cpus } from "node:os";
 import { join } from "node:path";
 import { monitorEventLoopDelay } from "node:perf_hooks";
 import { parseArgs } from "node:util";
-import { jetstream, jetstreamManager, type JetStreamManager } from "@nats-io/jetstream";
-import { connect, type NatsConnection } from "@nats-io/transport-node";
+import { jetstream, jetstreamManager } from "@nats-io/jetstream";
 import { Pool } from "undici";
 import { EVENTS_STREAM, eventMsgId, eventSubject, eventsStreamConfig } from "../dataplane/nats/mod.ts";
 import {
   RESULTS_DIR, ROOT, cpuText, fmt, gitCommit, log, monotonicUs, percentiles, printProfile, printTable, procStatusKB, round,
   runBench, shippedNodeFlags, spawnUntil, startNats, stopChild, summarizeProfile, tempDir, usPer, verdict, waitForQuiet,
-  withCpu, type CpuShare, type Percentiles, type PhaseWindow, type Pids, type ProfileSummary, scrape, bucketQuantile, LOOP_RESOLUTION_MS, type Samples,
+  withCpu, type CpuShare, type Percentiles, type PhaseWindow, type Pids, type ProfileSummary, scrape, bucketQuantile, LOOP_RESOLUTION_MS, type Samples, nextMessageId, trackEvent, natsConnect, streamCount, positiveFlag,
 } from "./lib.ts";
 
 const BARE = join(ROOT, "bench", "bare-fastify.ts");
@@ -56,11 +55,7 @@ if (flags.help) {
        [--ingest-cli <path to cli/main.js>]                (another build of the ingest; default dist/cli/main.js)\n`);
   process.exit(0);
 }
-const num = (name: keyof typeof flags) => {
-  const n = Number(flags[name]);
-  if (!Number.isFinite(n) || n <= 0) throw new Error(`--${name} must be a positive number`);
-  return n;
-};
+const num = (name: keyof typeof flags) => positiveFlag(flags, name);
 const P = {
   measureMs: num("measure-s") * 1000,
   warmupMs: num("warmup-s") * 1000,
@@ -86,24 +81,6 @@ const WRITE_KEY = "dev-write-key"; // examples/dev.yaml
 const NAMESPACE = "default";
 const SOURCE = "website";
 const AUTH = `Basic ${Buffer.from(`${WRITE_KEY}:`).toString("base64")}`;
-const RUN = Math.random().toString(36).slice(2, 8);
-let sequence = 0;
-
-function nextMessageId(): string {
-  return `bench-${RUN}-${(sequence++).toString(36).padStart(8, "0")}`;
-}
-
-/** One track event as JSON text (string templating: the load generator must stay cheap). */
-function trackEvent(messageId: string): string {
-  const n = sequence % 100_000;
-  return (
-    `{"type":"track","event":"Order Completed","userId":"user-${n}","messageId":"${messageId}",` +
-    `"timestamp":"2026-01-15T10:00:00.000Z","properties":{"orderId":"order-${n}","revenue":42.5,` +
-    `"currency":"EUR","products":3},"context":{"library":{"name":"analytics-node",` +
-    `"version":"3.1.0"},"ip":"203.0.113.7"}}`
-  );
-}
-
 function batchBody(size: number): string {
   const items = new Array<string>(size);
   for (let i = 0; i < size; i++) items[i] = trackEvent(nextMessageId());
@@ -255,10 +232,6 @@ async function openLoop(opts: { origin: string; path: string; rate: number; dura
 // ---------------------------------------------------------------------------------------------
 // Phases.
 
-async function natsConnect(url: string): Promise<NatsConnection> {
-  return connect({ servers: url, noAsyncTraces: true, maxReconnectAttempts: 10 });
-}
-
 /** The stream settings `trackhook ingest` uses by default (72h, 10GiB, 10m duplicate window, R1). */
 const STREAM = eventsStreamConfig({ maxAgeMs: 72 * 3_600_000, maxBytes: 10 * 1024 ** 3, duplicateWindowMs: 600_000, replicas: 1 });
 
@@ -303,10 +276,6 @@ async function rawCeiling(): Promise<{ eventsPerSecond: number; published: numbe
     await nc.close();
     await server.stop();
   }
-}
-
-async function streamCount(jsm: JetStreamManager): Promise<number> {
-  return (await jsm.streams.info(EVENTS_STREAM)).state.messages;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -419,11 +388,11 @@ async function main(): Promise<void> {
   try {
     // 1: /v1/batch.
     log(`\n[1] POST /v1/batch (${P.batchSize} events/request, concurrency ${P.batchConcurrency}) ...`);
-    const before = await streamCount(jsm);
+    const before = await streamCount(jsm, EVENTS_STREAM);
     const batch = await ingestPhase("batch", ingestUrl, pids, () =>
       closedLoop({ origin: ingestUrl, path: "/v1/batch", concurrency: P.batchConcurrency, body: () => batchBody(P.batchSize), eventsPerRequest: P.batchSize, warmupMs: P.warmupMs, measureMs: P.measureMs }),
     );
-    const batchStored = (await streamCount(jsm)) - before;
+    const batchStored = (await streamCount(jsm, EVENTS_STREAM)) - before;
     const batchCheck = batchStored === batch.result.totalOkEvents;
     const batchUs = usPer(batch.cpu.ingest, batch.seconds, batch.result.totalOkEvents);
     log(`    ${fmt(batch.result.eventsPerSecond)} events/s = ${fmt(batch.result.perSecond)} requests/s; statuses ${JSON.stringify(batch.result.statuses)}`);
@@ -434,11 +403,11 @@ async function main(): Promise<void> {
 
     // 2: /v1/track, ingest then bare Fastify, same concurrency.
     log(`\n[2] POST /v1/track (concurrency ${P.trackConcurrency}) against the ingest ...`);
-    const beforeTrack = await streamCount(jsm);
+    const beforeTrack = await streamCount(jsm, EVENTS_STREAM);
     const track = await ingestPhase("track", ingestUrl, pids, () =>
       closedLoop({ origin: ingestUrl, path: "/v1/track", concurrency: P.trackConcurrency, body: () => trackEvent(nextMessageId()), eventsPerRequest: 1, warmupMs: P.warmupMs, measureMs: P.measureMs }),
     );
-    const trackStored = (await streamCount(jsm)) - beforeTrack;
+    const trackStored = (await streamCount(jsm, EVENTS_STREAM)) - beforeTrack;
     const trackCheck = trackStored === track.result.totalOkEvents;
     const trackUs = usPer(track.cpu.ingest, track.seconds, track.result.totalRequests);
     log(`    ${fmt(track.result.perSecond)} requests/s; statuses ${JSON.stringify(track.result.statuses)}`);
@@ -461,9 +430,9 @@ async function main(): Promise<void> {
     // 3: latency at half the peak, open loop.
     const rate = Math.max(1, track.result.perSecond / 2);
     log(`\n[3] /v1/track latency, open loop at ${fmt(rate)} requests/s for ${P.latencyMs / 1000}s ...`);
-    const beforeLatency = await streamCount(jsm);
+    const beforeLatency = await streamCount(jsm, EVENTS_STREAM);
     const latency = await ingestPhase("latency", ingestUrl, pids, () => openLoop({ origin: ingestUrl, path: "/v1/track", rate, durationMs: P.latencyMs, body: () => trackEvent(nextMessageId()) }));
-    const latencyStored = (await streamCount(jsm)) - beforeLatency;
+    const latencyStored = (await streamCount(jsm, EVENTS_STREAM)) - beforeLatency;
     const l = latency.result;
     log(`    achieved ${fmt(l.achievedRate)}/s; p50 ${l.fromSchedule.p50} ms, p90 ${l.fromSchedule.p90} ms, p99 ${l.fromSchedule.p99} ms, p99.9 ${l.fromSchedule.p999} ms, max ${l.fromSchedule.max} ms; statuses ${JSON.stringify(l.statuses)}`);
     log(`    CPU ${cpuText(latency.cpu)}`);

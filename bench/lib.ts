@@ -8,6 +8,9 @@ import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { LocalNatsServer } from "../dataplane/nats/mod.ts";
 
+import { connect, type NatsConnection } from "@nats-io/transport-node";
+import type { JetStreamManager } from "@nats-io/jetstream";
+
 export const ROOT = fileURLToPath(new URL("..", import.meta.url));
 export const RESULTS_DIR = join(ROOT, "bench", "results");
 
@@ -390,3 +393,40 @@ export function bucketQuantile(name: string, before: Samples, after: Samples, q:
 
 /** prom-client's eventLoopMonitoringPrecision default: delays below it are not measured. */
 export const LOOP_RESOLUTION_MS = 10;
+
+// ---------------------------------------------------------------------------------------------
+// The load: ~300-byte track events with unique messageIds, and the NATS side of the checks.
+
+const RUN = Math.random().toString(36).slice(2, 8);
+let sequence = 0;
+
+export function nextMessageId(): string {
+  return `bench-${RUN}-${(sequence++).toString(36).padStart(8, "0")}`;
+}
+
+/** One track event as JSON text (string templating: the load generator must stay cheap). */
+export function trackEvent(messageId: string): string {
+  const n = sequence % 100_000;
+  return (
+    `{"type":"track","event":"Order Completed","userId":"user-${n}","messageId":"${messageId}",` +
+    `"timestamp":"2026-01-15T10:00:00.000Z","properties":{"orderId":"order-${n}","revenue":42.5,` +
+    `"currency":"EUR","products":3},"context":{"library":{"name":"analytics-node",` +
+    `"version":"3.1.0"},"ip":"203.0.113.7"}}`
+  );
+}
+
+export async function natsConnect(url: string): Promise<NatsConnection> {
+  return connect({ servers: url, noAsyncTraces: true, maxReconnectAttempts: 10 });
+}
+
+/** Messages in a stream; NaN when it cannot be read. */
+export async function streamCount(jsm: JetStreamManager, stream: string): Promise<number> {
+  return (await jsm.streams.info(stream).catch(() => undefined))?.state.messages ?? NaN;
+}
+
+/** A parsed flag that must be a positive number. */
+export function positiveFlag(flags: Record<string, unknown>, name: string): number {
+  const n = Number(flags[name]);
+  if (!Number.isFinite(n) || n <= 0) throw new Error(`--${name} must be a positive number`);
+  return n;
+}
