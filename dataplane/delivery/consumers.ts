@@ -4,7 +4,7 @@
 import { AckPolicy, DeliverPolicy, type ConsumerConfig, type JetStreamManager } from "@nats-io/jetstream";
 import { nanos } from "@nats-io/transport-node";
 import type { CompiledDestination } from "../../schema/mod.ts";
-import { CONSUMER_PREFIX, EVENTS_STREAM, consumerName, replaySubject, sourceSubjects } from "../nats/mod.ts";
+import { EVENTS_STREAM, consumerName, replaySubject, sourceSubjects } from "../nats/mod.ts";
 
 /**
  * ack_wait must outlast the worst delivery round (all URLs in parallel, each bounded by the
@@ -50,17 +50,14 @@ export async function ensureDestinationConsumer(jsm: JetStreamManager, destinati
   return config.durable_name;
 }
 
-/**
- * Deletes destination consumers that are not in `keep`. With `among`, only those names are
- * candidates: a process deletes what it managed itself, never another process's consumers.
- */
-export async function removeStaleConsumers(jsm: JetStreamManager, keep: Set<string>, among?: Set<string>): Promise<string[]> {
+/** Deletes the named destination consumers; one already gone counts as deleted. */
+export async function removeDestinationConsumers(jsm: JetStreamManager, names: Iterable<string>): Promise<string[]> {
   const removed: string[] = [];
-  for await (const info of jsm.consumers.list(EVENTS_STREAM)) {
-    if (info.name.startsWith(CONSUMER_PREFIX) && !keep.has(info.name) && (!among || among.has(info.name))) {
-      await jsm.consumers.delete(EVENTS_STREAM, info.name);
-      removed.push(info.name);
-    }
+  for (const name of names) {
+    await jsm.consumers.delete(EVENTS_STREAM, name).catch((err: Error) => {
+      if (!/consumer not found/i.test(err.message)) throw err;
+    });
+    removed.push(name);
   }
   return removed;
 }

@@ -7,6 +7,6 @@ export { isForbiddenAddress, guardedLookup, checkUrlHost, PrivateAddressError } 
 export { WebhookSender, type SenderOptions, type SendRequest, type SendResult } from "./sender.ts";
 export { DeliveryService, DEFAULT_PROCESS_MAX_IN_FLIGHT, type DeliveryServiceDeps } from "./service.ts";
 export { ConcurrencyLimit } from "./limit.ts";
-export { DestinationWorker, DELIVERY_ID_HEADER, type AttemptRecord, type WebhookSending } from "./worker.ts";
+export { DestinationWorker, DELIVERY_ID_HEADER, type DestinationWorkerDeps, type AttemptRecord, type WebhookSending } from "./worker.ts";
 export { DeliveryMetrics } from "./metrics.ts";
-export { ensureDestinationConsumer, removeStaleConsumers, destinationConsumerConfig, ackWaitMs } from "./consumers.ts";
+export { ensureDestinationConsumer, removeDestinationConsumers, destinationConsumerConfig, ackWaitMs } from "./consumers.ts";

@@ -1,13 +1,13 @@
 // Runs delivery for every enabled destination of the config in force, and follows config changes
 // live: a destination added starts, one changed restarts with its new settings, one disabled or
 // removed stops and loses its consumer (nothing is delivered for it afterwards).
-import { jetstream, jetstreamManager, type JetStreamManager, type StreamInfo } from "@nats-io/jetstream";
+import { jetstreamManager, type JetStreamManager, type StreamInfo } from "@nats-io/jetstream";
 import type { NatsConnection } from "@nats-io/transport-node";
 import type { CompiledConfig } from "../../schema/mod.ts";
 import type { ConfigProvider } from "../config/mod.ts";
 import type { Logger } from "../logging.ts";
 import { DLQ_STREAM, EVENTS_STREAM, TurnBatch, attemptsStreamConfig, consumerName, dlqStreamConfig, dlqSubject, ensureStream } from "../nats/mod.ts";
-import { ensureDestinationConsumer, removeStaleConsumers } from "./consumers.ts";
+import { ensureDestinationConsumer, removeDestinationConsumers } from "./consumers.ts";
 import type { DeliveryBacklog, DeliveryMetrics } from "./metrics.ts";
 import { DestinationWorker, type WebhookSending } from "./worker.ts";
 import { ConcurrencyLimit } from "./limit.ts";
@@ -116,7 +116,7 @@ export class DeliveryService {
         // No destination may hold more than half of the process's slots: a dead one with a large
         // maxInFlight would otherwise starve every other destination for its whole timeout.
         const share = new ConcurrencyLimit(Math.min(destination.maxInFlight, Math.max(1, Math.floor(this.#limit.max / 2))));
-        const worker = new DestinationWorker(nc, jetstream(nc), destination, sender, log, metrics, { limit: this.#limit, share, turn: this.#turn });
+        const worker = new DestinationWorker(destination, { nc, sender, log, metrics, limit: this.#limit, share, turn: this.#turn });
         await worker.start();
         this.#workers.set(key, worker);
         log.info({ destination: key, urls: destination.urls.length, sources: destination.sources }, "delivering");
@@ -135,7 +135,7 @@ export class DeliveryService {
     // Only consumers this process managed: another deliver (or dev) on the same NATS with another
     // config keeps its own. A destination removed while no process ran keeps its consumer until
     // the operator, or someone with `nats consumer rm`, cleans it up.
-    const removed = await removeStaleConsumers(this.#jsm, keep, this.#managed);
+    const removed = await removeDestinationConsumers(this.#jsm, [...this.#managed].filter((name) => !keep.has(name)));
     for (const name of removed) this.#managed.delete(name);
     if (removed.length > 0) log.info({ consumers: removed }, "removed consumers of destinations no longer enabled");
     if (failed.length > 0) throw new Error(`destinations not started: ${failed.join(", ")}`);

@@ -3,7 +3,7 @@
 // a dead letter and acks (permanent failure, or the retry window is over). A message is acked only
 // after it was delivered or its dead letter is stored.
 import { headers as natsHeaders, type NatsConnection } from "@nats-io/transport-node";
-import type { ConsumerMessages, JetStreamClient, JsMsg } from "@nats-io/jetstream";
+import { jetstream, type ConsumerMessages, type JetStreamClient, type JsMsg } from "@nats-io/jetstream";
 import type { CompiledDestination } from "../../schema/mod.ts";
 import type { Logger } from "../logging.ts";
 import type { TurnBatch} from "../nats/mod.ts";
@@ -58,6 +58,19 @@ export interface AttemptRecord {
   at: string;
 }
 
+export interface DestinationWorkerDeps {
+  nc: NatsConnection;
+  sender: WebhookSending;
+  log: Logger;
+  metrics: DeliveryMetrics;
+  /** The process-wide bound on messages in delivery. */
+  limit: ConcurrencyLimit;
+  /** This destination's share of it. */
+  share: ConcurrencyLimit;
+  /** Acks, naks and attempt records leave with the turn's other NATS traffic. */
+  turn: TurnBatch;
+}
+
 export class DestinationWorker {
   readonly destination: CompiledDestination;
   readonly #js: JetStreamClient;
@@ -76,25 +89,17 @@ export class DestinationWorker {
   #stopping = false;
   #loop: Promise<void> | undefined;
 
-  constructor(
-    nc: NatsConnection,
-    js: JetStreamClient,
-    destination: CompiledDestination,
-    sender: WebhookSending,
-    log: Logger,
-    metrics: DeliveryMetrics,
-    shared: { limit: ConcurrencyLimit; share: ConcurrencyLimit; turn: TurnBatch },
-  ) {
-    this.#nc = nc;
-    this.#limit = shared.limit;
-    this.#share = shared.share;
-    this.#turn = shared.turn;
-    this.#js = js;
+  constructor(destination: CompiledDestination, deps: DestinationWorkerDeps) {
     this.destination = destination;
-    this.#sender = sender;
-    this.#metrics = metrics;
+    this.#nc = deps.nc;
+    this.#js = jetstream(deps.nc);
+    this.#sender = deps.sender;
+    this.#metrics = deps.metrics;
+    this.#limit = deps.limit;
+    this.#share = deps.share;
+    this.#turn = deps.turn;
     this.#label = `${destination.namespace}/${destination.name}`;
-    this.#log = log.child({ destination: this.#label });
+    this.#log = deps.log.child({ destination: this.#label });
   }
 
   async start(): Promise<void> {
@@ -154,7 +159,7 @@ export class DestinationWorker {
     }
     if (!routesTo(message, this.destination.name)) {
       this.#metrics.deliveries.inc({ destination: this.#label, outcome: "skipped", reason: "integrations" });
-      m.ack();
+      this.#turn.add(() => m.ack());
       return;
     }
     const body = webhookBody(message);
