@@ -1,15 +1,25 @@
 // Builds the CustomResourceDefinitions from the resource schemas. crds/*.yaml is this output;
 // scripts/generate.ts writes it and test/schema/generated.test.ts fails when it is stale.
 import type { TSchema } from "@sinclair/typebox";
-import { GROUP, VERSION, ResourceStatus, SourceSpec, WebhookDestinationSpec } from "./resources.ts";
+import {
+  DeletionRequestSpec,
+  DeletionRequestStatus,
+  GROUP,
+  SourceSpec,
+  SourceStatus,
+  VERSION,
+  WebhookDestinationSpec,
+  WebhookDestinationStatus,
+} from "./resources.ts";
 
 interface KindInfo {
   kind: string;
   plural: string;
   shortNames: string[];
   spec: TSchema;
+  status: TSchema;
   description: string;
-  columns: Array<{ name: string; type: string; jsonPath: string; description?: string }>;
+  columns: Array<{ name: string; type: string; jsonPath: string; description?: string; priority?: number }>;
 }
 
 const readyColumns = [
@@ -24,6 +34,7 @@ export const KINDS: KindInfo[] = [
     plural: "sources",
     shortNames: ["src", "thsrc"],
     spec: SourceSpec,
+    status: SourceStatus,
     description: "A Segment-compatible source whose SDKs send to trackhook with its write key.",
     columns: [
       ...readyColumns,
@@ -36,11 +47,26 @@ export const KINDS: KindInfo[] = [
     plural: "webhookdestinations",
     shortNames: ["whd", "webhook"],
     spec: WebhookDestinationSpec,
+    status: WebhookDestinationStatus,
     description: "Forwards the messages of its sources to up to five webhook URLs, signed and retried.",
     columns: [
       ...readyColumns,
-      { name: "Sources", type: "string", jsonPath: ".spec.sources", priority: 1 } as KindInfo["columns"][number],
       { name: "URLs", type: "integer", jsonPath: ".status.urlCount" },
+      { name: "Sources", type: "string", jsonPath: ".status.sources", priority: 1 },
+      ageColumn,
+    ],
+  },
+  {
+    kind: "DeletionRequest",
+    plural: "deletionrequests",
+    shortNames: ["delreq"],
+    spec: DeletionRequestSpec,
+    status: DeletionRequestStatus,
+    description: "Deletes users: one delete notification per user to the webhooks of each affected source, sent once.",
+    columns: [
+      { name: "State", type: "string", jsonPath: ".status.state" },
+      ...readyColumns,
+      { name: "Sources", type: "string", jsonPath: ".status.sources[*].name", priority: 1 },
       ageColumn,
     ],
   },
@@ -59,6 +85,18 @@ export function toStructural(schema: unknown): unknown {
     if (key === "additionalProperties" && value === false) continue;
     if (key === "$id" || key === "contentEncoding") continue;
     if (key === "format" && value !== "date-time") continue;
+    if (key === "oneOf" && exactlyOneOf(value)) {
+      // OpenAPI's oneOf error ("must validate one and only one schema") names no field; CEL can.
+      const [a, b] = exactlyOneOf(value)!;
+      const rules = (out["x-kubernetes-validations"] as unknown[] | undefined) ?? [];
+      rules.unshift({ rule: `has(self.${a}) != has(self.${b})`, message: `exactly one of ${a} or ${b} must be set` });
+      out["x-kubernetes-validations"] = rules;
+      continue;
+    }
+    if (key === "x-kubernetes-validations" && Array.isArray(out[key])) {
+      out[key] = [...(out[key] as unknown[]), ...(value as unknown[])];
+      continue;
+    }
     if (key === "patternProperties") {
       const [only] = Object.values(value as Record<string, unknown>);
       out.additionalProperties = toStructural(only);
@@ -69,11 +107,17 @@ export function toStructural(schema: unknown): unknown {
   return out;
 }
 
+/** `oneOf: [{required: [a]}, {required: [b]}]` → [a, b]. */
+function exactlyOneOf(value: unknown): [string, string] | undefined {
+  if (!Array.isArray(value) || value.length !== 2) return undefined;
+  const names = value.map((branch: { required?: unknown }) =>
+    Object.keys(branch).length === 1 && Array.isArray(branch.required) && branch.required.length === 1 ? String(branch.required[0]) : undefined,
+  );
+  return names[0] && names[1] ? [names[0], names[1]] : undefined;
+}
+
 export function buildCrd(info: KindInfo): Record<string, unknown> {
-  const status = toStructural(ResourceStatus) as Record<string, unknown>;
-  if (info.kind === "WebhookDestination") {
-    (status.properties as Record<string, unknown>).urlCount = { type: "integer", description: "Number of webhook URLs." };
-  }
+  const status = toStructural(info.status);
   return {
     apiVersion: "apiextensions.k8s.io/v1",
     kind: "CustomResourceDefinition",

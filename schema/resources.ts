@@ -118,6 +118,13 @@ export const WebhookDestinationSpec = Type.Object(
     additionalProperties: false,
     description: "Forwards every message of its sources to up to five webhook URLs.",
     oneOf: [{ required: ["sources"] }, { required: ["sourceSelector"] }],
+    "x-kubernetes-validations": [
+      {
+        rule: "!has(self.standardWebhooks) || !self.standardWebhooks || has(self.sharedSecretRef)",
+        message: "standardWebhooks needs sharedSecretRef: the secret is the signature's key",
+        fieldPath: ".standardWebhooks",
+      },
+    ],
   },
 );
 export type WebhookDestinationSpec = Static<typeof WebhookDestinationSpec>;
@@ -139,10 +146,36 @@ function document<K extends string, S extends TSchema>(kind: K, apiVersion: stri
   );
 }
 
+export const DeletionRequestSpec = Type.Object(
+  {
+    userIds: Type.Array(Type.String({ minLength: 1, maxLength: 256 }), {
+      minItems: 1,
+      maxItems: 5000,
+      description: "The users to delete: one delete notification per user goes to each affected source's webhooks.",
+    }),
+    sources: Type.Optional(
+      Type.Array(Type.String({ minLength: 1, maxLength: 63, pattern: DNS_LABEL }), {
+        minItems: 1,
+        maxItems: 256,
+        description: "Names of the Sources (same namespace) affected; default: every Source of the namespace.",
+      }),
+    ),
+  },
+  {
+    additionalProperties: false,
+    description: "A request to delete users' data: receivers get a delete notification to start their own automations.",
+    // The notifications go out once, when the request is created: a changed spec could not be honoured.
+    "x-kubernetes-validations": [{ rule: "self == oldSelf", message: "a DeletionRequest cannot be changed; create a new one" }],
+  },
+);
+export type DeletionRequestSpec = Static<typeof DeletionRequestSpec>;
+
 export const SourceDocument = document("Source", API_VERSION, SourceSpec);
 export type SourceDocument = Static<typeof SourceDocument>;
 export const WebhookDestinationDocument = document("WebhookDestination", API_VERSION, WebhookDestinationSpec);
 export type WebhookDestinationDocument = Static<typeof WebhookDestinationDocument>;
+export const DeletionRequestDocument = document("DeletionRequest", API_VERSION, DeletionRequestSpec);
+export type DeletionRequestDocument = Static<typeof DeletionRequestDocument>;
 
 export const SecretDocument = Type.Object(
   {
@@ -163,27 +196,69 @@ export const SecretDocument = Type.Object(
 );
 export type SecretDocument = Static<typeof SecretDocument>;
 
-/** Status shared by every kind: observedGeneration and metav1.Condition entries. */
-export const ResourceStatus = Type.Object(
+/** A metav1.Condition: the standard shape kubectl wait, Helm --wait and kstatus understand. */
+export const Condition = Type.Object({
+  type: Type.String({ maxLength: 316, description: "Condition type, e.g. Ready." }),
+  status: Type.Unsafe<"True" | "False" | "Unknown">({
+    type: "string",
+    enum: ["True", "False", "Unknown"],
+    description: "True, False or Unknown.",
+  }),
+  observedGeneration: Type.Optional(Type.Integer({ description: "Generation this condition was set for." })),
+  lastTransitionTime: Type.String({ format: "date-time", description: "When the status last changed." }),
+  reason: Type.String({ maxLength: 1024, description: "CamelCase reason for the condition's last transition." }),
+  message: Type.String({ maxLength: 32768, description: "Human-readable details." }),
+});
+export type Condition = Static<typeof Condition>;
+
+const commonStatus = {
+  observedGeneration: Type.Optional(Type.Integer({ description: "The generation the conditions describe." })),
+  conditions: Type.Optional(
+    Type.Array(Condition, { maxItems: 8, description: "Standard conditions; Ready tells whether the object is in effect." }),
+  ),
+};
+const statusDescription = "Observed state, written by the operator.";
+
+export const SourceStatus = Type.Object(commonStatus, { description: statusDescription });
+export type SourceStatus = Static<typeof SourceStatus>;
+
+export const WebhookDestinationStatus = Type.Object(
   {
-    observedGeneration: Type.Optional(Type.Integer({ description: "The generation the conditions describe." })),
-    conditions: Type.Optional(
-      Type.Array(
-        Type.Object({
-          type: Type.String({ maxLength: 316, description: "Condition type, e.g. Ready." }),
-          status: Type.Unsafe<"True" | "False" | "Unknown">({
-            type: "string",
-            enum: ["True", "False", "Unknown"],
-            description: "True, False or Unknown.",
-          }),
-          observedGeneration: Type.Optional(Type.Integer({ description: "Generation this condition was set for." })),
-          lastTransitionTime: Type.String({ format: "date-time", description: "When the status last changed." }),
-          reason: Type.String({ maxLength: 1024, description: "CamelCase reason for the condition's last transition." }),
-          message: Type.String({ maxLength: 32768, description: "Human-readable details." }),
-        }),
-        { maxItems: 8, description: "Standard conditions; Ready tells whether the object is in effect." },
-      ),
+    ...commonStatus,
+    urlCount: Type.Optional(Type.Integer({ description: "Number of webhook URLs." })),
+    sources: Type.Optional(
+      Type.Array(Type.String({ maxLength: 63 }), { maxItems: 256, description: "The Sources whose messages are delivered (selector resolved)." }),
     ),
   },
-  { description: "Observed state, written by the operator." },
+  { description: statusDescription },
 );
+export type WebhookDestinationStatus = Static<typeof WebhookDestinationStatus>;
+
+/** Segment's regulation states: a request is INITIALIZED, RUNNING, then FINISHED or FAILED. */
+export const DELETION_STATES = ["INITIALIZED", "RUNNING", "FINISHED", "FAILED"] as const;
+export type DeletionState = (typeof DELETION_STATES)[number];
+const deletionState = (description: string) =>
+  Type.Unsafe<DeletionState>({ type: "string", enum: [...DELETION_STATES], description });
+
+export const DeletionRequestStatus = Type.Object(
+  {
+    ...commonStatus,
+    state: Type.Optional(deletionState("INITIALIZED, RUNNING, FINISHED or FAILED.")),
+    sources: Type.Optional(
+      Type.Array(
+        Type.Object({
+          name: Type.String({ maxLength: 63, description: "The Source." }),
+          state: deletionState("Progress of this source's notifications."),
+          notified: Type.Integer({ minimum: 0, description: "Users whose delete notification is stored for delivery." }),
+          reason: Type.Optional(Type.String({ maxLength: 1024, description: "Why the source failed or was skipped, CamelCase." })),
+          message: Type.Optional(Type.String({ maxLength: 4096, description: "Details for humans." })),
+        }),
+        { maxItems: 256, description: "Progress per affected source." },
+      ),
+    ),
+    startedAt: Type.Optional(Type.String({ format: "date-time", description: "When the operator started sending." })),
+    completedAt: Type.Optional(Type.String({ format: "date-time", description: "When the request reached FINISHED or FAILED." })),
+  },
+  { description: statusDescription },
+);
+export type DeletionRequestStatus = Static<typeof DeletionRequestStatus>;

@@ -32,4 +32,56 @@ elif ! nats_ok; then
   GOBIN="$bin" GOFLAGS=-trimpath go install "github.com/nats-io/nats-server/v2@v$NATS_SERVER_VERSION"
   nats_ok
 fi
+
+# kube-apiserver, kubectl and etcd for the control-plane harness, helm for the chart. Built only
+# when missing (minutes on 2 cores) and cached in .tools/bin; TRACKHOOK_TOOLS=dataplane skips them.
+if [ "${TRACKHOOK_TOOLS:-all}" != dataplane ]; then
+  need_go() { command -v go >/dev/null || { echo "tools: Go >= 1.25 is needed to build $1 (see README, Development)" >&2; exit 1; }; }
+  version_of() { "$bin/$1" "${@:2}" 2>/dev/null || true; }
+
+  # k8s.io/kubernetes cannot be `go install`ed: its go.mod points the k8s.io/* staging modules at
+  # ./staging. A throw-away wrapper module replaces each with its published v0.<minor>.<patch>.
+  if ! version_of kube-apiserver --version | grep -q "v$KUBERNETES_VERSION\$" \
+    || ! version_of kubectl version --client | grep -q "v$KUBERNETES_VERSION\$"; then
+    need_go kube-apiserver
+    echo "tools: building kube-apiserver and kubectl v$KUBERNETES_VERSION (several minutes the first time)" >&2
+    work=$(mktemp -d)
+    (
+      cd "$work"
+      go mod init trackhook.local/kube-tools >/dev/null 2>&1
+      gomod=$(go mod download -json "k8s.io/kubernetes@v$KUBERNETES_VERSION" | sed -n 's/.*"GoMod": "\(.*\)",*/\1/p')
+      for m in $(awk '$1 ~ /^k8s\.io\// && $2 == "v0.0.0" {print $1}' "$gomod"); do
+        go mod edit -replace="$m=$m@v0.${KUBERNETES_VERSION#1.}"
+      done
+      go get "k8s.io/kubernetes/cmd/kube-apiserver@v$KUBERNETES_VERSION" "k8s.io/kubernetes/cmd/kubectl@v$KUBERNETES_VERSION" 2>&1 | grep -v "^go: \(downloading\|added\|upgraded\)" >&2 || true
+      minor=$(echo "$KUBERNETES_VERSION" | cut -d. -f2)
+      ldflags="-s -w -X k8s.io/component-base/version.gitVersion=v$KUBERNETES_VERSION -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=$minor"
+      ldflags="$ldflags -X k8s.io/client-go/pkg/version.gitVersion=v$KUBERNETES_VERSION -X k8s.io/client-go/pkg/version.gitMajor=1 -X k8s.io/client-go/pkg/version.gitMinor=$minor"
+      CGO_ENABLED=0 go build -trimpath -ldflags "$ldflags" -o "$bin/" k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kubectl
+    )
+    rm -rf "$work"
+  fi
+
+  # etcd's server module has replace directives too; a wrapper module ignores them.
+  if ! version_of etcd --version | grep -q "etcd Version: $ETCD_VERSION\$"; then
+    need_go etcd
+    echo "tools: building etcd v$ETCD_VERSION" >&2
+    work=$(mktemp -d)
+    (
+      cd "$work"
+      go mod init trackhook.local/etcd >/dev/null 2>&1
+      go get "go.etcd.io/etcd/server/v3@v$ETCD_VERSION" 2>&1 | grep -v "^go: \(downloading\|added\|upgraded\)" >&2 || true
+      CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o "$bin/etcd" go.etcd.io/etcd/server/v3
+    )
+    rm -rf "$work"
+  fi
+
+  if ! version_of helm version --short | grep -q "^v$HELM_VERSION"; then
+    need_go helm
+    echo "tools: building helm v$HELM_VERSION" >&2
+    major=${HELM_VERSION%%.*}
+    CGO_ENABLED=0 GOBIN="$bin" GOFLAGS=-trimpath go install -ldflags "-s -w -X helm.sh/helm/v$major/internal/version.version=v$HELM_VERSION" "helm.sh/helm/v$major/cmd/helm@v$HELM_VERSION"
+  fi
+fi
+
 echo "tools: node $("$bin/node" --version), $( ("$bin/nats-server" --version || nats-server --version) 2>/dev/null)" >&2

@@ -1,3 +1,7 @@
 # Pinned tool versions, read by scripts/tools.sh. Bump here and nowhere else.
 NODE_VERSION=24.21.0
 NATS_SERVER_VERSION=2.14.9
+# The control plane for operator tests and chart validation (built from the Go module proxy).
+KUBERNETES_VERSION=1.35.4
+ETCD_VERSION=3.6.16
+HELM_VERSION=4.3.1

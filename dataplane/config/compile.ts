@@ -1,9 +1,7 @@
 // Turns documents (Source, WebhookDestination, Secret) into the compiled config the data plane
 // runs on. Every problem is collected and reported at once, each naming its document and field.
-import { createHash } from "node:crypto";
 import {
   describeErrors,
-  parseDuration,
   validateCompiledConfig,
   validateSecretDocument,
   validateSourceDocument,
@@ -15,14 +13,11 @@ import {
   type SourceDocument,
   type WebhookDestinationDocument,
 } from "../../schema/mod.ts";
+import { compileDestination, compileSource, type SecretLookup } from "./compile-resource.ts";
 import { ConfigError } from "./errors.ts";
 import type { RawDocument } from "./load.ts";
 
 export const DEFAULT_NAMESPACE = "default";
-
-export function sha256Hex(text: string): string {
-  return createHash("sha256").update(text, "utf8").digest("hex");
-}
 
 interface Located<T> {
   origin: string;
@@ -64,83 +59,32 @@ export function compileConfig(documents: RawDocument[]): CompiledConfig {
     }
   }
 
-  const secretValue = (origin: string, field: string, namespace: string, ref: { name: string; key: string }) => {
-    const secret = secrets.get(`${namespace}/${ref.name}`);
-    const value = secret?.get(ref.key);
-    if (!secret) {
-      problems.push(`${origin}: ${field}: Secret ${namespace}/${ref.name} is not in the config`);
-    } else if (value === undefined) {
-      problems.push(`${origin}: ${field}: Secret ${namespace}/${ref.name} has no key "${ref.key}"`);
-    } else if (value.length === 0) {
-      problems.push(`${origin}: ${field}: Secret ${namespace}/${ref.name} key "${ref.key}" is empty`);
-    }
-    return value;
-  };
-
   checkUnique(sources, "Source", problems);
   checkUnique(destinations, "WebhookDestination", problems);
+  const lookup: SecretLookup = (namespace, name) => secrets.get(`${namespace}/${name}`);
 
   const compiledSources: CompiledSource[] = [];
   const digests = new Map<string, string>();
   for (const { origin, doc, namespace } of sources) {
     const label = `${origin} (Source ${doc.metadata.name})`;
-    const key = secretValue(label, "spec.writeKeySecretRef", namespace, doc.spec.writeKeySecretRef);
-    if (!key) continue;
-    const digest = sha256Hex(key);
-    const other = digests.get(digest);
+    const result = compileSource(namespace, doc, lookup);
+    if (!result.ok) {
+      problems.push(...result.problems.map((p) => `${label}: ${p.field}: ${p.message}`));
+      continue;
+    }
+    const other = digests.get(result.value.writeKeySha256);
     if (other) problems.push(`${label}: spec.writeKeySecretRef: the same write key is already used by Source ${other}`);
-    digests.set(digest, `${namespace}/${doc.metadata.name}`);
-    compiledSources.push({
-      namespace,
-      name: doc.metadata.name,
-      enabled: doc.spec.enabled ?? true,
-      writeKeySha256: digest,
-      ...(doc.spec.displayName ? { displayName: doc.spec.displayName } : {}),
-    });
+    digests.set(result.value.writeKeySha256, `${namespace}/${doc.metadata.name}`);
+    compiledSources.push(result.value);
   }
 
   const compiledDestinations: CompiledDestination[] = [];
   for (const { origin, doc, namespace } of destinations) {
     const label = `${origin} (WebhookDestination ${doc.metadata.name})`;
-    const spec = doc.spec;
-    const inNamespace = sources.filter((s) => s.namespace === namespace);
-    let sourceNames: string[];
-    if (spec.sources) {
-      sourceNames = spec.sources;
-      for (const [i, name] of spec.sources.entries()) {
-        if (!inNamespace.some((s) => s.doc.metadata.name === name)) {
-          problems.push(`${label}: spec.sources[${i}]: no Source "${name}" in namespace ${namespace}`);
-        }
-      }
-    } else {
-      const wanted = Object.entries(spec.sourceSelector?.matchLabels ?? {});
-      sourceNames = inNamespace
-        .filter((s) => wanted.every(([k, v]) => s.doc.metadata.labels?.[k] === v))
-        .map((s) => s.doc.metadata.name);
-    }
-    const headers = (spec.headers ?? []).map((header, i) => ({
-      name: header.name,
-      value: header.valueFrom
-        ? (secretValue(label, `spec.headers[${i}].valueFrom.secretKeyRef`, namespace, header.valueFrom.secretKeyRef) ?? "")
-        : (header.value ?? ""),
-    }));
-    const sharedSecret = spec.sharedSecretRef ? secretValue(label, "spec.sharedSecretRef", namespace, spec.sharedSecretRef) : undefined;
-    if (spec.standardWebhooks && !spec.sharedSecretRef) {
-      problems.push(`${label}: spec.standardWebhooks: needs spec.sharedSecretRef (the signature's key)`);
-    }
-    compiledDestinations.push({
-      namespace,
-      name: doc.metadata.name,
-      enabled: spec.enabled ?? true,
-      sources: sourceNames,
-      urls: spec.urls,
-      headers,
-      ...(sharedSecret ? { sharedSecret } : {}),
-      timeoutMs: parseDuration(spec.timeout ?? "5s"),
-      retryWindowMs: parseDuration(spec.retryWindow ?? "4h"),
-      maxInFlight: spec.maxInFlight ?? 100,
-      standardWebhooks: spec.standardWebhooks ?? false,
-    });
+    const inNamespace = sources.filter((s) => s.namespace === namespace).map((s) => s.doc.metadata);
+    const result = compileDestination(namespace, doc, inNamespace, lookup);
+    if (result.ok) compiledDestinations.push(result.value);
+    else problems.push(...result.problems.map((p) => `${label}: ${p.field}: ${p.message}`));
   }
 
   if (problems.length > 0) throw new ConfigError(problems);

@@ -1,4 +1,14 @@
 export { ConfigError } from "./errors.ts";
 export { loadDocuments, configFiles, type RawDocument } from "./load.ts";
-export { compileConfig, sha256Hex, DEFAULT_NAMESPACE } from "./compile.ts";
+export { compileConfig, DEFAULT_NAMESPACE } from "./compile.ts";
+export {
+  compileDestination,
+  compileSource,
+  secretNamesOf,
+  sha256Hex,
+  type CompileResult,
+  type Problem,
+  type SecretLookup,
+  type SourceRef,
+} from "./compile-resource.ts";
 export { ConfigHolder, FileConfigProvider, loadConfigFile, staticConfig, type ConfigProvider } from "./provider.ts";

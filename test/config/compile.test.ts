@@ -90,7 +90,7 @@ spec:
   it("reports a missing Secret, and a missing key of a Secret, with the field that references it", () => {
     const dir = configDir({ "a.yaml": [secret("k", "other", "x"), source("web", "nope", "writeKey"), source("app", "k", "writeKey")].join("---\n") });
     expect(problemsOf(dir)).toEqual([
-      expect.stringMatching(/Source web\): spec.writeKeySecretRef: Secret default\/nope is not in the config$/),
+      expect.stringMatching(/Source web\): spec.writeKeySecretRef: Secret default\/nope does not exist$/),
       expect.stringMatching(/Source app\): spec.writeKeySecretRef: Secret default\/k has no key "writeKey"$/),
     ]);
   });

@@ -1,0 +1,134 @@
+// Compiles one Source or WebhookDestination into its data-plane form. Shared by the `--config`
+// loader (all documents at once) and the operator (one object per reconcile), so a resource
+// means the same thing on a laptop and in a cluster.
+import { createHash } from "node:crypto";
+import {
+  parseDuration,
+  type CompiledDestination,
+  type CompiledSource,
+  type SourceDocument,
+  type WebhookDestinationDocument,
+} from "../../schema/mod.ts";
+
+export function sha256Hex(text: string): string {
+  return createHash("sha256").update(text, "utf8").digest("hex");
+}
+
+/** The values of a Secret by key, or undefined when there is no such Secret. */
+export type SecretLookup = (namespace: string, name: string) => ReadonlyMap<string, string> | undefined;
+
+/** Why a resource cannot take effect; `reason` is the CamelCase reason of its Ready condition. */
+export interface Problem {
+  reason: "SecretNotFound" | "SecretKeyMissing" | "SecretKeyEmpty" | "SourceNotFound" | "InvalidSpec";
+  field: string;
+  message: string;
+}
+
+export type CompileResult<T> = { ok: true; value: T } | { ok: false; problems: Problem[] };
+
+interface SecretRef {
+  name: string;
+  key: string;
+}
+
+/** Every Secret a resource reads, so callers can fetch them (and watch them) before compiling. */
+export function secretNamesOf(doc: SourceDocument | WebhookDestinationDocument): string[] {
+  const refs: SecretRef[] =
+    "writeKeySecretRef" in doc.spec
+      ? [doc.spec.writeKeySecretRef]
+      : [
+          ...(doc.spec.sharedSecretRef ? [doc.spec.sharedSecretRef] : []),
+          ...(doc.spec.headers ?? []).flatMap((h) => (h.valueFrom ? [h.valueFrom.secretKeyRef] : [])),
+        ];
+  return [...new Set(refs.map((r) => r.name))];
+}
+
+function secretValue(lookup: SecretLookup, namespace: string, field: string, ref: SecretRef, problems: Problem[]): string | undefined {
+  const secret = lookup(namespace, ref.name);
+  const value = secret?.get(ref.key);
+  if (!secret) {
+    problems.push({ reason: "SecretNotFound", field, message: `Secret ${namespace}/${ref.name} does not exist` });
+  } else if (value === undefined) {
+    problems.push({ reason: "SecretKeyMissing", field, message: `Secret ${namespace}/${ref.name} has no key "${ref.key}"` });
+  } else if (value.length === 0) {
+    problems.push({ reason: "SecretKeyEmpty", field, message: `Secret ${namespace}/${ref.name} key "${ref.key}" is empty` });
+  } else {
+    return value;
+  }
+  return undefined;
+}
+
+/** A validated Source document (schema defaults applied) → its compiled form, key as digest only. */
+export function compileSource(namespace: string, doc: SourceDocument, secrets: SecretLookup): CompileResult<CompiledSource> {
+  const problems: Problem[] = [];
+  const key = secretValue(secrets, namespace, "spec.writeKeySecretRef", doc.spec.writeKeySecretRef, problems);
+  if (key === undefined) return { ok: false, problems };
+  return {
+    ok: true,
+    value: {
+      namespace,
+      name: doc.metadata.name,
+      enabled: doc.spec.enabled ?? true,
+      writeKeySha256: sha256Hex(key),
+      ...(doc.spec.displayName ? { displayName: doc.spec.displayName } : {}),
+    },
+  };
+}
+
+export interface SourceRef {
+  name: string;
+  labels?: Record<string, string> | undefined;
+}
+
+/**
+ * A validated WebhookDestination → its compiled form, with Secrets read and the source selector
+ * resolved against `sources` (the Sources of its namespace).
+ */
+export function compileDestination(
+  namespace: string,
+  doc: WebhookDestinationDocument,
+  sources: readonly SourceRef[],
+  secrets: SecretLookup,
+): CompileResult<CompiledDestination> {
+  const spec = doc.spec;
+  const problems: Problem[] = [];
+  let sourceNames: string[];
+  if (spec.sources) {
+    sourceNames = spec.sources;
+    for (const [i, name] of spec.sources.entries()) {
+      if (!sources.some((s) => s.name === name)) {
+        problems.push({ reason: "SourceNotFound", field: `spec.sources[${i}]`, message: `no Source "${name}" in namespace ${namespace}` });
+      }
+    }
+  } else {
+    const wanted = Object.entries(spec.sourceSelector?.matchLabels ?? {});
+    sourceNames = sources.filter((s) => wanted.every(([k, v]) => s.labels?.[k] === v)).map((s) => s.name);
+  }
+  const headers = (spec.headers ?? []).map((header, i) => ({
+    name: header.name,
+    value: header.valueFrom
+      ? (secretValue(secrets, namespace, `spec.headers[${i}].valueFrom.secretKeyRef`, header.valueFrom.secretKeyRef, problems) ?? "")
+      : (header.value ?? ""),
+  }));
+  const sharedSecret = spec.sharedSecretRef ? secretValue(secrets, namespace, "spec.sharedSecretRef", spec.sharedSecretRef, problems) : undefined;
+  if (spec.standardWebhooks && !spec.sharedSecretRef) {
+    problems.push({ reason: "InvalidSpec", field: "spec.standardWebhooks", message: "needs spec.sharedSecretRef (the signature's key)" });
+  }
+  if (problems.length > 0) return { ok: false, problems };
+  return {
+    ok: true,
+    value: {
+      namespace,
+      name: doc.metadata.name,
+      enabled: spec.enabled ?? true,
+      sources: sourceNames,
+      urls: spec.urls,
+      headers,
+      ...(sharedSecret ? { sharedSecret } : {}),
+      timeoutMs: parseDuration(spec.timeout ?? "5s"),
+      retryWindowMs: parseDuration(spec.retryWindow ?? "4h"),
+      maxInFlight: spec.maxInFlight ?? 100,
+      standardWebhooks: spec.standardWebhooks ?? false,
+    },
+  };
+}
