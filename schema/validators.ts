@@ -2,8 +2,8 @@
 import { Ajv, type ErrorObject, type ValidateFunction } from "ajv";
 import type { Static, TSchema } from "@sinclair/typebox";
 import { BatchBody, MESSAGE_SCHEMAS, type MessageType } from "./messages.ts";
-import { SecretDocument, SourceDocument, WebhookDestinationDocument } from "./resources.ts";
-import { CompiledConfig } from "./compiled-config.ts";
+import { DeletionRequestDocument, SecretDocument, SourceDocument, WebhookDestinationDocument } from "./resources.ts";
+import { CompiledConfig, CompiledDestination, CompiledSource } from "./compiled-config.ts";
 
 function newAjv(options: { useDefaults: boolean }): Ajv {
   const ajv = new Ajv({ allErrors: true, strict: true, strictRequired: false, useDefaults: options.useDefaults, formats: { "date-time": true } });
@@ -26,7 +26,10 @@ export const validateBatchBody = compile(forMessages, BatchBody);
 export const validateSourceDocument = compile(forDocuments, SourceDocument);
 export const validateWebhookDestinationDocument = compile(forDocuments, WebhookDestinationDocument);
 export const validateSecretDocument = compile(forDocuments, SecretDocument);
+export const validateDeletionRequestDocument = compile(forDocuments, DeletionRequestDocument);
 export const validateCompiledConfig = compile(forDocuments, CompiledConfig);
+export const validateCompiledSource = compile(forMessages, CompiledSource);
+export const validateCompiledDestination = compile(forMessages, CompiledDestination);
 
 /** `spec.urls[2]: must match pattern ...` — a field path a YAML author recognises. */
 export function describeErrors(errors: ErrorObject[] | null | undefined): string[] {

@@ -1,5 +1,6 @@
 // `trackhook deliver`: delivery workers for the destinations in the config.
-import { FileConfigProvider, type ConfigProvider } from "../../dataplane/config/mod.ts";
+import type { ConfigProvider } from "../../dataplane/config/mod.ts";
+import { configFrom, configSourceFlags, configSourceHelp, openConfig } from "./config-source.ts";
 import { DeliveryMetrics, DeliveryService, WebhookSender } from "../../dataplane/delivery/mod.ts";
 import { createLogger, type Logger } from "../../dataplane/logging.ts";
 import { connectNats } from "../../dataplane/nats/mod.ts";
@@ -44,9 +45,8 @@ export async function startDelivery(args: {
 export const deliverCommand: Command = {
   name: "deliver",
   summary: "Deliver stored messages to the webhook URLs of each WebhookDestination",
-  usage: `trackhook deliver --config <file|dir> --nats <url> [--allow-private-networks]
-
-  --config <file|dir>        Source, WebhookDestination and Secret documents (reloaded on change)
+  usage: `trackhook deliver (--config <file|dir> | --config-from nats) --nats <url> [--allow-private-networks]
+${configSourceHelp}
   --nats <url>               NATS server URL(s), comma-separated (or TRACKHOOK_NATS_URL)
   --allow-private-networks   let webhooks reach loopback, private, link-local and metadata addresses
   --max-in-flight <n>        messages in delivery at once in this process, all destinations (default 1000)
@@ -54,16 +54,16 @@ export const deliverCommand: Command = {
   --host <addr>              their listen address (default 0.0.0.0)
   --log-level <level>        trace, debug, info, warn, error (default info)`,
   flags: {
-    config: { type: "string" }, nats: { type: "string" }, "allow-private-networks": { type: "boolean" },
+    ...configSourceFlags, nats: { type: "string" }, "allow-private-networks": { type: "boolean" },
     port: { type: "string" }, host: { type: "string" }, "log-level": { type: "string" }, "max-in-flight": { type: "string" },
   },
   async run(values) {
     const natsUrl = values.nats ?? process.env.TRACKHOOK_NATS_URL;
-    if (!values.config) throw new UsageError("--config <file|dir> is required");
+    const from = configFrom(values);
     if (!natsUrl) throw new UsageError("--nats <url> is required");
     const log = createLogger({ level: values["log-level"], name: "deliver" });
-    const config = new FileConfigProvider(values.config, log);
     const nc = await connectNats({ servers: natsUrl, name: "trackhook-deliver", log });
+    const config = await openConfig(from, nc, log);
     const port = integerFlag("port", values.port ?? "8081", 0, 65535);
     const maxInFlight = integerFlag("max-in-flight", values["max-in-flight"] ?? "1000", 1, 100_000);
     const delivery = await startDelivery({ nc, config, log, maxInFlight, allowPrivateNetworks: Boolean(values["allow-private-networks"] as unknown) });

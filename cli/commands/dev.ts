@@ -18,8 +18,9 @@ export const devCommand: Command = {
   usage: `trackhook dev --config <file|dir> [--port <n>] [--nats <url>] [options]
 
   --nats <url>               use this NATS server instead of starting one
+  --config <file|dir>        Source, WebhookDestination and Secret YAML documents (reloaded on change)
   --data-dir <dir>           where the started nats-server keeps its store (default .trackhook/)${ingestFlagsHelp}`,
-  flags: { ...ingestFlags, nats: { type: "string" }, "data-dir": { type: "string" } },
+  flags: { ...ingestFlags, config: { type: "string" }, nats: { type: "string" }, "data-dir": { type: "string" } },
   async run(values) {
     if (!values.config) throw new UsageError("--config <file|dir> is required");
     const log = createLogger({ level: values["log-level"], name: "dev" });

@@ -2,12 +2,13 @@
 import { jetstreamManager } from "@nats-io/jetstream";
 import type { NatsConnection } from "@nats-io/transport-node";
 import type { Registry } from "prom-client";
-import { FileConfigProvider, type ConfigProvider } from "../../dataplane/config/mod.ts";
+import type { ConfigProvider } from "../../dataplane/config/mod.ts";
 import { buildIngestApp, type IngestOptionsInput } from "../../dataplane/ingest/mod.ts";
 import { createLogger, type Logger } from "../../dataplane/logging.ts";
 import { connectNats, ensureStream, eventsStreamConfig, type EventsStreamSettings } from "../../dataplane/nats/mod.ts";
 import { UsageError, integerFlag } from "../args.ts";
 import { onShutdown } from "../shutdown.ts";
+import { configFrom, configSourceFlags, configSourceHelp, openConfig } from "./config-source.ts";
 import { ingestFlags, ingestFlagsHelp, ingestOptions, streamSettings } from "./shared-flags.ts";
 import type { Command } from "./types.ts";
 
@@ -48,19 +49,19 @@ export async function startIngest(args: {
 export const ingestCommand: Command = {
   name: "ingest",
   summary: "Run the Segment-compatible Tracking API, storing messages in JetStream",
-  usage: `trackhook ingest --config <file|dir> --nats <url> [--port <n>] [options]
+  usage: `trackhook ingest (--config <file|dir> | --config-from nats) --nats <url> [--port <n>] [options]
 
-  --nats <url>               NATS server URL(s), comma-separated (or TRACKHOOK_NATS_URL)${ingestFlagsHelp}`,
-  flags: { ...ingestFlags, nats: { type: "string" } },
+  --nats <url>               NATS server URL(s), comma-separated (or TRACKHOOK_NATS_URL)${configSourceHelp}${ingestFlagsHelp}`,
+  flags: { ...ingestFlags, ...configSourceFlags, nats: { type: "string" } },
   async run(values) {
     const natsUrl = values.nats ?? process.env.TRACKHOOK_NATS_URL;
-    if (!values.config) throw new UsageError("--config <file|dir> is required");
+    const from = configFrom(values);
     if (!natsUrl) throw new UsageError("--nats <url> is required");
     const log = createLogger({ level: values["log-level"], name: "ingest" });
     const stream = streamSettings(values);
     const options = ingestOptions(values);
-    const config = new FileConfigProvider(values.config, log);
     const nc = await connectNats({ servers: natsUrl, name: "trackhook-ingest", log });
+    const config = await openConfig(from, nc, log);
     const ingest = await startIngest({
       nc, config, log, stream, options,
       host: values.host ?? "0.0.0.0",

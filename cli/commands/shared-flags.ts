@@ -5,7 +5,6 @@ import type { EventsStreamSettings } from "../../dataplane/nats/mod.ts";
 import { UsageError, durationFlag, integerFlag, listFlag, parseBytes } from "../args.ts";
 
 export const ingestFlags = {
-  config: { type: "string" },
   port: { type: "string" },
   host: { type: "string" },
   "cors-origins": { type: "string" },
@@ -19,7 +18,6 @@ export const ingestFlags = {
 } as const satisfies NonNullable<ParseArgsConfig["options"]>;
 
 export const ingestFlagsHelp = `
-  --config <file|dir>        Source, WebhookDestination and Secret YAML documents (reloaded on change)
   --port <n>                 HTTP port (default 8080)
   --host <addr>              listen address (default: ingest 0.0.0.0, dev 127.0.0.1)
   --cors-origins <list>      comma-separated origins allowed by CORS (default *)

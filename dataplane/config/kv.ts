@@ -1,0 +1,197 @@
+// The trackhook-config KV bucket: the operator writes one entry per Source and per
+// WebhookDestination, already compiled (write keys as digests); ingest and delivery pods started
+// with `--config-from nats` watch it and apply every change live.
+import { Kvm, type KV, type KvEntry } from "@nats-io/kv";
+import type { NatsConnection } from "@nats-io/transport-node";
+import {
+  describeErrors,
+  validateCompiledDestination,
+  validateCompiledSource,
+  type CompiledConfig,
+  type CompiledDestination,
+  type CompiledSource,
+} from "../../schema/mod.ts";
+import type { Logger } from "../logging.ts";
+import { ConfigHolder } from "./provider.ts";
+
+export const CONFIG_BUCKET = "trackhook-config";
+
+/** `source.<namespace>.<name>`: names are DNS labels, so they are valid key tokens. */
+export const sourceKey = (namespace: string, name: string) => `source.${namespace}.${name}`;
+export const destinationKey = (namespace: string, name: string) => `destination.${namespace}.${name}`;
+
+export interface ConfigBucketOptions {
+  /** JetStream replicas of the bucket's stream (1 locally, 3 in production). */
+  replicas?: number;
+}
+
+/** Creates the bucket when missing (the operator's job), or opens it as it is. */
+export async function ensureConfigBucket(nc: NatsConnection, options: ConfigBucketOptions = {}): Promise<KV> {
+  // history 1: only the current config matters; older revisions would only hold old secrets.
+  return new Kvm(nc).create(CONFIG_BUCKET, { history: 1, replicas: options.replicas ?? 1 });
+}
+
+const encoder = new TextEncoder();
+const decoder = new TextDecoder();
+
+/** Writes compiled resources, skipping writes that would not change the stored value. */
+export class ConfigWriter {
+  readonly kv: KV;
+
+  constructor(kv: KV) {
+    this.kv = kv;
+  }
+
+  /** Returns whether the stored value changed. */
+  async put(key: string, value: CompiledSource | CompiledDestination): Promise<boolean> {
+    const bytes = JSON.stringify(value);
+    const current = await this.kv.get(key);
+    if (current?.operation === "PUT" && decoder.decode(current.value) === bytes) return false;
+    await this.kv.put(key, encoder.encode(bytes));
+    return true;
+  }
+
+  /** Returns whether there was a value to delete. */
+  async delete(key: string): Promise<boolean> {
+    const current = await this.kv.get(key);
+    if (!current || current.operation !== "PUT") return false;
+    await this.kv.delete(key);
+    return true;
+  }
+
+  async get<T extends CompiledSource | CompiledDestination>(key: string): Promise<T | undefined> {
+    const current = await this.kv.get(key);
+    return current?.operation === "PUT" ? (JSON.parse(decoder.decode(current.value)) as T) : undefined;
+  }
+}
+
+/**
+ * Follows the bucket and keeps the compiled config in step with it. An entry that does not
+ * validate is logged and ignored (its previous value stays), so one bad write cannot take the
+ * data plane down. `ready` is false until the bucket's content at start has been read.
+ */
+export class KvConfigProvider extends ConfigHolder {
+  readonly #sources = new Map<string, CompiledSource>();
+  readonly #destinations = new Map<string, CompiledDestination>();
+  readonly #log: Logger;
+  #stopped = false;
+  #ready = false;
+  #stopWatch: () => void = () => {};
+
+  private constructor(log: Logger) {
+    super();
+    this.#log = log;
+  }
+
+  /**
+   * Resolves once the bucket's current content is loaded. Waits for the bucket when the operator
+   * has not created it yet, logging every `retryMs`.
+   */
+  static async start(nc: NatsConnection, log: Logger, retryMs = 2000): Promise<KvConfigProvider> {
+    const provider = new KvConfigProvider(log);
+    const kv = await openWhenCreated(nc, log, retryMs, () => provider.#stopped);
+    await provider.#follow(kv, retryMs);
+    return provider;
+  }
+
+  get ready(): boolean {
+    return this.#ready;
+  }
+
+  async #follow(kv: KV, retryMs: number): Promise<void> {
+    let loaded!: () => void;
+    const initialLoad = new Promise<void>((resolve) => (loaded = resolve));
+    let revision = 0;
+    const run = async () => {
+      while (!this.#stopped) {
+        try {
+          const empty = (await kv.status()).values === 0;
+          const watch = await kv.watch({ key: ">", ...(revision > 0 ? { resumeFromRevision: revision + 1 } : {}) });
+          this.#stopWatch = () => watch.stop();
+          if (empty) this.#loaded(loaded);
+          for await (const entry of watch) {
+            revision = entry.revision;
+            const changed = this.#apply(entry);
+            // Until delta 0 (caught up with the bucket) entries are the content at start: one
+            // config is published for all of them, not a partial one per entry.
+            if (!this.#ready) {
+              if (entry.delta === 0) this.#loaded(loaded);
+            } else if (changed) {
+              this.#publish();
+            }
+          }
+        } catch (err) {
+          if (!this.#stopped) this.#log.warn({ err: (err as Error).message }, "watching the config bucket failed; retrying");
+        }
+        if (!this.#stopped) await sleep(retryMs);
+      }
+    };
+    void run();
+    await initialLoad;
+  }
+
+  #loaded(resolve: () => void): void {
+    this.#ready = true;
+    this.#publish();
+    this.#log.info({ sources: this.#sources.size, destinations: this.#destinations.size }, "config loaded from the trackhook-config bucket");
+    resolve();
+  }
+
+  /** Returns whether the entry changed the config. */
+  #apply(entry: KvEntry): boolean {
+    const [kind, namespace, name, ...rest] = entry.key.split(".");
+    const id = `${namespace}/${name}`;
+    const map = kind === "source" ? this.#sources : kind === "destination" ? this.#destinations : undefined;
+    if (!map || !namespace || !name || rest.length > 0) {
+      this.#log.warn({ key: entry.key }, "ignoring an unknown key in the config bucket");
+      return false;
+    }
+    if (entry.operation !== "PUT") return map.delete(id);
+    let value: unknown;
+    try {
+      value = entry.json();
+    } catch {
+      this.#log.error({ key: entry.key }, "ignoring a config entry that is not JSON");
+      return false;
+    }
+    const validate = kind === "source" ? validateCompiledSource : validateCompiledDestination;
+    if (!validate(value)) {
+      this.#log.error({ key: entry.key, problems: describeErrors(validate.errors) }, "ignoring an invalid config entry");
+      return false;
+    }
+    (map as Map<string, unknown>).set(id, value);
+    return true;
+  }
+
+  #publish(): void {
+    const config: CompiledConfig = {
+      sources: [...this.#sources.values()],
+      destinations: [...this.#destinations.values()],
+    };
+    this.set(config);
+  }
+
+  override close(): void {
+    this.#stopped = true;
+    this.#stopWatch();
+  }
+}
+
+async function openWhenCreated(nc: NatsConnection, log: Logger, retryMs: number, stopped: () => boolean): Promise<KV> {
+  const kvm = new Kvm(nc);
+  for (let attempt = 0; ; attempt++) {
+    try {
+      const kv = await kvm.open(CONFIG_BUCKET);
+      await kv.status(); // open() is lazy about the bucket's existence
+      return kv;
+    } catch (err) {
+      if (stopped()) throw err;
+      if (attempt % 5 === 0) {
+        log.warn({ bucket: CONFIG_BUCKET, err: (err as Error).message }, "config bucket not there yet; is the operator running?");
+      }
+      await sleep(retryMs);
+    }
+  }
+}
+
+const sleep = (ms: number) => new Promise<void>((resolve) => setTimeout(resolve, ms).unref());

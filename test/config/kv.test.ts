@@ -1,0 +1,85 @@
+// --config-from nats: the data plane follows the trackhook-config bucket the operator writes.
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { ConfigWriter, KvConfigProvider, destinationKey, ensureConfigBucket, sha256Hex, sourceKey } from "../../dataplane/config/mod.ts";
+import { createLogger } from "../../dataplane/logging.ts";
+import type { CompiledConfig, CompiledDestination, CompiledSource } from "../../schema/mod.ts";
+import { startNats, type NatsHarness } from "../harness/nats.ts";
+
+const log = createLogger({ level: "silent" });
+const source = (name: string, key = `${name}-key`): CompiledSource => ({ namespace: "shop", name, enabled: true, writeKeySha256: sha256Hex(key) });
+const destination = (name: string, sources: string[]): CompiledDestination => ({
+  namespace: "shop", name, enabled: true, sources, urls: ["https://hooks.example.com/in"], headers: [],
+  timeoutMs: 5000, retryWindowMs: 14_400_000, maxInFlight: 100, standardWebhooks: false,
+});
+
+let nats: NatsHarness;
+beforeAll(async () => {
+  nats = await startNats();
+});
+afterAll(() => nats.stop());
+
+function nextConfig(provider: KvConfigProvider): Promise<CompiledConfig> {
+  return new Promise((resolve) => {
+    const off = provider.subscribe((config) => {
+      off();
+      resolve(config);
+    });
+  });
+}
+
+describe("KvConfigProvider", () => {
+  it("waits for the bucket, loads what is there, then follows puts and deletes", async () => {
+    const starting = KvConfigProvider.start(await nats.connect(), log, 50);
+    await new Promise((r) => setTimeout(r, 200)); // no bucket yet: the provider keeps waiting
+    const writer = new ConfigWriter(await ensureConfigBucket(nats.nc));
+    await writer.put(sourceKey("shop", "web"), source("web"));
+    await writer.put(sourceKey("shop", "app"), source("app"));
+    const provider = await starting;
+    try {
+      expect(provider.ready).toBe(true);
+      expect(provider.current().sources.map((s) => s.name).sort()).toEqual(["app", "web"]);
+
+      let next = nextConfig(provider);
+      await writer.put(destinationKey("shop", "hook"), destination("hook", ["web"]));
+      expect((await next).destinations).toEqual([destination("hook", ["web"])]);
+
+      next = nextConfig(provider);
+      await writer.put(sourceKey("shop", "web"), source("web", "rotated"));
+      expect((await next).sources.find((s) => s.name === "web")?.writeKeySha256).toBe(sha256Hex("rotated"));
+
+      next = nextConfig(provider);
+      expect(await writer.delete(sourceKey("shop", "app"))).toBe(true);
+      expect((await next).sources.map((s) => s.name)).toEqual(["web"]);
+      expect(await writer.delete(sourceKey("shop", "app"))).toBe(false);
+    } finally {
+      provider.close();
+    }
+  });
+
+  it("ignores an entry that does not validate and keeps the previous value", async () => {
+    const kv = await ensureConfigBucket(nats.nc);
+    const writer = new ConfigWriter(kv);
+    await writer.put(sourceKey("shop", "good"), source("good"));
+    const provider = await KvConfigProvider.start(await nats.connect(), log);
+    try {
+      const before = provider.current().sources.find((s) => s.name === "good");
+      expect(before).toBeDefined();
+      await kv.put(sourceKey("shop", "good"), JSON.stringify({ name: "good", writeKey: "plain-text" }));
+      await kv.put(sourceKey("shop", "broken"), "not json");
+      const next = nextConfig(provider);
+      await writer.put(sourceKey("shop", "later"), source("later"));
+      const config = await next;
+      expect(config.sources.find((s) => s.name === "good")).toEqual(before);
+      expect(config.sources.some((s) => s.name === "broken")).toBe(false);
+    } finally {
+      provider.close();
+    }
+  });
+
+  it("writes only when the value changes", async () => {
+    const writer = new ConfigWriter(await ensureConfigBucket(nats.nc));
+    expect(await writer.put(sourceKey("shop", "same"), source("same"))).toBe(true);
+    expect(await writer.put(sourceKey("shop", "same"), source("same"))).toBe(false);
+    expect(await writer.get(sourceKey("shop", "same"))).toEqual(source("same"));
+  });
+});
