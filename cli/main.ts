@@ -10,13 +10,14 @@ import { NatsServerNotFoundError } from "../dataplane/nats/mod.ts";
 import { UsageError } from "./args.ts";
 import { devCommand } from "./commands/dev.ts";
 import { deliverCommand } from "./commands/deliver.ts";
+import { deleteUserCommand } from "./commands/delete-user.ts";
 import { attemptsCommand } from "./commands/attempts.ts";
 import { ingestCommand } from "./commands/ingest.ts";
 import { replayCommand } from "./commands/replay.ts";
 import { tailCommand } from "./commands/tail.ts";
 import type { Command } from "./commands/types.ts";
 
-const COMMANDS: Command[] = [devCommand, ingestCommand, deliverCommand, replayCommand, attemptsCommand, tailCommand];
+const COMMANDS: Command[] = [devCommand, ingestCommand, deliverCommand, replayCommand, attemptsCommand, tailCommand, deleteUserCommand];
 
 function help(): string {
   const width = Math.max(...COMMANDS.map((c) => c.name.length));

@@ -1,0 +1,57 @@
+// `trackhook delete-user`: the laptop equivalent of creating a DeletionRequest — one delete
+// notification per user to the webhooks of a source, through the normal delivery path.
+import { randomUUID } from "node:crypto";
+import { jetstream } from "@nats-io/jetstream";
+import { loadConfigFile } from "../../dataplane/config/mod.ts";
+import { hasEnabledDestination, publishDeleteNotifications } from "../../dataplane/deletion/mod.ts";
+import { UsageError } from "../args.ts";
+import { connectAdmin, fail, natsUrl, qualifiedName } from "./replay.ts";
+import type { Command } from "./types.ts";
+
+export const deleteUserCommand: Command = {
+  name: "delete-user",
+  summary: "Send delete notifications for users to a source's webhooks (DeletionRequest without a cluster)",
+  usage: `trackhook delete-user --config <file|dir> --source <ns/name> --user-id <id> [--user-id <id> ...] --nats <url>
+
+  --config <file|dir>        the config \`trackhook dev\`/\`deliver\` runs with (to find the source's webhooks)
+  --source <ns/name>         the Source (namespace "default" when omitted)
+  --user-id <id>             a user to delete; repeat for more (up to 5000)
+  --request-id <id>          names the request: running again with the same id sends nothing twice
+                             (default: a new id, so every run notifies again)
+  --nats <url>               NATS server URL(s), comma-separated (or TRACKHOOK_NATS_URL)`,
+  flags: {
+    config: { type: "string" }, source: { type: "string" }, "user-id": { type: "string", multiple: true },
+    "request-id": { type: "string" }, nats: { type: "string" },
+  },
+  async run(values) {
+    if (!values.config) throw new UsageError("--config <file|dir> is required");
+    const { namespace, name } = qualifiedName("source", values.source);
+    const userIds = [...new Set((values["user-id"] as unknown as string[] | undefined) ?? [])];
+    if (userIds.length === 0) throw new UsageError("--user-id <id> is required (repeat it for several users)");
+    if (userIds.length > 5000) throw new UsageError(`at most 5000 users per request, not ${userIds.length}`);
+    if (userIds.some((id) => id.length === 0 || id.length > 256)) throw new UsageError("--user-id: ids are 1 to 256 characters");
+    const url = natsUrl(values);
+    const config = loadConfigFile(values.config);
+    if (!config.sources.some((s) => s.namespace === namespace && s.name === name)) {
+      throw new UsageError(`no Source ${namespace}/${name} in ${values.config}`);
+    }
+    if (!hasEnabledDestination(config, namespace, name)) {
+      fail(`Source ${namespace}/${name} has no enabled WebhookDestination: nobody to notify, nothing sent`);
+      return;
+    }
+    const nc = await connectAdmin(url, "trackhook-delete-user");
+    if (!nc) return;
+    try {
+      const requestId = values["request-id"] ?? randomUUID();
+      const { stored, duplicates } = await publishDeleteNotifications(jetstream(nc), {
+        namespace, source: name, requestId, userIds, timestamp: new Date().toISOString(),
+      });
+      process.stdout.write(
+        `request ${requestId}: ${stored} delete notifications stored for ${namespace}/${name}` +
+          (duplicates > 0 ? ` (${duplicates} already sent by this request before)` : "") + "\n",
+      );
+    } finally {
+      await nc.close();
+    }
+  },
+};

@@ -1,0 +1,7 @@
+export {
+  deleteMessageId,
+  hasEnabledDestination,
+  publishDeleteNotifications,
+  type DeleteNotification,
+  type DeleteNotificationBatch,
+} from "./notify.ts";

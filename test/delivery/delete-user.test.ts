@@ -1,0 +1,85 @@
+// `trackhook delete-user`: delete notifications reach the source's webhooks through the normal
+// delivery path, in the spec's shape, and a request sent again with its id sends nothing twice.
+import { spawnSync } from "node:child_process";
+import { mkdtempSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { fileURLToPath } from "node:url";
+import { describe, expect, it } from "vitest";
+import { deleteMessageId } from "../../dataplane/deletion/mod.ts";
+import { useDelivery } from "../harness/delivery.ts";
+
+const root = fileURLToPath(new URL("../..", import.meta.url));
+const CLI = join(root, "cli", "main.ts");
+const env = useDelivery();
+
+/** The documents `--config` reads: Sources `shop` (with a webhook) and `quiet` (without). */
+function configFile(): string {
+  const dir = mkdtempSync(join(tmpdir(), "trackhook-delete-user-"));
+  writeFileSync(
+    join(dir, "config.yaml"),
+    `apiVersion: v1
+kind: Secret
+metadata: { name: keys }
+stringData: { shop: key-shop, quiet: key-quiet }
+---
+apiVersion: trackhook.io/v1alpha1
+kind: Source
+metadata: { name: shop }
+spec: { writeKeySecretRef: { name: keys, key: shop } }
+---
+apiVersion: trackhook.io/v1alpha1
+kind: Source
+metadata: { name: quiet }
+spec: { writeKeySecretRef: { name: keys, key: quiet } }
+---
+apiVersion: trackhook.io/v1alpha1
+kind: WebhookDestination
+metadata: { name: hook }
+spec: { sources: [shop], urls: ["${env.receiver.url("/deletes")}"] }
+`,
+  );
+  return dir;
+}
+
+const deleteUser = (config: string, ...args: string[]) =>
+  spawnSync(process.execPath, [CLI, "delete-user", "--config", config, ...args, "--nats", env.nats.server.url], { cwd: root, encoding: "utf8", timeout: 20_000 });
+
+describe("trackhook delete-user", () => {
+  it("sends one delete notification per user, once per request id", async () => {
+    env.addSource("shop");
+    await env.setDestination("hook", { sources: ["shop"], urls: [env.receiver.url("/deletes")] });
+    const config = configFile();
+
+    const first = deleteUser(config, "--source", "shop", "--user-id", "u-1", "--user-id", "u-2", "--request-id", "req-1");
+    expect(first.stderr).toBe("");
+    expect(first.stdout).toContain("request req-1: 2 delete notifications stored for default/shop");
+    const received = await env.receiver.waitFor("/deletes", 2);
+    const bodies = received.map((r) => JSON.parse(r.body.toString()) as Record<string, unknown>);
+    expect(bodies.map((b) => b.userId).sort()).toEqual(["u-1", "u-2"]);
+    for (const body of bodies) {
+      expect(Object.keys(body).sort()).toEqual(["messageId", "timestamp", "type", "userId"]);
+      expect(body.type).toBe("delete");
+      expect(body.messageId).toBe(deleteMessageId("req-1", body.userId as string));
+      expect(Number.isNaN(Date.parse(body.timestamp as string))).toBe(false);
+    }
+
+    const again = deleteUser(config, "--source", "default/shop", "--user-id", "u-1", "--user-id", "u-2", "--request-id", "req-1");
+    expect(again.stdout).toContain("0 delete notifications stored for default/shop (2 already sent by this request before)");
+    await new Promise((r) => setTimeout(r, 500));
+    expect(env.receiver.requests("/deletes")).toHaveLength(2);
+  });
+
+  it("refuses a source with no enabled webhook, and an unknown source, sending nothing", () => {
+    const config = configFile();
+    const quiet = deleteUser(config, "--source", "quiet", "--user-id", "u-1");
+    expect(quiet.status).toBe(1);
+    expect(quiet.stderr).toContain("Source default/quiet has no enabled WebhookDestination: nobody to notify, nothing sent");
+    const unknown = deleteUser(config, "--source", "nope", "--user-id", "u-1");
+    expect(unknown.status).toBe(2);
+    expect(unknown.stderr).toContain("no Source default/nope in");
+    const none = deleteUser(config, "--source", "shop");
+    expect(none.status).toBe(2);
+    expect(none.stderr).toContain("--user-id <id> is required");
+  });
+});
