@@ -29,6 +29,12 @@ export function configFrom(values: { config?: string | undefined; "config-from"?
   return { kind: "file", path: values.config };
 }
 
-export async function openConfig(from: ConfigFrom, nc: NatsConnection, log: Logger): Promise<ConfigProvider> {
-  return from.kind === "file" ? new FileConfigProvider(from.path, log) : KvConfigProvider.start(nc, log);
+/** Files are read before anything connects, so invalid config fails at once (exit 2). */
+export function openConfigFiles(from: ConfigFrom, log: Logger): ConfigProvider | undefined {
+  return from.kind === "file" ? new FileConfigProvider(from.path, log) : undefined;
+}
+
+/** The file config already opened, or the bucket's (waits for its content). */
+export async function openConfig(files: ConfigProvider | undefined, nc: NatsConnection, log: Logger): Promise<ConfigProvider> {
+  return files ?? KvConfigProvider.start(nc, log);
 }

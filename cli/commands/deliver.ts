@@ -1,6 +1,6 @@
 // `trackhook deliver`: delivery workers for the destinations in the config.
 import type { ConfigProvider } from "../../dataplane/config/mod.ts";
-import { configFrom, configSourceFlags, configSourceHelp, openConfig } from "./config-source.ts";
+import { configFrom, configSourceFlags, configSourceHelp, openConfig, openConfigFiles } from "./config-source.ts";
 import { DeliveryMetrics, DeliveryService, WebhookSender } from "../../dataplane/delivery/mod.ts";
 import { createLogger, type Logger } from "../../dataplane/logging.ts";
 import { connectNats } from "../../dataplane/nats/mod.ts";
@@ -62,8 +62,9 @@ ${configSourceHelp}
     const from = configFrom(values);
     if (!natsUrl) throw new UsageError("--nats <url> is required");
     const log = createLogger({ level: values["log-level"], name: "deliver" });
+    const files = openConfigFiles(from, log); // invalid config fails here, before connecting
     const nc = await connectNats({ servers: natsUrl, name: "trackhook-deliver", log });
-    const config = await openConfig(from, nc, log);
+    const config = await openConfig(files, nc, log);
     const port = integerFlag("port", values.port ?? "8081", 0, 65535);
     const maxInFlight = integerFlag("max-in-flight", values["max-in-flight"] ?? "1000", 1, 100_000);
     const delivery = await startDelivery({ nc, config, log, maxInFlight, allowPrivateNetworks: Boolean(values["allow-private-networks"] as unknown) });

@@ -8,7 +8,7 @@ import { createLogger, type Logger } from "../../dataplane/logging.ts";
 import { connectNats, ensureStream, eventsStreamConfig, type EventsStreamSettings } from "../../dataplane/nats/mod.ts";
 import { UsageError, integerFlag } from "../args.ts";
 import { onShutdown } from "../shutdown.ts";
-import { configFrom, configSourceFlags, configSourceHelp, openConfig } from "./config-source.ts";
+import { configFrom, configSourceFlags, configSourceHelp, openConfig, openConfigFiles } from "./config-source.ts";
 import { ingestFlags, ingestFlagsHelp, ingestOptions, streamSettings } from "./shared-flags.ts";
 import type { Command } from "./types.ts";
 
@@ -60,8 +60,9 @@ export const ingestCommand: Command = {
     const log = createLogger({ level: values["log-level"], name: "ingest" });
     const stream = streamSettings(values);
     const options = ingestOptions(values);
+    const files = openConfigFiles(from, log); // invalid config fails here, before connecting
     const nc = await connectNats({ servers: natsUrl, name: "trackhook-ingest", log });
-    const config = await openConfig(from, nc, log);
+    const config = await openConfig(files, nc, log);
     const ingest = await startIngest({
       nc, config, log, stream, options,
       host: values.host ?? "0.0.0.0",

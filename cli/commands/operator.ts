@@ -1,0 +1,66 @@
+// `trackhook operator`: the Kubernetes operator, with leader election so replicas can stand by.
+import { createLogger } from "../../dataplane/logging.ts";
+import { connectNats } from "../../dataplane/nats/mod.ts";
+import { buildOpsServer } from "../../dataplane/ops/server.ts";
+import { Operator, kubeClients, loadKubeConfig, operatorOptions } from "../../operator/mod.ts";
+import { UsageError, durationFlag, integerFlag } from "../args.ts";
+import { onShutdown } from "../shutdown.ts";
+import type { Command } from "./types.ts";
+
+export const operatorCommand: Command = {
+  name: "operator",
+  summary: "Reconcile Source, WebhookDestination and DeletionRequest resources (Kubernetes)",
+  usage: `trackhook operator --nats <url> [--kubeconfig <path>] [options]
+
+  --nats <url>                 NATS server URL(s), comma-separated (or TRACKHOOK_NATS_URL)
+  --kubeconfig <path>          kubeconfig file (default: in-cluster config, else $KUBECONFIG or ~/.kube/config)
+  --lease-namespace <ns>       namespace of the leader Lease (default: $POD_NAMESPACE or default)
+  --lease-name <name>          name of the leader Lease (default trackhook-operator)
+  --lease-duration <dur>       how long a dead leader's lease blocks a standby (default 15s)
+  --config-replicas <n>        JetStream replicas of the trackhook-config bucket (default 1)
+  --resync <dur>               reconcile every object this often regardless of events (default 10m)
+  --port <n>                   port of /healthz, /readyz and /metrics (default 8082)
+  --host <addr>                their listen address (default 0.0.0.0)
+  --log-level <level>          trace, debug, info, warn, error (default info)`,
+  flags: {
+    nats: { type: "string" }, kubeconfig: { type: "string" }, "lease-namespace": { type: "string" },
+    "lease-name": { type: "string" }, "lease-duration": { type: "string" }, "config-replicas": { type: "string" },
+    resync: { type: "string" }, port: { type: "string" }, host: { type: "string" }, "log-level": { type: "string" },
+  },
+  async run(values) {
+    const natsUrl = values.nats ?? process.env.TRACKHOOK_NATS_URL;
+    if (!natsUrl) throw new UsageError("--nats <url> is required");
+    const leaseDurationMs = durationFlag("lease-duration", values["lease-duration"] ?? "15s");
+    if (leaseDurationMs < 2000) throw new UsageError("--lease-duration must be at least 2s");
+    const options = operatorOptions({
+      ...(values["lease-namespace"] ? { leaseNamespace: values["lease-namespace"] } : {}),
+      ...(values["lease-name"] ? { leaseName: values["lease-name"] } : {}),
+      // client-go's proportions: renew deadline 2/3 of the lease, retries every 2/15 of it.
+      leaseDurationMs,
+      renewDeadlineMs: Math.round((leaseDurationMs * 2) / 3),
+      retryPeriodMs: Math.round((leaseDurationMs * 2) / 15),
+      resyncMs: durationFlag("resync", values.resync ?? "10m"),
+      configReplicas: integerFlag("config-replicas", values["config-replicas"] ?? "1", 1, 5),
+    });
+    const port = integerFlag("port", values.port ?? "8082", 0, 65535);
+    const log = createLogger({ level: values["log-level"], name: "operator" });
+    let kube;
+    try {
+      kube = kubeClients(loadKubeConfig(values.kubeconfig));
+    } catch (err) {
+      throw new UsageError(`cannot load the Kubernetes config: ${(err as Error).message}`);
+    }
+    const nc = await connectNats({ servers: natsUrl, name: "trackhook-operator", log });
+    const operator = new Operator({ kube, nc, log }, options);
+    const ops = buildOpsServer({ registry: operator.metrics.registry, ready: async () => operator.readiness() });
+    const address = await ops.listen({ host: values.host ?? "0.0.0.0", port });
+    log.info({ address }, "operator health, readiness and metrics on this address");
+    onShutdown(log, async () => {
+      await ops.close();
+      await operator.stop(); // finishes running reconciles and hands the lease over
+      await nc.drain();
+    });
+    // Losing the lease means another replica may act now: stop at once, as controller-runtime does.
+    await operator.run(() => process.exit(1));
+  },
+};

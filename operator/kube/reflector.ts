@@ -1,0 +1,146 @@
+// A list-then-watch loop keeping a cache of one kind of object, like client-go's reflector:
+// it re-watches from the last resourceVersion when the server closes the stream, re-lists when
+// that version is too old (410 Gone), and backs off on errors instead of giving up.
+import { Watch, type KubeConfig } from "@kubernetes/client-node";
+import type { Logger } from "../../dataplane/logging.ts";
+import { apiErrorMessage, type KubeObject } from "./client.ts";
+
+export type WatchEventType = "ADDED" | "MODIFIED" | "DELETED";
+
+export interface ReflectorOptions<T extends KubeObject> {
+  kc: KubeConfig;
+  /** Collection path for all namespaces, e.g. /apis/trackhook.io/v1alpha1/sources. */
+  path: string;
+  /** Lists the collection (all namespaces) through the typed client. */
+  list: () => Promise<{ items: KubeObject[]; metadata?: { resourceVersion?: string } }>;
+  /** What the cache keeps of each object (Secrets: metadata only, never their data). */
+  transform?: (object: KubeObject) => T;
+  onEvent: (type: WatchEventType, object: T, previous: T | undefined) => void;
+  log: Logger;
+}
+
+const key = (object: KubeObject) => `${object.metadata.namespace ?? ""}/${object.metadata.name}`;
+
+export class Reflector<T extends KubeObject> {
+  readonly #options: ReflectorOptions<T>;
+  readonly #cache = new Map<string, T>();
+  #resourceVersion = "";
+  #abort: AbortController | undefined;
+  #stopped = false;
+  #failures = 0;
+
+  constructor(options: ReflectorOptions<T>) {
+    this.#options = options;
+  }
+
+  get(namespace: string, name: string): T | undefined {
+    return this.#cache.get(`${namespace}/${name}`);
+  }
+
+  list(namespace?: string): T[] {
+    const all = [...this.#cache.values()];
+    return namespace === undefined ? all : all.filter((o) => o.metadata.namespace === namespace);
+  }
+
+  /** Resolves once the first list is in the cache, so reconciles start from a synced view. */
+  async start(): Promise<void> {
+    for (;;) {
+      try {
+        await this.#relist();
+        break;
+      } catch (err) {
+        if (this.#stopped) return;
+        await this.#backoff("list", err);
+      }
+    }
+    void this.#watchLoop();
+  }
+
+  stop(): void {
+    this.#stopped = true;
+    this.#abort?.abort();
+  }
+
+  async #relist(): Promise<void> {
+    const list = await this.#options.list();
+    const seen = new Set<string>();
+    for (const raw of list.items) {
+      const object = this.#transform(raw);
+      seen.add(key(object));
+      this.#store("ADDED", object);
+    }
+    for (const [k, object] of this.#cache) {
+      if (!seen.has(k)) {
+        this.#cache.delete(k);
+        this.#options.onEvent("DELETED", object, object);
+      }
+    }
+    this.#resourceVersion = list.metadata?.resourceVersion ?? "";
+    this.#failures = 0;
+  }
+
+  #transform(raw: KubeObject): T {
+    return this.#options.transform ? this.#options.transform(raw) : (raw as T);
+  }
+
+  #store(type: WatchEventType, object: T): void {
+    const k = key(object);
+    const previous = this.#cache.get(k);
+    if (type === "DELETED") {
+      this.#cache.delete(k);
+      this.#options.onEvent("DELETED", object, previous);
+      return;
+    }
+    if (previous?.metadata.resourceVersion === object.metadata.resourceVersion) return;
+    this.#cache.set(k, object);
+    this.#options.onEvent(previous ? "MODIFIED" : "ADDED", object, previous);
+  }
+
+  async #watchLoop(): Promise<void> {
+    const watch = new Watch(this.#options.kc);
+    while (!this.#stopped) {
+      let gone = false;
+      const ended = new Promise<unknown>((resolve) => {
+        watch
+          .watch(
+            this.#options.path,
+            // The server ends a watch after timeoutSeconds; jitter spreads the re-watches.
+            { resourceVersion: this.#resourceVersion, allowWatchBookmarks: true, timeoutSeconds: 240 + Math.floor(Math.random() * 120) },
+            (phase, object: KubeObject & { code?: number }) => {
+              if (phase === "BOOKMARK") {
+                this.#resourceVersion = object.metadata.resourceVersion;
+              } else if (phase === "ERROR") {
+                gone = object.code === 410;
+                if (!gone) this.#options.log.warn({ path: this.#options.path, status: object }, "watch error");
+              } else {
+                this.#resourceVersion = object.metadata.resourceVersion;
+                this.#store(phase as WatchEventType, this.#transform(object));
+              }
+            },
+            resolve,
+          )
+          .then((abort) => (this.#abort = abort), resolve);
+      });
+      const err = await ended;
+      if (this.#stopped) return;
+      try {
+        if (gone) {
+          this.#options.log.debug({ path: this.#options.path }, "watch too old; listing again");
+          await this.#relist();
+        } else if (err) {
+          await this.#backoff("watch", err);
+          await this.#relist();
+        }
+      } catch (relistErr) {
+        await this.#backoff("list", relistErr);
+      }
+    }
+  }
+
+  async #backoff(what: string, err: unknown): Promise<void> {
+    this.#failures++;
+    const ms = Math.min(30_000, 500 * 2 ** Math.min(this.#failures, 6));
+    this.#options.log.warn({ path: this.#options.path, err: apiErrorMessage(err), retryInMs: ms }, `${what} failed; retrying`);
+    await new Promise((resolve) => setTimeout(resolve, ms).unref());
+  }
+}

@@ -1,0 +1,140 @@
+// Leader election on a coordination.k8s.io Lease, client-go's algorithm: the holder renews
+// every retry period; others take over once renewTime + leaseDuration has passed; every write
+// carries the resourceVersion read, so of two candidates only one can win (409 for the other).
+import { V1MicroTime, type V1Lease } from "@kubernetes/client-node";
+import type { Logger } from "../dataplane/logging.ts";
+import { apiErrorMessage, isConflict, isNotFound, type Kube } from "./kube/client.ts";
+
+export interface LeaderElectionOptions {
+  namespace: string;
+  name: string;
+  /** Unique per process (pod name plus a random part). */
+  identity: string;
+  leaseDurationMs: number;
+  /** A leader that cannot renew within this long steps down. */
+  renewDeadlineMs: number;
+  retryPeriodMs: number;
+}
+
+export const DEFAULT_LEASE = { leaseDurationMs: 15_000, renewDeadlineMs: 10_000, retryPeriodMs: 2_000 };
+
+export class LeaderElector {
+  readonly #kube: Kube;
+  readonly #options: LeaderElectionOptions;
+  readonly #log: Logger;
+  #leading = false;
+  #stopped = false;
+  #timer: NodeJS.Timeout | undefined;
+  #lastRenew = 0;
+
+  constructor(kube: Kube, options: LeaderElectionOptions, log: Logger) {
+    this.#kube = kube;
+    this.#options = options;
+    this.#log = log;
+  }
+
+  get leading(): boolean {
+    return this.#leading;
+  }
+
+  /**
+   * Campaigns until elected (resolves then), and keeps renewing afterwards. `onLost` is called
+   * once if leadership is lost; the process should then exit, as controller-runtime's managers do,
+   * so no reconcile runs without the lease.
+   */
+  async acquire(onLost: (reason: string) => void): Promise<void> {
+    for (;;) {
+      if (this.#stopped) throw new Error("leader election stopped");
+      if ((await this.#tryAcquireOrRenew()) === "held") break;
+      await sleep(this.#options.retryPeriodMs);
+    }
+    this.#leading = true;
+    this.#lastRenew = Date.now();
+    this.#log.info({ lease: `${this.#options.namespace}/${this.#options.name}`, identity: this.#options.identity }, "became the leader");
+    const renew = async () => {
+      if (this.#stopped) return;
+      const outcome = await this.#tryAcquireOrRenew();
+      if (outcome === "held") this.#lastRenew = Date.now();
+      const lost =
+        outcome === "held-by-other" ? "another process holds the lease"
+        : outcome === "failed" && Date.now() - this.#lastRenew > this.#options.renewDeadlineMs ? "the lease could not be renewed within the renew deadline"
+        : undefined;
+      if (lost) {
+        this.#leading = false;
+        onLost(lost);
+        return;
+      }
+      this.#timer = setTimeout(() => void renew(), this.#options.retryPeriodMs);
+    };
+    this.#timer = setTimeout(() => void renew(), this.#options.retryPeriodMs);
+  }
+
+  /** Gives the lease up so a standby takes over at once instead of after leaseDuration. */
+  async release(): Promise<void> {
+    this.#stopped = true;
+    clearTimeout(this.#timer);
+    if (!this.#leading) return;
+    this.#leading = false;
+    try {
+      const lease = await this.#read();
+      if (lease?.spec?.holderIdentity !== this.#options.identity) return;
+      const { holderIdentity: _released, ...rest } = lease.spec;
+      lease.spec = { ...rest, leaseDurationSeconds: 1, renewTime: new V1MicroTime() };
+      await this.#kube.coordination.replaceNamespacedLease({ namespace: this.#options.namespace, name: this.#options.name, body: lease });
+    } catch (err) {
+      this.#log.warn({ err: apiErrorMessage(err) }, "could not release the lease; a standby takes over when it expires");
+    }
+  }
+
+  async #read(): Promise<V1Lease | undefined> {
+    try {
+      return await this.#kube.coordination.readNamespacedLease({ namespace: this.#options.namespace, name: this.#options.name });
+    } catch (err) {
+      if (isNotFound(err)) return undefined;
+      throw err;
+    }
+  }
+
+  /** held: this process holds the lease now; failed: an API error or a lost race. */
+  async #tryAcquireOrRenew(): Promise<"held" | "held-by-other" | "failed"> {
+    const { namespace, name, identity } = this.#options;
+    const now = new V1MicroTime();
+    const durationSeconds = Math.ceil(this.#options.leaseDurationMs / 1000);
+    try {
+      const lease = await this.#read();
+      if (!lease) {
+        await this.#kube.coordination.createNamespacedLease({
+          namespace,
+          body: {
+            apiVersion: "coordination.k8s.io/v1",
+            kind: "Lease",
+            metadata: { name, namespace },
+            spec: { holderIdentity: identity, leaseDurationSeconds: durationSeconds, acquireTime: now, renewTime: now, leaseTransitions: 0 },
+          },
+        });
+        return "held";
+      }
+      const spec = lease.spec ?? {};
+      const holder = spec.holderIdentity;
+      // Read back, MicroTime fields are strings; the expiry is judged by this process's clock.
+      const renewed = spec.renewTime ? new Date(String(spec.renewTime)).getTime() : 0;
+      const expired = renewed + (spec.leaseDurationSeconds ?? durationSeconds) * 1000 < Date.now();
+      if (holder && holder !== identity && !expired) return "held-by-other";
+      const takingOver = holder !== identity;
+      lease.spec = {
+        holderIdentity: identity,
+        leaseDurationSeconds: durationSeconds,
+        acquireTime: takingOver ? now : spec.acquireTime ? new V1MicroTime(String(spec.acquireTime)) : now,
+        renewTime: now,
+        leaseTransitions: (spec.leaseTransitions ?? 0) + (takingOver && holder ? 1 : 0),
+      };
+      await this.#kube.coordination.replaceNamespacedLease({ namespace, name, body: lease });
+      return "held";
+    } catch (err) {
+      if (!isConflict(err)) this.#log.warn({ err: apiErrorMessage(err) }, "leader election: lease update failed");
+      return "failed";
+    }
+  }
+}
+
+const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms).unref());

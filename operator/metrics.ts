@@ -1,0 +1,40 @@
+// The operator's Prometheus metrics, named after controller-runtime's so dashboards carry over.
+import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from "prom-client";
+
+export class OperatorMetrics {
+  readonly registry = new Registry();
+  readonly reconciles = new Counter({
+    name: "trackhook_operator_reconcile_total",
+    help: "Reconciles by kind and result (success, error, requeue)",
+    labelNames: ["kind", "result"] as const,
+    registers: [this.registry],
+  });
+  readonly reconcileSeconds = new Histogram({
+    name: "trackhook_operator_reconcile_duration_seconds",
+    help: "Time one reconcile took, by kind",
+    labelNames: ["kind"] as const,
+    buckets: [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10],
+    registers: [this.registry],
+  });
+  readonly queueDepth = new Gauge({
+    name: "trackhook_operator_queue_depth",
+    help: "Objects waiting for a reconcile, by kind",
+    labelNames: ["kind"] as const,
+    registers: [this.registry],
+  });
+  readonly leader = new Gauge({
+    name: "trackhook_operator_leader",
+    help: "1 while this process holds the leader lease and reconciles, else 0",
+    registers: [this.registry],
+  });
+  readonly notifications = new Counter({
+    name: "trackhook_operator_delete_notifications_total",
+    help: "Delete notifications stored for delivery, by outcome (stored, duplicate)",
+    labelNames: ["outcome"] as const,
+    registers: [this.registry],
+  });
+
+  constructor() {
+    collectDefaultMetrics({ register: this.registry });
+  }
+}

@@ -1,0 +1,229 @@
+// The operator: wins the leader Lease, then watches Sources, WebhookDestinations,
+// DeletionRequests and Secrets, and reconciles each object through its kind's work queue into
+// the trackhook-config bucket, JetStream consumers and delete notifications.
+import { hostname } from "node:os";
+import { randomBytes } from "node:crypto";
+import { jetstream, jetstreamManager } from "@nats-io/jetstream";
+import type { NatsConnection } from "@nats-io/transport-node";
+import { ConfigWriter, ensureConfigBucket, secretNamesOf } from "../dataplane/config/mod.ts";
+import type { Logger } from "../dataplane/logging.ts";
+import { GROUP, VERSION, type SourceDocument, type WebhookDestinationDocument } from "../schema/mod.ts";
+import { EventRecorder } from "./events.ts";
+import type { Kube, KubeObject } from "./kube/client.ts";
+import { Reflector, type WatchEventType } from "./kube/reflector.ts";
+import { DEFAULT_LEASE, LeaderElector } from "./leader.ts";
+import { OperatorMetrics } from "./metrics.ts";
+import { WorkQueue, type ReconcileResult } from "./queue.ts";
+import {
+  PLURALS,
+  isDeleting,
+  secretMetadataOnly,
+  type DeletionResource,
+  type DestinationResource,
+  type OperatorContext,
+  type SourceResource,
+} from "./reconcile/context.ts";
+import { reconcileDeletion } from "./reconcile/deletion.ts";
+import { reconcileDestination } from "./reconcile/destination.ts";
+import { reconcileSource } from "./reconcile/source.ts";
+
+export interface OperatorOptions {
+  /** Namespace and name of the leader Lease. */
+  leaseNamespace: string;
+  leaseName: string;
+  leaseDurationMs: number;
+  renewDeadlineMs: number;
+  retryPeriodMs: number;
+  /** Every object is reconciled again this often, whatever the events said. */
+  resyncMs: number;
+  /** Replicas of the config bucket's stream. */
+  configReplicas: number;
+  identity: string;
+}
+
+export function operatorOptions(input: Partial<OperatorOptions> = {}): Readonly<OperatorOptions> {
+  return Object.freeze({
+    leaseNamespace: input.leaseNamespace ?? process.env.POD_NAMESPACE ?? "default",
+    leaseName: input.leaseName ?? "trackhook-operator",
+    ...DEFAULT_LEASE,
+    resyncMs: 10 * 60_000,
+    configReplicas: 1,
+    identity: `${process.env.POD_NAME ?? hostname()}_${randomBytes(4).toString("hex")}`,
+    ...input,
+  });
+}
+
+type Kind = keyof typeof PLURALS;
+const keyOf = (o: KubeObject) => `${o.metadata.namespace}/${o.metadata.name}`;
+const split = (key: string) => key.split("/") as [string, string];
+
+export class Operator {
+  readonly metrics: OperatorMetrics;
+  readonly #kube: Kube;
+  readonly #nc: NatsConnection;
+  readonly #log: Logger;
+  readonly #options: Readonly<OperatorOptions>;
+  readonly #elector: LeaderElector;
+  #queues: Record<Kind, WorkQueue> | undefined;
+  #reflectors: Array<Reflector<KubeObject>> = [];
+  #sources: Reflector<SourceResource> | undefined;
+  #destinations: Reflector<DestinationResource> | undefined;
+  #deletions: Reflector<DeletionResource> | undefined;
+  #resync: NodeJS.Timeout | undefined;
+  #synced = false;
+  #stopped = false;
+
+  constructor(deps: { kube: Kube; nc: NatsConnection; log: Logger; metrics?: OperatorMetrics }, options: Readonly<OperatorOptions>) {
+    this.#kube = deps.kube;
+    this.#nc = deps.nc;
+    this.#log = deps.log;
+    this.#options = options;
+    this.metrics = deps.metrics ?? new OperatorMetrics();
+    this.#elector = new LeaderElector(deps.kube, { namespace: options.leaseNamespace, name: options.leaseName, identity: options.identity, leaseDurationMs: options.leaseDurationMs, renewDeadlineMs: options.renewDeadlineMs, retryPeriodMs: options.retryPeriodMs }, deps.log);
+  }
+
+  get leading(): boolean {
+    return this.#elector.leading;
+  }
+
+  /** Ready: the process works (a standby waiting for the lease is ready too), and a leader has synced caches. */
+  readiness(): { ready: boolean; reason?: string } {
+    if (this.#stopped) return { ready: false, reason: "stopping" };
+    if (this.#elector.leading && !this.#synced) return { ready: false, reason: "caches not synced yet" };
+    return { ready: true };
+  }
+
+  /**
+   * Campaigns for the lease, then runs the controllers. Resolves once leading and synced, so
+   * callers can await it; `onLost` is called if leadership is lost later (exit the process then).
+   */
+  async run(onLost: (reason: string) => void): Promise<void> {
+    this.#log.info({ identity: this.#options.identity, lease: `${this.#options.leaseNamespace}/${this.#options.leaseName}` }, "waiting to become the leader");
+    await this.#elector.acquire((reason) => {
+      this.metrics.leader.set(0);
+      this.#log.error({ reason }, "lost leadership; stopping");
+      onLost(reason);
+    });
+    this.metrics.leader.set(1);
+    await this.#startControllers();
+  }
+
+  async #startControllers(): Promise<void> {
+    const kv = await ensureConfigBucket(this.#nc, { replicas: this.#options.configReplicas });
+    const jsm = await jetstreamManager(this.#nc);
+    const { kc, custom, core } = this.#kube;
+    const list = (plural: string) => () => custom.listCustomObjectForAllNamespaces({ group: GROUP, version: VERSION, resourcePlural: plural });
+    const path = (plural: string) => `/apis/trackhook.io/v1alpha1/${plural}`;
+    const withKind = (kind: Kind) => (o: KubeObject) => ({ ...o, kind }) as KubeObject;
+
+    const sources = new Reflector<SourceResource>({ kc, log: this.#log, path: path(PLURALS.Source), list: list(PLURALS.Source), transform: withKind("Source") as never, onEvent: (t, o, p) => this.#onSource(t, o, p) });
+    const destinations = new Reflector<DestinationResource>({ kc, log: this.#log, path: path(PLURALS.WebhookDestination), list: list(PLURALS.WebhookDestination), transform: withKind("WebhookDestination") as never, onEvent: (t, o, p) => this.#onDestination(t, o, p) });
+    const deletions = new Reflector<DeletionResource>({ kc, log: this.#log, path: path(PLURALS.DeletionRequest), list: list(PLURALS.DeletionRequest), transform: withKind("DeletionRequest") as never, onEvent: (t, o) => this.#onDeletion(t, o) });
+    const secrets = new Reflector<KubeObject>({ kc, log: this.#log, path: "/api/v1/secrets", list: () => core.listSecretForAllNamespaces() as never, transform: secretMetadataOnly, onEvent: (_t, o) => this.#onSecret(o) });
+
+    const ctx: OperatorContext = {
+      kube: this.#kube, log: this.#log, metrics: this.metrics,
+      events: new EventRecorder(this.#kube, this.#options.identity, this.#log),
+      config: new ConfigWriter(kv), jsm, js: jetstream(this.#nc),
+      sources, destinations, deletions, sourceDigests: new Map(),
+    };
+    const queue = (kind: Kind, reconcile: (ctx: OperatorContext, ns: string, name: string) => Promise<ReconcileResult>) =>
+      new WorkQueue({
+        name: kind,
+        log: this.#log,
+        onDepth: (depth) => this.metrics.queueDepth.set({ kind }, depth),
+        handler: async (key) => {
+          const end = this.metrics.reconcileSeconds.startTimer({ kind });
+          try {
+            const result = await reconcile(ctx, ...split(key));
+            this.metrics.reconciles.inc({ kind, result: result?.requeueAfterMs !== undefined ? "requeue" : "success" });
+            return result;
+          } catch (err) {
+            this.metrics.reconciles.inc({ kind, result: "error" });
+            throw err;
+          } finally {
+            end();
+          }
+        },
+      });
+    this.#queues = {
+      Source: queue("Source", reconcileSource),
+      WebhookDestination: queue("WebhookDestination", reconcileDestination),
+      DeletionRequest: queue("DeletionRequest", reconcileDeletion),
+    };
+    this.#sources = sources;
+    this.#destinations = destinations;
+    this.#deletions = deletions;
+    this.#reflectors = [sources, destinations, deletions, secrets] as Array<Reflector<KubeObject>>;
+    // Sources first: a destination's reconcile resolves its sources from that cache.
+    await sources.start();
+    await Promise.all([destinations.start(), deletions.start(), secrets.start()]);
+    this.#synced = true;
+    // Events before every cache was synced were not queued: now each object gets its reconcile,
+    // with the whole picture (a deletion request needs to know the destinations).
+    this.#resyncAll();
+    this.#resync = setInterval(() => this.#resyncAll(), this.#options.resyncMs);
+    this.#resync.unref();
+    this.#log.info({ sources: sources.list().length, destinations: destinations.list().length }, "operator running");
+  }
+
+  #resyncAll(): void {
+    for (const o of this.#sources?.list() ?? []) this.#queues?.Source.add(keyOf(o));
+    for (const o of this.#destinations?.list() ?? []) this.#queues?.WebhookDestination.add(keyOf(o));
+    for (const o of this.#deletions?.list() ?? []) this.#queues?.DeletionRequest.add(keyOf(o));
+  }
+
+  /** Spec, labels (selectors), finalizers or deletion changed; not a status write of our own. */
+  static #changed(object: KubeObject, previous: KubeObject | undefined): boolean {
+    if (!previous) return true;
+    const a = object.metadata;
+    const b = previous.metadata;
+    return a.generation !== b.generation || a.deletionTimestamp !== b.deletionTimestamp
+      || JSON.stringify(a.labels) !== JSON.stringify(b.labels) || JSON.stringify(a.finalizers) !== JSON.stringify(b.finalizers);
+  }
+
+  #onSource(type: WatchEventType, source: SourceResource, previous: SourceResource | undefined): void {
+    if (!this.#synced) return;
+    if (type !== "DELETED" && !Operator.#changed(source, previous)) return;
+    this.#queues?.Source.add(keyOf(source));
+    // A destination's Ready and its resolved sources depend on which Sources exist (and labels).
+    for (const d of this.#destinationsIn(source.metadata.namespace)) this.#queues?.WebhookDestination.add(keyOf(d));
+  }
+
+  #onDestination(type: WatchEventType, destination: DestinationResource, previous: DestinationResource | undefined): void {
+    if (!this.#synced) return;
+    if (type === "DELETED" || Operator.#changed(destination, previous)) this.#queues?.WebhookDestination.add(keyOf(destination));
+  }
+
+  #onDeletion(type: WatchEventType, request: DeletionResource): void {
+    if (!this.#synced) return;
+    // Requests are acted on once; updates are our own status writes (the spec is immutable).
+    if (type === "ADDED" && !isDeleting(request)) this.#queues?.DeletionRequest.add(keyOf(request));
+  }
+
+  /** A Secret changed: reconcile whatever reads it (a rotated write key takes effect now). */
+  #onSecret(secret: KubeObject): void {
+    if (!this.#synced) return;
+    const { namespace, name } = secret.metadata;
+    for (const s of this.#sources?.list(namespace) ?? []) {
+      if (secretNamesOf(s as unknown as SourceDocument).includes(name)) this.#queues?.Source.add(keyOf(s));
+    }
+    for (const d of this.#destinationsIn(namespace)) {
+      if (secretNamesOf(d as unknown as WebhookDestinationDocument).includes(name)) this.#queues?.WebhookDestination.add(keyOf(d));
+    }
+  }
+
+  #destinationsIn(namespace: string): DestinationResource[] {
+    return this.#destinations?.list(namespace) ?? [];
+  }
+
+  /** Stops watching, lets running reconciles finish, and hands the lease to a standby. */
+  async stop(): Promise<void> {
+    this.#stopped = true;
+    clearInterval(this.#resync);
+    for (const r of this.#reflectors) r.stop();
+    if (this.#queues) await Promise.all(Object.values(this.#queues).map((q) => q.stop()));
+    await this.#elector.release();
+    this.metrics.leader.set(0);
+  }
+}

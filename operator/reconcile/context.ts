@@ -1,0 +1,133 @@
+// What every reconciler works with, and the API writes they share: status, finalizers, Secrets.
+import type { JetStreamClient, JetStreamManager } from "@nats-io/jetstream";
+import type { ConfigWriter, SecretLookup } from "../../dataplane/config/mod.ts";
+import type { Logger } from "../../dataplane/logging.ts";
+import type {
+  DeletionRequestSpec,
+  DeletionRequestStatus,
+  SourceSpec,
+  SourceStatus,
+  WebhookDestinationSpec,
+  WebhookDestinationStatus,
+} from "../../schema/mod.ts";
+import type { EventRecorder } from "../events.ts";
+import type { OperatorMetrics } from "../metrics.ts";
+import { MERGE_PATCH, customResource, isNotFound, type CustomResource, type Kube, type KubeObject } from "../kube/client.ts";
+import type { Reflector } from "../kube/reflector.ts";
+import { readyOf, withReady, type ReadyState } from "../conditions.ts";
+
+export type SourceResource = CustomResource<SourceSpec, SourceStatus> & { kind: "Source" };
+export type DestinationResource = CustomResource<WebhookDestinationSpec, WebhookDestinationStatus> & { kind: "WebhookDestination" };
+export type DeletionResource = CustomResource<DeletionRequestSpec, DeletionRequestStatus> & { kind: "DeletionRequest" };
+
+/** Removed only after the object's KV entries (and consumer) are gone. */
+export const FINALIZER = "trackhook.io/cleanup";
+
+export const PLURALS = { Source: "sources", WebhookDestination: "webhookdestinations", DeletionRequest: "deletionrequests" } as const;
+type Kind = keyof typeof PLURALS;
+
+export interface OperatorContext {
+  kube: Kube;
+  log: Logger;
+  events: EventRecorder;
+  metrics: OperatorMetrics;
+  config: ConfigWriter;
+  jsm: JetStreamManager;
+  js: JetStreamClient;
+  sources: Reflector<SourceResource>;
+  destinations: Reflector<DestinationResource>;
+  deletions: Reflector<DeletionResource>;
+  /** namespace/name → write key digest of the Sources in effect, to refuse a key two Sources share. */
+  sourceDigests: Map<string, string>;
+}
+
+type AnyResource = SourceResource | DestinationResource | DeletionResource;
+
+/**
+ * Writes status with a merge patch on the status subresource, only when it changes (a write
+ * is an update event for every watcher). Returns the Ready condition before the write.
+ */
+export async function writeStatus<R extends AnyResource>(ctx: OperatorContext, object: R, status: NonNullable<R["status"]>): Promise<void> {
+  if (JSON.stringify(object.status ?? {}) === JSON.stringify(status)) return;
+  const { name, namespace } = object.metadata;
+  try {
+    await ctx.kube.custom.patchNamespacedCustomObjectStatus(
+      { ...customResource(PLURALS[object.kind]), namespace, name, body: { status } },
+      MERGE_PATCH,
+    );
+  } catch (err) {
+    if (!isNotFound(err)) throw err; // deleted meanwhile: nothing to report on
+  }
+}
+
+/** Status with Ready set, plus an Event when Ready's status or reason changed. */
+export async function setReady<R extends AnyResource>(
+  ctx: OperatorContext,
+  object: R,
+  state: ReadyState,
+  extra: Omit<NonNullable<R["status"]>, "conditions" | "observedGeneration"> = {} as never,
+): Promise<void> {
+  const before = readyOf(object.status?.conditions);
+  const generation = object.metadata.generation;
+  const status = {
+    ...(object.status ?? {}),
+    ...extra,
+    ...(generation !== undefined ? { observedGeneration: generation } : {}),
+    conditions: withReady(object.status?.conditions, state, generation),
+  } as NonNullable<R["status"]>;
+  await writeStatus(ctx, object, status);
+  if (before?.status !== state.status || before?.reason !== state.reason) {
+    const type = state.status === "False" ? "Warning" : "Normal";
+    await ctx.events.record(object as AnyResource & { kind: Kind }, type, state.reason, state.message);
+  }
+}
+
+async function patchFinalizers(ctx: OperatorContext, object: AnyResource, finalizers: string[]): Promise<void> {
+  const { name, namespace, resourceVersion } = object.metadata;
+  // resourceVersion makes this a compare-and-swap: a concurrent change fails with 409 and retries.
+  await ctx.kube.custom.patchNamespacedCustomObject(
+    { ...customResource(PLURALS[object.kind]), namespace, name, body: { metadata: { finalizers, resourceVersion } } },
+    MERGE_PATCH,
+  );
+}
+
+export async function addFinalizer(ctx: OperatorContext, object: AnyResource): Promise<void> {
+  const finalizers = object.metadata.finalizers ?? [];
+  if (!finalizers.includes(FINALIZER)) await patchFinalizers(ctx, object, [...finalizers, FINALIZER]);
+}
+
+export async function removeFinalizer(ctx: OperatorContext, object: AnyResource): Promise<void> {
+  const finalizers = object.metadata.finalizers ?? [];
+  if (!finalizers.includes(FINALIZER)) return;
+  try {
+    await patchFinalizers(ctx, object, finalizers.filter((f) => f !== FINALIZER));
+  } catch (err) {
+    if (!isNotFound(err)) throw err;
+  }
+}
+
+/** Reads the named Secrets of a namespace (fresh, never cached) for one compile. */
+export async function readSecrets(ctx: OperatorContext, namespace: string, names: readonly string[]): Promise<SecretLookup> {
+  const found = new Map<string, Map<string, string>>();
+  await Promise.all(
+    names.map(async (name) => {
+      try {
+        const secret = await ctx.kube.core.readNamespacedSecret({ name, namespace });
+        const values = new Map<string, string>();
+        for (const [key, value] of Object.entries(secret.data ?? {})) values.set(key, Buffer.from(value, "base64").toString("utf8"));
+        found.set(name, values);
+      } catch (err) {
+        if (!isNotFound(err)) throw err;
+      }
+    }),
+  );
+  return (ns, name) => (ns === namespace ? found.get(name) : undefined);
+}
+
+/** Secrets in the cache keep only their metadata: values are read when needed, never held. */
+export function secretMetadataOnly(object: KubeObject): KubeObject {
+  const { name, namespace, uid, resourceVersion } = object.metadata;
+  return { metadata: { name, namespace, uid, resourceVersion } };
+}
+
+export const isDeleting = (object: KubeObject) => Boolean(object.metadata.deletionTimestamp);

@@ -1,0 +1,120 @@
+// DeletionRequest → one delete notification per user for each affected source that has an
+// enabled webhook destination, exactly once. The plan (which sources) is written to status
+// before anything is sent, and progress after each slice; a restart resumes from the recorded
+// progress, and the few notifications sent after the last record carry the same Nats-Msg-Id
+// again, so the stream drops them as duplicates.
+import { destinationKey } from "../../dataplane/config/mod.ts";
+import { publishDeleteNotifications } from "../../dataplane/deletion/mod.ts";
+import type { CompiledDestination, DeletionRequestStatus, DeletionState } from "../../schema/mod.ts";
+import type { ReconcileResult } from "../queue.ts";
+import { withReady } from "../conditions.ts";
+import { customResource, isNotFound } from "../kube/client.ts";
+import { PLURALS, isDeleting, setReady, writeStatus, type DeletionResource, type OperatorContext } from "./context.ts";
+
+type SourceProgress = NonNullable<DeletionRequestStatus["sources"]>[number];
+const FINAL: readonly DeletionState[] = ["FINISHED", "FAILED"];
+/** Progress is written at most this often while sending (each write is an API call). */
+const PROGRESS_INTERVAL_MS = 500;
+
+export async function reconcileDeletion(ctx: OperatorContext, namespace: string, name: string): Promise<ReconcileResult> {
+  // The cache may lag behind this process's own last status write; a resumed request must not
+  // start from older progress than it recorded.
+  let request = await readFresh(ctx, namespace, name);
+  if (!request || isDeleting(request)) return;
+  if (request.status?.state && FINAL.includes(request.status.state)) return;
+
+  if (!request.status?.sources) {
+    request = await plan(ctx, request);
+  }
+  const progress = request.status!.sources!.map((s) => ({ ...s }));
+  const status = (): DeletionRequestStatus => ({ ...request!.status, state: "RUNNING", sources: progress });
+  let lastWrite = 0;
+  for (const source of progress) {
+    if (FINAL.includes(source.state)) continue;
+    source.state = "RUNNING";
+    const result = await publishDeleteNotifications(ctx.js, {
+      namespace,
+      source: source.name,
+      requestId: request.metadata.uid,
+      userIds: request.spec.userIds,
+      timestamp: createdAt(request),
+      from: source.notified,
+      onProgress: async (stored) => {
+        source.notified = stored;
+        if (Date.now() - lastWrite < PROGRESS_INTERVAL_MS) return;
+        lastWrite = Date.now();
+        await writeStatus(ctx, request!, status());
+        request = { ...request!, status: status() };
+      },
+    });
+    ctx.metrics.notifications.inc({ outcome: "stored" }, result.stored);
+    ctx.metrics.notifications.inc({ outcome: "duplicate" }, result.duplicates);
+    source.state = "FINISHED";
+    source.notified = request.spec.userIds.length;
+    await writeStatus(ctx, request, status());
+    request = { ...request, status: status() };
+  }
+
+  const failed = progress.filter((s) => s.state === "FAILED");
+  const notified = progress.filter((s) => s.state === "FINISHED" && !s.reason).map((s) => s.name);
+  const final: DeletionRequestStatus = { ...request.status, state: failed.length > 0 ? "FAILED" : "FINISHED", sources: progress, completedAt: new Date().toISOString() };
+  const users = request.spec.userIds.length;
+  await setReady(
+    ctx,
+    { ...request, status: final },
+    failed.length > 0
+      ? { status: "False", reason: failed[0]!.reason ?? "Failed", message: failed.map((s) => `${s.name}: ${s.message}`).join("; ") }
+      : {
+          status: "True",
+          reason: "Finished",
+          message: notified.length > 0 ? `delete notifications for ${users} user${users === 1 ? "" : "s"} stored for ${notified.join(", ")}` : "no affected source has an enabled webhook destination; nothing to notify",
+        },
+  );
+  ctx.log.info({ request: `${namespace}/${name}`, state: final.state, sources: notified, users }, "deletion request done");
+}
+
+/** Decides once which sources get notifications, and records it before anything is sent. */
+async function plan(ctx: OperatorContext, request: DeletionResource): Promise<DeletionResource> {
+  const { namespace } = request.metadata;
+  const names = request.spec.sources ?? ctx.sources.list(namespace).filter((s) => !s.metadata.deletionTimestamp).map((s) => s.metadata.name).sort();
+  const destinations = (
+    await Promise.all(ctx.destinations.list(namespace).map((d) => ctx.config.get<CompiledDestination>(destinationKey(namespace, d.metadata.name))))
+  ).filter((d): d is CompiledDestination => d !== undefined && d.enabled);
+  const sources: SourceProgress[] = names.map((name) => {
+    if (!ctx.sources.get(namespace, name)) {
+      return { name, state: "FAILED", notified: 0, reason: "SourceNotFound", message: `no Source "${name}" in namespace ${namespace}` };
+    }
+    if (!destinations.some((d) => d.sources.includes(name))) {
+      return { name, state: "FINISHED", notified: 0, reason: "NoEnabledDestination", message: "no enabled WebhookDestination receives this source: nothing to notify" };
+    }
+    return { name, state: "INITIALIZED", notified: 0 };
+  });
+  const generation = request.metadata.generation;
+  const message = `sending delete notifications for ${request.spec.userIds.length} users`;
+  const status: DeletionRequestStatus = {
+    ...request.status,
+    state: "RUNNING",
+    sources,
+    startedAt: new Date().toISOString(),
+    ...(generation !== undefined ? { observedGeneration: generation } : {}),
+    conditions: withReady(request.status?.conditions, { status: "Unknown", reason: "Running", message }, generation),
+  };
+  await writeStatus(ctx, request, status);
+  await ctx.events.record(request, "Normal", "Running", message);
+  return { ...request, status };
+}
+
+/** The object as the API server has it now: status decides what was already sent. */
+async function readFresh(ctx: OperatorContext, namespace: string, name: string): Promise<DeletionResource | undefined> {
+  try {
+    return (await ctx.kube.custom.getNamespacedCustomObject({ ...customResource(PLURALS.DeletionRequest), namespace, name })) as DeletionResource;
+  } catch (err) {
+    if (isNotFound(err)) return undefined;
+    throw err;
+  }
+}
+
+function createdAt(request: DeletionResource): string {
+  const created = request.metadata.creationTimestamp;
+  return created ? new Date(created).toISOString() : new Date().toISOString();
+}

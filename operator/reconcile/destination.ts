@@ -1,0 +1,64 @@
+// WebhookDestination → `destination.<ns>.<name>` in the config bucket (secrets resolved, selector
+// resolved) and its durable consumer on TRACKHOOK_EVENTS. While it cannot compile (a Secret
+// missing, say), the last good config and its consumer stay: messages keep flowing and nothing
+// already accepted is lost; Ready says what is wrong.
+import { compileDestination, destinationKey, secretNamesOf } from "../../dataplane/config/mod.ts";
+import { ensureDestinationConsumer, removeDestinationConsumers } from "../../dataplane/delivery/mod.ts";
+import { consumerName } from "../../dataplane/nats/mod.ts";
+import type { WebhookDestinationDocument } from "../../schema/mod.ts";
+import type { ReconcileResult } from "../queue.ts";
+import { addFinalizer, isDeleting, readSecrets, removeFinalizer, setReady, type OperatorContext } from "./context.ts";
+
+const STREAM_RETRY_MS = 5_000;
+
+export async function reconcileDestination(ctx: OperatorContext, namespace: string, name: string): Promise<ReconcileResult> {
+  const destination = ctx.destinations.get(namespace, name);
+  const key = destinationKey(namespace, name);
+  if (!destination || isDeleting(destination)) {
+    // Config first: delivery pods stop their worker, then the consumer (and its backlog) goes.
+    await ctx.config.delete(key);
+    await removeDestinationConsumers(ctx.jsm, [consumerName(namespace, name)]);
+    ctx.log.info({ destination: `${namespace}/${name}` }, "destination removed: config and consumer deleted");
+    if (destination) await removeFinalizer(ctx, destination);
+    return;
+  }
+  await addFinalizer(ctx, destination);
+
+  const doc = destination as unknown as WebhookDestinationDocument;
+  const sources = ctx.sources
+    .list(namespace)
+    .filter((s) => !isDeleting(s))
+    .map((s) => ({ name: s.metadata.name, labels: s.metadata.labels }));
+  const result = compileDestination(namespace, doc, sources, await readSecrets(ctx, namespace, secretNamesOf(doc)));
+  const urlCount = destination.spec.urls.length;
+  if (!result.ok) {
+    const kept = (await ctx.config.get(key)) !== undefined;
+    const message = result.problems.map((p) => `${p.field}: ${p.message}`).join("; ");
+    await setReady(ctx, destination, {
+      status: "False",
+      reason: result.problems[0]!.reason,
+      message: `${message}${kept ? " (the last good config is still delivering)" : ""}`,
+    }, { urlCount });
+    return;
+  }
+  const compiled = result.value;
+  if (await ctx.config.put(key, compiled)) ctx.log.info({ destination: `${namespace}/${name}`, sources: compiled.sources }, "destination config written");
+  try {
+    if (compiled.enabled) await ensureDestinationConsumer(ctx.jsm, compiled);
+    else await removeDestinationConsumers(ctx.jsm, [consumerName(namespace, name)]);
+  } catch (err) {
+    if (!/stream not found/i.test((err as Error).message)) throw err;
+    await setReady(ctx, destination, {
+      status: "False",
+      reason: "StreamNotFound",
+      message: "stream TRACKHOOK_EVENTS does not exist yet (ingest creates it when it starts)",
+    }, { urlCount, sources: compiled.sources });
+    return { requeueAfterMs: STREAM_RETRY_MS };
+  }
+  const message = !compiled.enabled
+    ? "disabled: nothing is delivered"
+    : compiled.sources.length === 0
+      ? "delivering, but the selector matches no Source yet"
+      : `delivering messages of ${compiled.sources.join(", ")} to ${urlCount} URL${urlCount === 1 ? "" : "s"}`;
+  await setReady(ctx, destination, { status: "True", reason: "Reconciled", message }, { urlCount, sources: compiled.sources });
+}
