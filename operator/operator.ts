@@ -38,6 +38,8 @@ export interface OperatorOptions {
   resyncMs: number;
   /** Replicas of the config bucket's stream. */
   configReplicas: number;
+  /** Watch only this namespace (a namespace-scoped install); undefined: all namespaces. */
+  watchNamespace: string | undefined;
   identity: string;
 }
 
@@ -48,6 +50,7 @@ export function operatorOptions(input: Partial<OperatorOptions> = {}): Readonly<
     ...DEFAULT_LEASE,
     resyncMs: 10 * 60_000,
     configReplicas: 1,
+    watchNamespace: undefined,
     identity: `${process.env.POD_NAME ?? hostname()}_${randomBytes(4).toString("hex")}`,
     ...input,
   });
@@ -112,14 +115,18 @@ export class Operator {
     const kv = await ensureConfigBucket(this.#nc, { replicas: this.#options.configReplicas });
     const jsm = await jetstreamManager(this.#nc);
     const { kc, custom, core } = this.#kube;
-    const list = (plural: string) => () => custom.listCustomObjectForAllNamespaces({ group: GROUP, version: VERSION, resourcePlural: plural });
-    const path = (plural: string) => `/apis/trackhook.io/v1alpha1/${plural}`;
+    const ns = this.#options.watchNamespace;
+    const list = (plural: string) => () =>
+      ns
+        ? custom.listNamespacedCustomObject({ group: GROUP, version: VERSION, namespace: ns, plural })
+        : custom.listCustomObjectForAllNamespaces({ group: GROUP, version: VERSION, resourcePlural: plural });
+    const path = (plural: string) => `/apis/${GROUP}/${VERSION}/${ns ? `namespaces/${ns}/` : ""}${plural}`;
     const withKind = (kind: Kind) => (o: KubeObject) => ({ ...o, kind }) as KubeObject;
 
     const sources = new Reflector<SourceResource>({ kc, log: this.#log, path: path(PLURALS.Source), list: list(PLURALS.Source), transform: withKind("Source") as never, onEvent: (t, o, p) => this.#onSource(t, o, p) });
     const destinations = new Reflector<DestinationResource>({ kc, log: this.#log, path: path(PLURALS.WebhookDestination), list: list(PLURALS.WebhookDestination), transform: withKind("WebhookDestination") as never, onEvent: (t, o, p) => this.#onDestination(t, o, p) });
     const deletions = new Reflector<DeletionResource>({ kc, log: this.#log, path: path(PLURALS.DeletionRequest), list: list(PLURALS.DeletionRequest), transform: withKind("DeletionRequest") as never, onEvent: (t, o) => this.#onDeletion(t, o) });
-    const secrets = new Reflector<KubeObject>({ kc, log: this.#log, path: "/api/v1/secrets", list: () => core.listSecretForAllNamespaces() as never, transform: secretMetadataOnly, onEvent: (_t, o) => this.#onSecret(o) });
+    const secrets = new Reflector<KubeObject>({ kc, log: this.#log, path: ns ? `/api/v1/namespaces/${ns}/secrets` : "/api/v1/secrets", list: () => (ns ? core.listNamespacedSecret({ namespace: ns }) : core.listSecretForAllNamespaces()) as never, transform: secretMetadataOnly, onEvent: (_t, o) => this.#onSecret(o) });
 
     const ctx: OperatorContext = {
       kube: this.#kube, log: this.#log, metrics: this.metrics,

@@ -17,6 +17,7 @@ export const operatorCommand: Command = {
   --lease-namespace <ns>       namespace of the leader Lease (default: $POD_NAMESPACE or default)
   --lease-name <name>          name of the leader Lease (default trackhook-operator)
   --lease-duration <dur>       how long a dead leader's lease blocks a standby (default 15s)
+  --watch-namespace <ns>       reconcile only this namespace's resources (default: all namespaces)
   --config-replicas <n>        JetStream replicas of the trackhook-config bucket (default 1)
   --resync <dur>               reconcile every object this often regardless of events (default 10m)
   --port <n>                   port of /healthz, /readyz and /metrics (default 8082)
@@ -24,7 +25,7 @@ export const operatorCommand: Command = {
   --log-level <level>          trace, debug, info, warn, error (default info)`,
   flags: {
     nats: { type: "string" }, kubeconfig: { type: "string" }, "lease-namespace": { type: "string" },
-    "lease-name": { type: "string" }, "lease-duration": { type: "string" }, "config-replicas": { type: "string" },
+    "lease-name": { type: "string" }, "lease-duration": { type: "string" }, "config-replicas": { type: "string" }, "watch-namespace": { type: "string" },
     resync: { type: "string" }, port: { type: "string" }, host: { type: "string" }, "log-level": { type: "string" },
   },
   async run(values) {
@@ -40,6 +41,7 @@ export const operatorCommand: Command = {
       renewDeadlineMs: Math.round((leaseDurationMs * 2) / 3),
       retryPeriodMs: Math.round((leaseDurationMs * 2) / 15),
       resyncMs: durationFlag("resync", values.resync ?? "10m"),
+      watchNamespace: values["watch-namespace"] || undefined,
       configReplicas: integerFlag("config-replicas", values["config-replicas"] ?? "1", 1, 5),
     });
     const port = integerFlag("port", values.port ?? "8082", 0, 65535);

@@ -10,7 +10,7 @@ import { applyCrds, reapOrphanedControlPlanes, startControlPlane } from "./contr
 const PREFIX = "trackhook-kube-";
 
 export default async function setup(project: TestProject): Promise<(() => Promise<void>) | undefined> {
-  const external = process.env.KUBECONFIG;
+  const external = process.env.TRACKHOOK_TEST_KUBECONFIG;
   if (external) {
     await applyCrdsLoudly(external);
     return undefined;

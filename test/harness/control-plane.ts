@@ -248,9 +248,9 @@ export interface KubectlOptions {
 }
 
 export interface ClusterAccess {
-  /** A kubeconfig path; from KUBECONFIG it may be a list (path1:path2), as kubectl accepts. */
+  /** A kubeconfig path; from TRACKHOOK_TEST_KUBECONFIG it may be a list (path1:path2), as kubectl accepts. */
   readonly kubeconfigPath: string;
-  /** True when the tests run against a cluster given by KUBECONFIG (kind, ...), not ours. */
+  /** True when the tests run against a cluster given by TRACKHOOK_TEST_KUBECONFIG (kind, ...), not ours. */
   readonly external: boolean;
   kubectl(args: string[], options?: { input?: string }): Promise<KubectlResult>;
   /** kubectl that throws (with stderr) on a non-zero exit; returns stdout. */
@@ -261,14 +261,14 @@ export interface ClusterAccess {
 }
 
 /**
- * The cluster for the current vitest run: KUBECONFIG when set (so the same tests run against
+ * The cluster for the current vitest run: TRACKHOOK_TEST_KUBECONFIG when set (an explicit opt-in, so the same tests run against
  * kind), else the control plane the "kube" project's globalSetup started.
  */
 export function useControlPlane(): ClusterAccess {
-  const fromEnv = process.env.KUBECONFIG;
+  const fromEnv = process.env.TRACKHOOK_TEST_KUBECONFIG;
   const kubeconfigPath = fromEnv || inject("trackhookKubeconfig");
   if (!kubeconfigPath) {
-    throw new Error("no control plane: run this file in the vitest project \"kube\" (its globalSetup starts one), or set KUBECONFIG");
+    throw new Error("no control plane: run this file in the vitest project \"kube\" (its globalSetup starts one), or set TRACKHOOK_TEST_KUBECONFIG");
   }
   return {
     kubeconfigPath,
