@@ -1,0 +1,114 @@
+// The operator against a real kube-apiserver and nats-server, with the data plane configured
+// the cluster way (ingest and delivery following the trackhook-config bucket): resources become
+// Ready, events flow from an SDK-style request to a webhook, a rotated key takes over within
+// seconds, and a deleted destination stops receiving.
+import { createHmac } from "node:crypto";
+import { describe, expect, it } from "vitest";
+import { Kvm } from "@nats-io/kv";
+import { CONFIG_BUCKET, destinationKey, sha256Hex, sourceKey } from "../../dataplane/config/mod.ts";
+import { consumerName, EVENTS_STREAM } from "../../dataplane/nats/mod.ts";
+import { FINALIZER } from "../../operator/mod.ts";
+import { basic, post } from "../harness/ingest.ts";
+import { useOperator, useOperatorEnv } from "../harness/operator.ts";
+
+const env = useOperatorEnv("op");
+const running = useOperator(env);
+
+const secret = (name: string, data: Record<string, string>) => `apiVersion: v1
+kind: Secret
+metadata: { name: ${name} }
+stringData: ${JSON.stringify(data)}
+`;
+const source = (name: string, secretName: string, extra = "") => `apiVersion: trackhook.io/v1alpha1
+kind: Source
+metadata: { name: ${name}${extra} }
+spec: { writeKeySecretRef: { name: ${secretName}, key: writeKey } }
+`;
+
+const track = (key: string, body: Record<string, unknown>) =>
+  post(`${env.ingest.url}/v1/track`, body, { headers: { authorization: basic(key) } });
+
+async function kvValue(key: string): Promise<Record<string, unknown> | undefined> {
+  const entry = await (await new Kvm(env.nats.nc).open(CONFIG_BUCKET)).get(key);
+  return entry?.operation === "PUT" ? entry.json<Record<string, unknown>>() : undefined;
+}
+
+describe("operator: Source and WebhookDestination", () => {
+  it("makes a Source Ready and its key accepted; a missing Secret gives Ready=False SecretNotFound", async () => {
+    await env.apply([secret("web-key", { writeKey: "first-key" }), source("web", "web-key"), source("orphan", "no-such-secret")].join("---\n"));
+    const web = await env.waitReady("Source", "web");
+    expect(web.metadata.finalizers).toContain(FINALIZER);
+    expect(web.status!.conditions!.find((c) => c.type === "Ready")).toMatchObject({ reason: "Reconciled" });
+    const orphan = await env.waitReady("Source", "orphan", "False");
+    expect(orphan.status!.conditions![0]).toMatchObject({ reason: "SecretNotFound", message: expect.stringContaining(`Secret ${env.namespace}/no-such-secret does not exist`) });
+    // Only the digest reaches NATS, and the key is nowhere in status or events.
+    expect(await kvValue(sourceKey(env.namespace, "web"))).toMatchObject({ writeKeySha256: sha256Hex("first-key") });
+    expect(JSON.stringify(web.status)).not.toContain("first-key");
+    const events = await env.cluster.kubectlOk(["get", "events", "-n", env.namespace, "-o", "json"]);
+    expect(events).not.toContain("first-key");
+    await env.waitFor("the key accepted by ingest", async () => (await track("first-key", { userId: "u", event: "ping" })).status === 200);
+    expect(running.operator.leading).toBe(true);
+  });
+
+  it("delivers an event through ingest and delivery configured from the bucket, signed", async () => {
+    await env.apply([
+      secret("hook-secret", { shared: "s3cret" }),
+      `apiVersion: trackhook.io/v1alpha1
+kind: WebhookDestination
+metadata: { name: hook }
+spec:
+  sources: [web]
+  urls: ["${env.receiver.url("/hook")}"]
+  sharedSecretRef: { name: hook-secret, key: shared }
+`,
+    ].join("---\n"));
+    const hook = await env.waitReady("WebhookDestination", "hook");
+    expect(hook.status).toMatchObject({ urlCount: 1, sources: ["web"] });
+    expect(JSON.stringify(hook.status)).not.toContain("s3cret");
+    await env.waitFor("the delivery worker", async () => env.delivery.destinations.includes(`${env.namespace}/hook`));
+
+    expect((await track("first-key", { userId: "u-1", event: "Order Completed", messageId: "m-1" })).status).toBe(200);
+    const [request] = await env.receiver.waitFor("/hook", 1);
+    const body = JSON.parse(request!.body.toString()) as Record<string, unknown>;
+    expect(body).toMatchObject({ type: "track", event: "Order Completed", userId: "u-1", messageId: "m-1", version: 1 });
+    expect(request!.headers["x-signature"]).toBe(createHmac("sha1", "s3cret").update(request!.body).digest("hex"));
+  });
+
+  it("rotating the write-key Secret makes the old key fail and the new one work within 10 s", async () => {
+    const started = Date.now();
+    await env.apply(secret("web-key", { writeKey: "second-key" }));
+    await env.waitFor("the new key accepted", async () => (await track("second-key", { userId: "u", event: "e" })).status === 200, 10_000);
+    expect((await track("first-key", { userId: "u", event: "e" })).status).toBe(401);
+    expect(Date.now() - started).toBeLessThan(10_000);
+  });
+
+  it("an invalid destination keeps its last good config while Ready says what is wrong", async () => {
+    await env.cluster.kubectlOk(["delete", "secret", "hook-secret", "-n", env.namespace]);
+    const hook = await env.waitReady("WebhookDestination", "hook", "False");
+    expect(hook.status!.conditions![0]).toMatchObject({ reason: "SecretNotFound", message: expect.stringContaining("the last good config is still delivering") });
+    expect((await track("second-key", { userId: "u-2", event: "Still Flowing", messageId: "m-2" })).status).toBe(200);
+    await env.waitFor("m-2 delivered with the last good config", async () =>
+      env.receiver.requests("/hook").some((r) => (JSON.parse(r.body.toString()) as { messageId: string }).messageId === "m-2"));
+    await env.apply(secret("hook-secret", { shared: "s3cret" }));
+    await env.waitReady("WebhookDestination", "hook");
+  });
+
+  it("deleting the destination removes its consumer and config, and nothing is delivered for it afterwards", async () => {
+    await env.cluster.kubectlOk(["delete", "webhookdestination", "hook", "-n", env.namespace, "--wait=true", "--timeout=15s"]);
+    expect(await env.get("WebhookDestination", "hook")).toBeUndefined(); // the finalizer was removed
+    expect(await kvValue(destinationKey(env.namespace, "hook"))).toBeUndefined();
+    const consumer = await env.nats.jsm.consumers.info(EVENTS_STREAM, consumerName(env.namespace, "hook")).catch((err: Error) => err);
+    expect(consumer).toBeInstanceOf(Error);
+    await env.waitFor("the delivery worker to stop", async () => !env.delivery.destinations.includes(`${env.namespace}/hook`));
+    const before = env.receiver.requests("/hook").length;
+    expect((await track("second-key", { userId: "u-3", event: "After Delete" })).status).toBe(200);
+    await new Promise((r) => setTimeout(r, 1000));
+    expect(env.receiver.requests("/hook")).toHaveLength(before);
+  });
+
+  it("deleting a Source takes its key out of ingest", async () => {
+    await env.cluster.kubectlOk(["delete", "source", "web", "-n", env.namespace, "--wait=true", "--timeout=15s"]);
+    expect(await kvValue(sourceKey(env.namespace, "web"))).toBeUndefined();
+    await env.waitFor("the key refused", async () => (await track("second-key", { userId: "u", event: "e" })).status === 401);
+  });
+});
