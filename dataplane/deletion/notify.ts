@@ -14,12 +14,13 @@ export interface DeleteNotification {
 }
 
 /**
- * The same request and user always give the same messageId, and so the same Nats-Msg-Id: a
- * sender that restarts half-way and sends again is deduplicated by the stream, and receivers
- * can drop a repeat by messageId.
+ * The same request, source and user always give the same messageId, and so the same
+ * Nats-Msg-Id: a sender that restarts half-way and sends again is deduplicated by the stream,
+ * and receivers can drop a repeat by messageId. The source is part of it because one
+ * destination may receive several sources' notifications for the same user.
  */
-export function deleteMessageId(requestId: string, userId: string): string {
-  return `delete-${createHash("sha256").update(`${requestId}\0${userId}`).digest("hex").slice(0, 32)}`;
+export function deleteMessageId(requestId: string, source: string, userId: string): string {
+  return `delete-${createHash("sha256").update(`${requestId}\0${source}\0${userId}`).digest("hex").slice(0, 32)}`;
 }
 
 export interface DeleteNotificationBatch {
@@ -49,7 +50,7 @@ export async function publishDeleteNotifications(js: JetStreamClient, batch: Del
     const slice = batch.userIds.slice(start, start + WINDOW);
     const acks = await Promise.all(
       slice.map((userId) => {
-        const notification: DeleteNotification = { type: "delete", userId, timestamp: batch.timestamp, messageId: deleteMessageId(batch.requestId, userId) };
+        const notification: DeleteNotification = { type: "delete", userId, timestamp: batch.timestamp, messageId: deleteMessageId(batch.requestId, `${batch.namespace}/${batch.source}`, userId) };
         return js.publish(subject, encoder.encode(JSON.stringify(notification)), {
           msgID: eventMsgId(batch.namespace, batch.source, notification.messageId),
         });

@@ -60,7 +60,7 @@ describe("trackhook delete-user", () => {
     for (const body of bodies) {
       expect(Object.keys(body).sort()).toEqual(["messageId", "timestamp", "type", "userId"]);
       expect(body.type).toBe("delete");
-      expect(body.messageId).toBe(deleteMessageId("req-1", body.userId as string));
+      expect(body.messageId).toBe(deleteMessageId("req-1", "default/shop", body.userId as string));
       expect(Number.isNaN(Date.parse(body.timestamp as string))).toBe(false);
     }
 

@@ -1,0 +1,113 @@
+// DeletionRequest: one delete notification per user per affected source with an enabled
+// webhook, exactly once — even when the operator is killed in the middle of sending and a new
+// one resumes.
+import { describe, expect, it } from "vitest";
+import { deleteMessageId } from "../../dataplane/deletion/mod.ts";
+import { EVENTS_STREAM } from "../../dataplane/nats/mod.ts";
+import { spawnOperator, useOperatorEnv, type KubeResource } from "../harness/operator.ts";
+
+const env = useOperatorEnv("del");
+
+const setup = (sources: string[], hooked: string[]) =>
+  [
+    `apiVersion: v1
+kind: Secret
+metadata: { name: keys }
+stringData: { ${sources.map((s) => `${s}: key-${s}`).join(", ")} }
+`,
+    ...sources.map((s) => `apiVersion: trackhook.io/v1alpha1
+kind: Source
+metadata: { name: ${s} }
+spec: { writeKeySecretRef: { name: keys, key: ${s} } }
+`),
+    `apiVersion: trackhook.io/v1alpha1
+kind: WebhookDestination
+metadata: { name: erasure }
+spec: { sources: [${hooked.join(", ")}], urls: ["${env.receiver.url("/erasure")}"] }
+`,
+  ].join("---\n");
+
+const deletionRequest = (name: string, userIds: string[], sources?: string[]) => `apiVersion: trackhook.io/v1alpha1
+kind: DeletionRequest
+metadata: { name: ${name} }
+spec:
+  userIds: ${JSON.stringify(userIds)}
+${sources ? `  sources: ${JSON.stringify(sources)}\n` : ""}`;
+
+/** Delete notifications stored in the stream for a source (what delivery will send). */
+async function storedDeletes(source: string): Promise<number> {
+  const info = await env.nats.jsm.streams.info(EVENTS_STREAM, { subjects_filter: `trackhook.events.${env.namespace}.${source}.delete` });
+  return Object.values(info.state.subjects ?? {}).reduce((a, b) => a + b, 0);
+}
+
+const bodies = (path: string) => env.receiver.requests(path).map((r) => JSON.parse(r.body.toString()) as Record<string, string>);
+const progressOf = (request: KubeResource | undefined) => (request?.status?.sources ?? []) as Array<{ name: string; state: string; notified: number; reason?: string }>;
+
+describe("DeletionRequest", () => {
+  it("notifies each affected source with an enabled webhook once per user, and reports per source", async () => {
+    const operator = await spawnOperator(env);
+    try {
+      await env.apply(setup(["shop", "blog", "quiet"], ["shop", "blog"]));
+      await env.waitReady("WebhookDestination", "erasure");
+      await env.apply(deletionRequest("gdpr-1", ["alice", "bob"]));
+      const done = await env.waitReady("DeletionRequest", "gdpr-1");
+      expect(done.status).toMatchObject({ state: "FINISHED" });
+      expect(progressOf(done)).toEqual([
+        { name: "blog", state: "FINISHED", notified: 2 },
+        { name: "quiet", state: "FINISHED", notified: 0, reason: "NoEnabledDestination", message: expect.any(String) },
+        { name: "shop", state: "FINISHED", notified: 2 },
+      ]);
+      // Two sources x two users; the same destination hears each (source, user) once.
+      await env.receiver.waitFor("/erasure", 4);
+      const received = bodies("/erasure");
+      expect(received.map((b) => b.userId).sort()).toEqual(["alice", "alice", "bob", "bob"]);
+      for (const body of received) expect(Object.keys(body).sort()).toEqual(["messageId", "timestamp", "type", "userId"]);
+      const expectedIds = ["shop", "blog"].flatMap((s) => ["alice", "bob"].map((u) => deleteMessageId(done.metadata.uid, `${env.namespace}/${s}`, u)));
+      expect(received.map((b) => b.messageId).sort()).toEqual(expectedIds.sort());
+      const events = await env.cluster.kubectlOk(["get", "events", "-n", env.namespace, "--field-selector", "involvedObject.name=gdpr-1", "-o", "jsonpath={.items[*].reason}"]);
+      expect(events.split(" ").sort()).toEqual(["Finished", "Running"]);
+
+      // A source that does not exist fails the request, naming it; the others still get theirs.
+      await env.apply(deletionRequest("gdpr-2", ["carol"], ["shop", "nope"]));
+      const failed = await env.waitReady("DeletionRequest", "gdpr-2", "False");
+      expect(failed.status).toMatchObject({ state: "FAILED" });
+      expect(failed.status!.conditions!.find((c) => c.type === "Ready")).toMatchObject({ reason: "SourceNotFound" });
+      expect(progressOf(failed).find((s) => s.name === "shop")).toMatchObject({ state: "FINISHED", notified: 1 });
+    } finally {
+      await operator.stop();
+    }
+  });
+
+  it("sends none twice when the operator is killed mid-way and another resumes", async () => {
+    const users = Array.from({ length: 5000 }, (_, i) => `user-${i}`);
+    const before = { shop: await storedDeletes("shop"), blog: await storedDeletes("blog") };
+    const first = await spawnOperator(env);
+    await env.apply(deletionRequest("gdpr-big", users, ["shop", "blog"]));
+    // Kill as soon as progress is recorded and before the request is done.
+    const seen = await env.waitFor("recorded progress", async () => {
+      const request = await env.get("DeletionRequest", "gdpr-big");
+      return progressOf(request).some((s) => s.notified > 0) ? request : undefined;
+    }, 30_000);
+    await first.kill();
+    const atKill = await env.get("DeletionRequest", "gdpr-big");
+    expect(seen.status!.state).toBe("RUNNING");
+    expect(atKill!.status!.state, "the kill came after the request finished; the test proves nothing").toBe("RUNNING");
+
+    const second = await spawnOperator(env);
+    try {
+      const done = await env.waitReady("DeletionRequest", "gdpr-big", "True", 60_000);
+      expect(progressOf(done).map((s) => [s.name, s.state, s.notified])).toEqual([["shop", "FINISHED", 5000], ["blog", "FINISHED", 5000]]);
+      expect(await storedDeletes("shop")).toBe(before.shop + 5000);
+      expect(await storedDeletes("blog")).toBe(before.blog + 5000);
+      // And at the receiver: every (source, user) exactly once.
+      const expected = before.shop + before.blog + 10_000;
+      await env.waitFor(`${expected} deliveries`, async () => env.receiver.requests("/erasure").length >= expected, 60_000);
+      await new Promise((r) => setTimeout(r, 500));
+      const ids = bodies("/erasure").map((b) => b.messageId);
+      expect(ids).toHaveLength(expected);
+      expect(new Set(ids).size).toBe(expected); // every (source, user) heard exactly once
+    } finally {
+      await second.stop();
+    }
+  }, 120_000);
+});
