@@ -1,0 +1,68 @@
+// Two operator processes at once: only the Lease holder reconciles; when it dies, the other
+// takes over within the lease duration and carries on.
+import { describe, expect, it } from "vitest";
+import { spawnOperator, useOperatorEnv, type OperatorProcess } from "../harness/operator.ts";
+
+const env = useOperatorEnv("lead");
+
+const source = (name: string) => `apiVersion: v1
+kind: Secret
+metadata: { name: ${name}-key }
+stringData: { writeKey: key-${name} }
+---
+apiVersion: trackhook.io/v1alpha1
+kind: Source
+metadata: { name: ${name} }
+spec: { writeKeySecretRef: { name: ${name}-key, key: writeKey } }
+`;
+
+const reconciles = async (p: OperatorProcess) => (await p.metric('trackhook_operator_reconcile_total{kind="Source",result="success"}')) ?? 0;
+
+describe("leader election", () => {
+  it("lets only the leader reconcile, and fails over when it dies", async () => {
+    const a = await spawnOperator(env, { leaseDuration: "3s" });
+    const leaderA = await env.waitFor("a leader", async () => ((await a.metric("trackhook_operator_leader")) === 1 ? true : undefined));
+    expect(leaderA).toBe(true);
+    const b = await spawnOperator(env, { leaseDuration: "3s" });
+    try {
+      await env.apply(source("one"));
+      await env.waitReady("Source", "one");
+      expect(await b.metric("trackhook_operator_leader")).toBe(0);
+      expect(await reconciles(a)).toBeGreaterThan(0);
+      expect(await reconciles(b)).toBe(0);
+      const lease = JSON.parse(await env.cluster.kubectlOk(["get", "lease", "trackhook-operator", "-n", env.namespace, "-o", "json"])) as { spec: { holderIdentity: string; leaseTransitions: number } };
+      expect(b.output()).toContain("waiting to become the leader");
+      expect(b.output()).not.toContain("became the leader");
+
+      const killedAt = Date.now();
+      await a.kill();
+      await env.waitFor("b to lead", async () => ((await b.metric("trackhook_operator_leader")) === 1 ? true : undefined), 15_000);
+      const takeover = Date.now() - killedAt;
+      expect(takeover).toBeLessThan(10_000);
+      await env.apply(source("two"));
+      await env.waitReady("Source", "two");
+      expect(await reconciles(b)).toBeGreaterThan(0);
+      const after = JSON.parse(await env.cluster.kubectlOk(["get", "lease", "trackhook-operator", "-n", env.namespace, "-o", "json"])) as { spec: { holderIdentity: string; leaseTransitions: number } };
+      expect(after.spec.holderIdentity).not.toBe(lease.spec.holderIdentity);
+      expect(after.spec.leaseTransitions).toBe(lease.spec.leaseTransitions + 1);
+    } finally {
+      await a.stop();
+      await b.stop();
+    }
+  }, 60_000);
+
+  it("hands the lease over at once on a clean shutdown (SIGTERM)", async () => {
+    const a = await spawnOperator(env, { leaseDuration: "15s" });
+    await env.waitFor("a to lead", async () => ((await a.metric("trackhook_operator_leader")) === 1 ? true : undefined));
+    const b = await spawnOperator(env, { leaseDuration: "15s" });
+    try {
+      const stoppedAt = Date.now();
+      await a.stop();
+      await env.waitFor("b to lead", async () => ((await b.metric("trackhook_operator_leader")) === 1 ? true : undefined), 15_000);
+      // Far sooner than the 15 s a dead leader's lease would block it.
+      expect(Date.now() - stoppedAt).toBeLessThan(8_000);
+    } finally {
+      await b.stop();
+    }
+  }, 60_000);
+});
