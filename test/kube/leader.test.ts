@@ -32,6 +32,10 @@ describe("leader election", () => {
       expect(await reconciles(b)).toBe(0);
       const lease = JSON.parse(await env.cluster.kubectlOk(["get", "lease", "trackhook-operator", "-n", env.namespace, "-o", "json"])) as { spec: { holderIdentity: string; leaseTransitions: number } };
       expect(b.output()).toContain("waiting to become the leader");
+      // A standby is healthy and ready (it can take over); both serve their probes.
+      for (const p of [a, b]) {
+        for (const path of ["/healthz", "/readyz"]) expect((await fetch(p.metricsUrl.replace("/metrics", path))).status).toBe(200);
+      }
       expect(b.output()).not.toContain("became the leader");
 
       const killedAt = Date.now();
