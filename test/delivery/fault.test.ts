@@ -49,7 +49,7 @@ interface Deliverer {
 
 /** `trackhook deliver` as its own process; resolves once its destination's worker is delivering. */
 async function startDeliver(): Promise<Deliverer> {
-  const child = spawn(process.execPath, [CLI, "deliver", "--config", configDir, "--nats", nats.server.url, "--allow-private-networks", "--log-level", "info"], {
+  const child = spawn(process.execPath, [CLI, "deliver", "--config", configDir, "--nats", nats.server.url, "--allow-private-networks", "--log-level", "info", "--host", "127.0.0.1", "--port", "0"], {
     cwd: root,
     stdio: ["ignore", "pipe", "pipe"],
   });
