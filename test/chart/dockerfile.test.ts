@@ -75,11 +75,11 @@ function dockerignored(path: string, patterns: string[]): boolean {
       "^" +
         glob
           .replace(/[.+^${}()|[\]\\]/g, "\\$&")
-          .replace(/\*\*\//g, "\u0000")
+          .replace(/\*\*\//g, "@@DOUBLESTAR@@")
           .replace(/\*\*/g, ".*")
           .replace(/\*/g, "[^/]*")
           .replace(/\?/g, "[^/]")
-          .replace(/\u0000/g, "(?:.*/)?") +
+          .replace(/@@DOUBLESTAR@@/g, "(?:.*/)?") +
         "$",
     );
   const prefixes = path.split("/").map((_, i, parts) => parts.slice(0, i + 1).join("/"));
