@@ -6,7 +6,9 @@ import { randomBytes } from "node:crypto";
 import { jetstream, jetstreamManager } from "@nats-io/jetstream";
 import type { NatsConnection } from "@nats-io/transport-node";
 import { ConfigWriter, ensureConfigBucket, secretNamesOf } from "../dataplane/config/mod.ts";
+import { removeDestinationConsumers } from "../dataplane/delivery/mod.ts";
 import type { Logger } from "../dataplane/logging.ts";
+import { CONSUMER_PREFIX, EVENTS_STREAM } from "../dataplane/nats/mod.ts";
 import { GROUP, VERSION, type SourceDocument, type WebhookDestinationDocument } from "../schema/mod.ts";
 import { EventRecorder } from "./events.ts";
 import type { Kube, KubeObject } from "./kube/client.ts";
@@ -74,6 +76,7 @@ export class Operator {
   #deletions: Reflector<DeletionResource> | undefined;
   #resync: NodeJS.Timeout | undefined;
   #synced = false;
+  #ctx: OperatorContext | undefined;
   #stopped = false;
 
   constructor(deps: { kube: Kube; nc: NatsConnection; log: Logger; metrics?: OperatorMetrics }, options: Readonly<OperatorOptions>) {
@@ -166,12 +169,46 @@ export class Operator {
     await sources.start();
     await Promise.all([destinations.start(), deletions.start(), secrets.start()]);
     this.#synced = true;
+    this.#ctx = ctx;
+    await this.#collectOrphans();
     // Events before every cache was synced were not queued: now each object gets its reconcile,
     // with the whole picture (a deletion request needs to know the destinations).
     this.#resyncAll();
-    this.#resync = setInterval(() => this.#resyncAll(), this.#options.resyncMs);
+    this.#resync = setInterval(() => {
+      this.#resyncAll();
+      void this.#collectOrphans();
+    }, this.#options.resyncMs);
     this.#resync.unref();
     this.#log.info({ sources: sources.list().length, destinations: destinations.list().length }, "operator running");
+  }
+
+  /**
+   * Deletes bucket entries and consumers whose resource is gone — removed while no operator ran,
+   * or with its finalizer forced off — so an old write key cannot keep working.
+   */
+  async #collectOrphans(): Promise<void> {
+    const ctx = this.#ctx;
+    if (!ctx) return;
+    const inScope = (ns: string) => !this.#options.watchNamespace || ns === this.#options.watchNamespace;
+    try {
+      for await (const key of await ctx.config.kv.keys()) {
+        const [kind, ns, name] = key.split(".");
+        if (!ns || !name || !inScope(ns)) continue;
+        const gone = kind === "source" ? !ctx.sources.get(ns, name) : kind === "destination" ? !ctx.destinations.get(ns, name) : false;
+        if (!gone) continue;
+        await ctx.config.delete(key);
+        this.#log.info({ key }, "removed a config entry whose resource no longer exists");
+      }
+      for await (const consumer of ctx.jsm.consumers.list(EVENTS_STREAM)) {
+        const [ns, name, ...rest] = consumer.name.startsWith(CONSUMER_PREFIX) ? consumer.name.slice(CONSUMER_PREFIX.length).split("_") : [];
+        if (!ns || !name || rest.length > 0 || !inScope(ns) || ctx.destinations.get(ns, name)) continue;
+        await removeDestinationConsumers(ctx.jsm, [consumer.name]);
+        this.#log.info({ consumer: consumer.name }, "removed a consumer whose WebhookDestination no longer exists");
+      }
+    } catch (err) {
+      // The events stream may not exist yet; the next resync tries again.
+      this.#log.warn({ err: (err as Error).message }, "could not check for orphaned config entries and consumers");
+    }
   }
 
   #resyncAll(): void {

@@ -117,6 +117,8 @@ export class KvConfigProvider extends ConfigHolder {
             if (!this.#ready) {
               if (entry.delta === 0) this.#loaded(loaded);
             } else if (changed) {
+              // Which entry changed, never its value (destinations carry shared secrets).
+              this.#log.info({ key: entry.key, operation: entry.operation, revision: entry.revision }, "config changed");
               this.#publish();
             }
           }

@@ -3,7 +3,7 @@
 // that version is too old (410 Gone), and backs off on errors instead of giving up.
 import { Watch, type KubeConfig } from "@kubernetes/client-node";
 import type { Logger } from "../../dataplane/logging.ts";
-import { apiErrorMessage, type KubeObject } from "./client.ts";
+import { apiErrorMessage, apiStatus, type KubeObject } from "./client.ts";
 
 export type WatchEventType = "ADDED" | "MODIFIED" | "DELETED";
 
@@ -124,6 +124,11 @@ export class Reflector<T extends KubeObject> {
       const err = await ended;
       if (this.#stopped) return;
       try {
+        if (isInactivityTimeout(err)) {
+          // client-node ends a watch after 30 s without a byte; a quiet collection is normal, so
+          // watch again from where we were, without a list or a warning.
+          continue;
+        }
         if (gone) {
           this.#options.log.debug({ path: this.#options.path }, "watch too old; listing again");
           await this.#relist();
@@ -140,7 +145,14 @@ export class Reflector<T extends KubeObject> {
   async #backoff(what: string, err: unknown): Promise<void> {
     this.#failures++;
     const ms = Math.min(30_000, 500 * 2 ** Math.min(this.#failures, 6));
-    this.#options.log.warn({ path: this.#options.path, err: apiErrorMessage(err), retryInMs: ms }, `${what} failed; retrying`);
+    const fields = { path: this.#options.path, err: apiErrorMessage(err), retryInMs: ms };
+    // 429 right after CRDs are installed ("storage is (re)initializing") is the API server warming up.
+    if (apiStatus(err) === 429) this.#options.log.info(fields, `${what}: the API server is not ready for this kind yet; retrying`);
+    else this.#options.log.warn(fields, `${what} failed; retrying`);
     await new Promise((resolve) => setTimeout(resolve, ms).unref());
   }
+}
+
+function isInactivityTimeout(err: unknown): boolean {
+  return err instanceof Error && err.name === "TimeoutError";
 }

@@ -90,7 +90,8 @@ async function plan(ctx: OperatorContext, request: DeletionResource): Promise<De
     return { name, state: "INITIALIZED", notified: 0 };
   });
   const generation = request.metadata.generation;
-  const message = `sending delete notifications for ${request.spec.userIds.length} users`;
+  const users = request.spec.userIds.length;
+  const message = `sending delete notifications for ${users} user${users === 1 ? "" : "s"}`;
   const status: DeletionRequestStatus = {
     ...request.status,
     state: "RUNNING",

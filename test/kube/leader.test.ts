@@ -1,6 +1,9 @@
 // Two operator processes at once: only the Lease holder reconciles; when it dies, the other
 // takes over within the lease duration and carries on.
 import { describe, expect, it } from "vitest";
+import { ConfigWriter, ensureConfigBucket, sha256Hex, sourceKey } from "../../dataplane/config/mod.ts";
+import { ensureDestinationConsumer } from "../../dataplane/delivery/mod.ts";
+import { EVENTS_STREAM, consumerName } from "../../dataplane/nats/mod.ts";
 import { spawnOperator, useOperatorEnv, type OperatorProcess } from "../harness/operator.ts";
 
 const env = useOperatorEnv("lead");
@@ -67,6 +70,26 @@ describe("leader election", () => {
       expect(Date.now() - stoppedAt).toBeLessThan(8_000);
     } finally {
       await b.stop();
+    }
+  }, 60_000);
+
+  it("on start, removes config entries and consumers whose resources are gone (in its namespace only)", async () => {
+    const writer = new ConfigWriter(await ensureConfigBucket(env.nats.nc));
+    const ghost = { namespace: env.namespace, name: "ghost", enabled: true, writeKeySha256: sha256Hex("ghost-key") };
+    await writer.put(sourceKey(env.namespace, "ghost"), ghost);
+    await writer.put(sourceKey("someone-else", "keep"), { ...ghost, namespace: "someone-else", name: "keep" });
+    await ensureDestinationConsumer(env.nats.jsm, {
+      namespace: env.namespace, name: "ghost-hook", enabled: true, sources: ["ghost"], urls: ["https://example.com/"], headers: [],
+      timeoutMs: 5000, retryWindowMs: 60_000, maxInFlight: 10, standardWebhooks: false,
+    });
+    const operator = await spawnOperator(env);
+    try {
+      await env.waitFor("the ghost entry removed", async () => (await writer.get(sourceKey(env.namespace, "ghost"))) === undefined);
+      await env.waitFor("the ghost consumer removed", async () =>
+        (await env.nats.jsm.consumers.info(EVENTS_STREAM, consumerName(env.namespace, "ghost-hook")).then(() => false, () => true)));
+      expect(await writer.get(sourceKey("someone-else", "keep"))).toBeDefined();
+    } finally {
+      await operator.stop();
     }
   }, 60_000);
 });
