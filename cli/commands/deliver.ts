@@ -60,7 +60,7 @@ ${configSourceHelp}
   async run(values) {
     const natsUrl = values.nats ?? process.env.TRACKHOOK_NATS_URL;
     const from = configFrom(values);
-    if (!natsUrl) throw new UsageError("--nats <url> is required");
+    if (!natsUrl) throw new UsageError("--nats <url> is required (or set TRACKHOOK_NATS_URL)");
     const log = createLogger({ level: values["log-level"], name: "deliver" });
     const files = openConfigFiles(from, log); // invalid config fails here, before connecting
     const nc = await connectNats({ servers: natsUrl, name: "trackhook-deliver", log });

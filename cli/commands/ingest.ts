@@ -56,7 +56,7 @@ export const ingestCommand: Command = {
   async run(values) {
     const natsUrl = values.nats ?? process.env.TRACKHOOK_NATS_URL;
     const from = configFrom(values);
-    if (!natsUrl) throw new UsageError("--nats <url> is required");
+    if (!natsUrl) throw new UsageError("--nats <url> is required (or set TRACKHOOK_NATS_URL)");
     const log = createLogger({ level: values["log-level"], name: "ingest" });
     const stream = streamSettings(values);
     const options = ingestOptions(values);

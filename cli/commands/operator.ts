@@ -30,7 +30,7 @@ export const operatorCommand: Command = {
   },
   async run(values) {
     const natsUrl = values.nats ?? process.env.TRACKHOOK_NATS_URL;
-    if (!natsUrl) throw new UsageError("--nats <url> is required");
+    if (!natsUrl) throw new UsageError("--nats <url> is required (or set TRACKHOOK_NATS_URL)");
     const leaseDurationMs = durationFlag("lease-duration", values["lease-duration"] ?? "15s");
     if (leaseDurationMs < 2000) throw new UsageError("--lease-duration must be at least 2s");
     const options = operatorOptions({
