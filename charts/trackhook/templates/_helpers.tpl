@@ -1,0 +1,172 @@
+{{/* Chart name, possibly overridden. */}}
+{{- define "trackhook.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/* Full name: <release>-<chart>, or the release name when it already contains the chart name. */}}
+{{- define "trackhook.fullname" -}}
+{{- if .Values.fullnameOverride }}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- $name := default .Chart.Name .Values.nameOverride }}
+{{- if contains $name .Release.Name }}
+{{- .Release.Name | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{/* <fullname>-<component>, within 63 characters. */}}
+{{- define "trackhook.componentName" -}}
+{{- printf "%s-%s" (include "trackhook.fullname" .root | trunc (int (sub 62 (len .component))) | trimSuffix "-") .component }}
+{{- end }}
+
+{{- define "trackhook.chart" -}}
+{{- printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/* Selector labels (immutable): name, instance and, given one, component. */}}
+{{- define "trackhook.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "trackhook.name" .root }}
+app.kubernetes.io/instance: {{ .root.Release.Name }}
+{{- if .component }}
+app.kubernetes.io/component: {{ .component }}
+{{- end }}
+{{- end }}
+
+{{/* The recommended labels of every object; call with (dict "root" $ "component" "ingest"). */}}
+{{- define "trackhook.labels" -}}
+helm.sh/chart: {{ include "trackhook.chart" .root }}
+{{ include "trackhook.selectorLabels" . }}
+app.kubernetes.io/version: {{ .root.Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .root.Release.Service }}
+app.kubernetes.io/part-of: trackhook
+{{- with .root.Values.commonLabels }}
+{{ toYaml . }}
+{{- end }}
+{{- end }}
+
+{{- define "trackhook.image" -}}
+{{- $tag := default .Chart.AppVersion .Values.image.tag }}
+{{- if .Values.image.digest }}
+{{- printf "%s@%s" .Values.image.repository .Values.image.digest }}
+{{- else }}
+{{- printf "%s:%s" .Values.image.repository $tag }}
+{{- end }}
+{{- end }}
+
+{{- define "trackhook.operator.serviceAccountName" -}}
+{{- if .Values.operator.serviceAccount.create }}
+{{- default (include "trackhook.componentName" (dict "root" . "component" "operator")) .Values.operator.serviceAccount.name }}
+{{- else }}
+{{- default "default" .Values.operator.serviceAccount.name }}
+{{- end }}
+{{- end }}
+
+{{/* The ServiceAccount of ingest and delivery: no API access, no token mounted. */}}
+{{- define "trackhook.dataplane.serviceAccountName" -}}
+{{- include "trackhook.componentName" (dict "root" . "component" "dataplane") }}
+{{- end }}
+
+{{/* Environment shared by every component: the ConfigMap, and the NATS URL from a Secret if asked. */}}
+{{- define "trackhook.env" -}}
+envFrom:
+  - configMapRef:
+      name: {{ include "trackhook.fullname" . }}
+{{- end }}
+
+{{- define "trackhook.envVars" -}}
+{{- if .root.Values.nats.existingSecret.name }}
+- name: TRACKHOOK_NATS_URL
+  valueFrom:
+    secretKeyRef:
+      name: {{ .root.Values.nats.existingSecret.name }}
+      key: {{ .root.Values.nats.existingSecret.key }}
+{{- end }}
+{{- with .values.extraEnv }}
+{{ toYaml . }}
+{{- end }}
+{{- end }}
+
+{{/* Pod-level fields shared by every component; call with (dict "root" $ "values" .Values.ingest). */}}
+{{- define "trackhook.podScheduling" -}}
+{{- with .root.Values.imagePullSecrets }}
+imagePullSecrets:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+securityContext:
+  {{- toYaml .root.Values.podSecurityContext | nindent 2 }}
+{{- with .values.priorityClassName }}
+priorityClassName: {{ . }}
+{{- end }}
+{{- with .values.nodeSelector }}
+nodeSelector:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with .values.tolerations }}
+tolerations:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with .values.affinity }}
+affinity:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with .values.topologySpreadConstraints }}
+topologySpreadConstraints:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+terminationGracePeriodSeconds: {{ .values.terminationGracePeriodSeconds }}
+volumes:
+  - name: tmp
+    emptyDir:
+      sizeLimit: 64Mi
+{{- end }}
+
+{{/* Probes on a component's ops endpoints. The HTTP port opens only once NATS answers (and, for
+ingest and delivery, once the operator has created the config bucket), so a startup probe allows
+five minutes before liveness applies. */}}
+{{- define "trackhook.probes" -}}
+startupProbe:
+  httpGet:
+    path: /healthz
+    port: {{ .port }}
+  periodSeconds: 5
+  timeoutSeconds: 3
+  failureThreshold: 60
+livenessProbe:
+  httpGet:
+    path: /healthz
+    port: {{ .port }}
+  periodSeconds: 10
+  timeoutSeconds: 3
+  failureThreshold: 3
+readinessProbe:
+  httpGet:
+    path: /readyz
+    port: {{ .port }}
+  periodSeconds: 5
+  timeoutSeconds: 3
+  failureThreshold: 2
+{{- end }}
+
+{{/* Container fields shared by every component. */}}
+{{- define "trackhook.containerCommon" -}}
+image: {{ include "trackhook.image" .root }}
+imagePullPolicy: {{ .root.Values.image.pullPolicy }}
+securityContext:
+  {{- toYaml .root.Values.containerSecurityContext | nindent 2 }}
+resources:
+  {{- toYaml .values.resources | nindent 2 }}
+volumeMounts:
+  - name: tmp
+    mountPath: /tmp
+{{- end }}
+
+{{/* Pod annotations: the checksum of the shared ConfigMap rolls pods when it changes. */}}
+{{- define "trackhook.podAnnotations" -}}
+checksum/config: {{ include (print .root.Template.BasePath "/configmap.yaml") .root | sha256sum }}
+{{- with .values.podAnnotations }}
+{{ toYaml . }}
+{{- end }}
+{{- end }}
