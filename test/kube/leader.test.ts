@@ -31,7 +31,8 @@ describe("leader election", () => {
       await env.apply(source("one"));
       await env.waitReady("Source", "one");
       expect(await b.metric("trackhook_operator_leader")).toBe(0);
-      expect(await reconciles(a)).toBeGreaterThan(0);
+      // The status write lands before the reconcile (and its Event) ends and is counted.
+      await env.waitFor("a's reconcile counted", async () => (await reconciles(a)) > 0);
       expect(await reconciles(b)).toBe(0);
       const lease = JSON.parse(await env.cluster.kubectlOk(["get", "lease", "trackhook-operator", "-n", env.namespace, "-o", "json"])) as { spec: { holderIdentity: string; leaseTransitions: number } };
       expect(b.output()).toContain("waiting to become the leader");
@@ -48,7 +49,7 @@ describe("leader election", () => {
       expect(takeover).toBeLessThan(10_000);
       await env.apply(source("two"));
       await env.waitReady("Source", "two");
-      expect(await reconciles(b)).toBeGreaterThan(0);
+      await env.waitFor("b's reconcile counted", async () => (await reconciles(b)) > 0);
       const after = JSON.parse(await env.cluster.kubectlOk(["get", "lease", "trackhook-operator", "-n", env.namespace, "-o", "json"])) as { spec: { holderIdentity: string; leaseTransitions: number } };
       expect(after.spec.holderIdentity).not.toBe(lease.spec.holderIdentity);
       expect(after.spec.leaseTransitions).toBe(lease.spec.leaseTransitions + 1);
