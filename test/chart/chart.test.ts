@@ -1,0 +1,403 @@
+// charts/trackhook without a cluster: helm lint --strict, the schema, and the rendered manifests
+// checked for what matters in production (labels, probes, securityContext, resources, RBAC,
+// secrets, wiring between objects, the CLI flags the pods are started with). The same manifests
+// are applied with a server-side dry run by test/kube/chart.test.ts.
+import { execFile } from "node:child_process";
+import { createHash } from "node:crypto";
+import { readFileSync, readdirSync } from "node:fs";
+import { join } from "node:path";
+import { promisify } from "node:util";
+import { beforeAll, describe, expect, it } from "vitest";
+import { isMap, isScalar, isSeq, parse, parseDocument, type YAMLMap } from "yaml";
+import { chartDir, describeManifest, fullValues, helm, podSpec, render, renderText, repoRoot, type Manifest } from "./helm.ts";
+
+const execFileAsync = promisify(execFile);
+
+const RECOMMENDED_LABELS = [
+  "app.kubernetes.io/name",
+  "app.kubernetes.io/instance",
+  "app.kubernetes.io/version",
+  "app.kubernetes.io/managed-by",
+  "app.kubernetes.io/part-of",
+  "helm.sh/chart",
+];
+const COMPONENTS = ["operator", "ingest", "delivery"] as const;
+const COMMAND_OF = { operator: "operator", ingest: "ingest", delivery: "deliver" } as const;
+
+let defaults: Manifest[];
+let full: Manifest[];
+let fullClusterWide: Manifest[];
+let privateNetworks: Manifest[];
+let cliHelp: Record<string, string>;
+
+const variants = () => ({ defaults, full, fullClusterWide, privateNetworks });
+const ofKind = (docs: Manifest[], kind: string) => docs.filter((d) => d.kind === kind);
+const byName = (docs: Manifest[], kind: string, name: string) => {
+  const found = docs.find((d) => d.kind === kind && d.metadata.name === name);
+  if (!found) throw new Error(`no ${kind}/${name} among ${docs.map(describeManifest).join(", ")}`);
+  return found;
+};
+const deploymentOf = (docs: Manifest[], component: string) => {
+  const found = ofKind(docs, "Deployment").find((d) => d.metadata.labels["app.kubernetes.io/component"] === component);
+  if (!found) throw new Error(`no ${component} Deployment`);
+  return found;
+};
+const matches = (selector: Record<string, string>, labels: Record<string, string> = {}) =>
+  Object.entries(selector).every(([k, v]) => labels[k] === v);
+const containersOf = (spec: Manifest): Manifest[] => [...(spec.initContainers ?? []), ...(spec.containers ?? [])];
+
+beforeAll(async () => {
+  const cli = async (command: string) => (await execFileAsync(process.execPath, [join(repoRoot, "cli", "main.ts"), command, "--help"])).stdout;
+  const commands = Object.values(COMMAND_OF);
+  const helps = Promise.all(commands.map(cli));
+  [defaults, full, fullClusterWide, privateNetworks] = await Promise.all([
+    render(),
+    render({ valuesFiles: [fullValues] }),
+    render({ valuesFiles: [fullValues], set: { "operator.watchNamespace": "" } }),
+    render({ set: { "delivery.allowPrivateNetworks": "true", "networkPolicy.egress.enabled": "true" } }),
+  ]);
+  const texts = await helps;
+  cliHelp = Object.fromEntries(commands.map((c, i) => [c, texts[i]!]));
+});
+
+describe("chart metadata and values", () => {
+  it("passes helm lint --strict with the default and the full values", async () => {
+    const [plain, loaded] = await Promise.all([helm(["lint", "--strict", chartDir]), helm(["lint", "--strict", chartDir, "--values", fullValues])]);
+    expect(plain.code, plain.stdout + plain.stderr).toBe(0);
+    expect(loaded.code, loaded.stdout + loaded.stderr).toBe(0);
+  });
+
+  it("is an apiVersion v2 chart whose appVersion is trackhook's version", () => {
+    const chart = parse(readFileSync(join(chartDir, "Chart.yaml"), "utf8"));
+    const pkg = JSON.parse(readFileSync(join(repoRoot, "package.json"), "utf8"));
+    expect(chart.apiVersion).toBe("v2");
+    expect(chart.appVersion).toBe(pkg.version);
+  });
+
+  it("ships the CRDs of crds/ byte for byte (npm run generate writes both)", () => {
+    const generated = readdirSync(join(repoRoot, "crds")).sort();
+    expect(readdirSync(join(chartDir, "crds")).sort()).toEqual(generated);
+    for (const file of generated) {
+      expect(readFileSync(join(chartDir, "crds", file), "utf8"), `charts/trackhook/crds/${file} differs from crds/${file}: run npm run generate`).toBe(
+        readFileSync(join(repoRoot, "crds", file), "utf8"),
+      );
+    }
+  });
+
+  it("comments every value in values.yaml, and documents every value the schema allows", () => {
+    const doc = parseDocument(readFileSync(join(chartDir, "values.yaml"), "utf8"));
+    const schema = JSON.parse(readFileSync(join(chartDir, "values.schema.json"), "utf8"));
+    const uncommented: string[] = [];
+    const undocumented: string[] = [];
+    // helm-docs' convention: a "# -- " comment documents its key's whole value (a resources or
+    // securityContext object); otherwise every leaf needs its own comment.
+    const walk = (map: YAMLMap, path: string, schemaNode: Manifest | undefined, documented: boolean) => {
+      map.items.forEach((pair, i) => {
+        const key = isScalar(pair.key) ? String(pair.key.value) : "?";
+        const here = path ? `${path}.${key}` : key;
+        const comment = (isScalar(pair.key) ? pair.key.commentBefore : undefined) ?? (i === 0 ? map.commentBefore : undefined);
+        const leaf = !isMap(pair.value) || (pair.value as YAMLMap).items.length === 0 || isSeq(pair.value);
+        if (leaf && !comment && !documented) uncommented.push(here);
+        if (isMap(pair.value)) walk(pair.value as YAMLMap, here, schemaNode?.properties?.[key], documented || /^ ?-- /.test(comment ?? ""));
+      });
+      if (documented) return;
+      for (const property of Object.keys(schemaNode?.properties ?? {})) {
+        if (!map.items.some((p) => isScalar(p.key) && p.key.value === property)) undocumented.push(path ? `${path}.${property}` : property);
+      }
+    };
+    walk(doc.contents as YAMLMap, "", schema, false);
+    expect(uncommented, "values without a comment").toEqual([]);
+    expect(undocumented, "schema properties missing from values.yaml").toEqual([]);
+  });
+
+  it("values.schema.json refuses what would break or weaken an install", async () => {
+    const refused = async (set: Record<string, string>, message: RegExp) => {
+      const args = Object.entries(set).flatMap(([k, v]) => ["--set", `${k}=${v}`]);
+      const result = await helm(["template", "x", chartDir, ...args]);
+      expect(result.code, `${JSON.stringify(set)} was accepted`).not.toBe(0);
+      expect(result.stderr).toMatch(message);
+    };
+    await Promise.all([
+      refused({ "image.tag": "latest" }, /image\/tag/),
+      refused({ "nats.url": "" }, /nats/),
+      refused({ "nats.url": "nats://user:secret@nats:4222" }, /nats\/url/),
+      refused({ "ingest.stream.maxAge": "3 days" }, /maxAge/),
+      refused({ "ingest.stream.maxBytes": "lots" }, /maxBytes/),
+      refused({ "ingest.stream.replicas": "7" }, /replicas/),
+      refused({ "ingest.trustedProxies[0]": "proxy.example.com" }, /trustedProxies/),
+      refused({ "ingest.resources.limits": "null" }, /resources/),
+      refused({ "delivery.maxInFlight": "0" }, /maxInFlight/),
+      refused({ "delivery.allowPrivateNetwork": "true" }, /allowPrivateNetwork/),
+      refused({ logLevel: "verbose" }, /logLevel/),
+    ]);
+  });
+});
+
+describe("rendered manifests", () => {
+  it("render what each values file asks for, and nothing optional by default", () => {
+    const kinds = (docs: Manifest[]) => [...new Set(docs.map((d) => d.kind))].sort();
+    expect(kinds(defaults)).toEqual(["ClusterRole", "ClusterRoleBinding", "ConfigMap", "Deployment", "NetworkPolicy", "PodDisruptionBudget", "Role", "RoleBinding", "Service", "ServiceAccount"]);
+    expect(kinds(full)).toEqual(["ConfigMap", "Deployment", "HorizontalPodAutoscaler", "Ingress", "NetworkPolicy", "PodDisruptionBudget", "Role", "RoleBinding", "Service", "ServiceAccount", "ServiceMonitor"]);
+    expect(ofKind(full, "Ingress")[0]!.spec.rules.map((r: Manifest) => r.host)).toEqual(["events.example.com", "eu.events.example.com", "us.events.example.com"]);
+    expect(ofKind(full, "ServiceMonitor")).toHaveLength(3);
+    // No Secret is ever rendered: write keys and shared secrets are the user's, NATS's URL may come from theirs.
+    for (const docs of Object.values(variants())) expect(ofKind(docs, "Secret")).toEqual([]);
+  });
+
+  it("label every object, and every pod, with the recommended labels", () => {
+    for (const [variant, docs] of Object.entries(variants())) {
+      for (const m of docs) {
+        const labels = m.metadata.labels ?? {};
+        for (const label of RECOMMENDED_LABELS) expect(labels[label], `${variant}: ${describeManifest(m)} lacks ${label}`).toBeTruthy();
+        expect(labels["app.kubernetes.io/name"]).toBe("trackhook");
+        expect(labels["app.kubernetes.io/instance"]).toBe("th-test");
+        if (m.metadata.namespace === undefined) expect(["ClusterRole", "ClusterRoleBinding"], `${describeManifest(m)} has no namespace`).toContain(m.kind);
+        const pod = m.spec?.template?.metadata;
+        if (pod) for (const label of RECOMMENDED_LABELS) expect(pod.labels?.[label], `${variant}: pods of ${describeManifest(m)} lack ${label}`).toBeTruthy();
+      }
+      for (const component of COMPONENTS) {
+        expect(deploymentOf(docs, component).spec.template.metadata.labels["app.kubernetes.io/component"]).toBe(component);
+      }
+    }
+    expect(full.every((m) => m.metadata.labels.team === "data-platform"), "commonLabels on every object").toBe(true);
+  });
+
+  it("keep secrets out of ConfigMaps: no secret-looking key or value, and the NATS URL from a Secret stays in the Secret", () => {
+    for (const [variant, docs] of Object.entries(variants())) {
+      for (const cm of ofKind(docs, "ConfigMap")) {
+        for (const [key, value] of Object.entries({ ...cm.data, ...cm.binaryData })) {
+          expect(key, `${variant}: ConfigMap key ${key}`).not.toMatch(/secret|password|passwd|token|credential|creds|private|write.?key/i);
+          expect(String(value), `${variant}: ConfigMap ${key} has credentials in a URL`).not.toMatch(/\/\/[^/\s]*@/);
+          expect(String(value), `${variant}: ConfigMap ${key} looks like a key`).not.toMatch(/BEGIN [A-Z ]*PRIVATE KEY|^[A-Za-z0-9+/=]{40,}$/);
+        }
+      }
+    }
+    const cm = ofKind(full, "ConfigMap")[0]!;
+    expect(cm.data.TRACKHOOK_NATS_URL).toBeUndefined();
+    for (const component of COMPONENTS) {
+      const env = deploymentOf(full, component).spec.template.spec.containers[0].env as Manifest[];
+      expect(env.find((e) => e.name === "TRACKHOOK_NATS_URL")?.valueFrom?.secretKeyRef, component).toEqual({ name: "trackhook-nats", key: "url" });
+    }
+    expect(ofKind(defaults, "ConfigMap")[0]!.data.TRACKHOOK_NATS_URL).toBe("nats://nats.nats.svc.cluster.local:4222");
+  });
+
+  it("give the operator minimal RBAC: its resources and status, read-only Secrets, Events, its own Lease", () => {
+    const rules = (docs: Manifest[], kind: string) =>
+      ofKind(docs, kind).flatMap((r) =>
+        (r.rules as Manifest[]).map((rule) => ({ ns: r.metadata.namespace, groups: rule.apiGroups, resources: rule.resources, names: rule.resourceNames, verbs: rule.verbs })),
+      );
+    const expected = [
+      { groups: ["trackhook.io"], resources: ["sources", "webhookdestinations", "deletionrequests"], verbs: ["get", "list", "watch", "patch"] },
+      { groups: ["trackhook.io"], resources: ["sources/status", "webhookdestinations/status", "deletionrequests/status"], verbs: ["patch"] },
+      { groups: [""], resources: ["secrets"], verbs: ["get", "list", "watch"] },
+      { groups: [""], resources: ["events"], verbs: ["create"] },
+    ];
+    const leases = [
+      { ns: "trackhook", groups: ["coordination.k8s.io"], resources: ["leases"], names: undefined, verbs: ["create"] },
+      { ns: "trackhook", groups: ["coordination.k8s.io"], resources: ["leases"], verbs: ["get", "update"] },
+    ];
+    // Cluster-wide by default; a Role in the watched namespace with operator.watchNamespace.
+    expect(rules(defaults, "ClusterRole")).toEqual(expected.map((r) => ({ ns: undefined, names: undefined, ...r })));
+    expect(rules(defaults, "Role")).toEqual([leases[0], { ...leases[1], names: ["trackhook-operator"] }]);
+    expect(ofKind(full, "ClusterRole")).toEqual([]);
+    expect(rules(full, "Role")).toEqual([...expected.map((r) => ({ ns: "tenants", names: undefined, ...r })), leases[0], { ...leases[1], names: ["th-operator"] }]);
+    expect(rules(fullClusterWide, "ClusterRole")).toHaveLength(4);
+
+    for (const [variant, docs] of Object.entries(variants())) {
+      const all = [...rules(docs, "Role"), ...rules(docs, "ClusterRole")];
+      for (const rule of all) {
+        for (const field of [rule.groups, rule.resources, rule.verbs]) expect(field, `${variant}: wildcard in ${JSON.stringify(rule)}`).not.toContain("*");
+        expect(rule.verbs.filter((v: string) => ["escalate", "bind", "impersonate", "delete", "deletecollection"].includes(v)), variant).toEqual([]);
+        if (rule.resources.includes("secrets")) expect(rule.verbs.every((v: string) => ["get", "list", "watch"].includes(v)), `${variant}: secrets are read-only`).toBe(true);
+        if (rule.resources.includes("leases")) expect(rule.ns, "leases only in the release namespace").toBe("trackhook");
+      }
+      // Every binding binds the operator's ServiceAccount only, to a role the chart renders.
+      const operatorSa = deploymentOf(docs, "operator").spec.template.spec.serviceAccountName;
+      for (const binding of [...ofKind(docs, "RoleBinding"), ...ofKind(docs, "ClusterRoleBinding")]) {
+        expect(binding.subjects, variant).toEqual([{ kind: "ServiceAccount", name: operatorSa, namespace: "trackhook" }]);
+        expect(docs.some((r) => r.kind === binding.roleRef.kind && r.metadata.name === binding.roleRef.name), `${describeManifest(binding)} refers to ${binding.roleRef.name}`).toBe(true);
+      }
+      // Ingest and delivery have a ServiceAccount with no token and no binding.
+      for (const component of ["ingest", "delivery"]) {
+        const spec = deploymentOf(docs, component).spec.template.spec;
+        expect(spec.automountServiceAccountToken, component).toBe(false);
+        expect(byName(docs, "ServiceAccount", spec.serviceAccountName).automountServiceAccountToken).toBe(false);
+        expect(spec.serviceAccountName).not.toBe(operatorSa);
+      }
+    }
+  });
+
+  it("set startup, liveness and readiness probes on the health endpoints of every container", () => {
+    for (const [variant, docs] of Object.entries(variants())) {
+      for (const workload of docs.filter(podSpec)) {
+        for (const container of containersOf(podSpec(workload)!)) {
+          const where = `${variant}: ${describeManifest(workload)} container ${container.name}`;
+          const ports = (container.ports ?? []) as Manifest[];
+          for (const [probe, path] of [["startupProbe", "/healthz"], ["livenessProbe", "/healthz"], ["readinessProbe", "/readyz"]] as const) {
+            const get = container[probe]?.httpGet;
+            expect(get?.path, `${where} ${probe}`).toBe(path);
+            expect(ports.some((p) => p.name === get.port || p.containerPort === get.port), `${where} ${probe} port ${get.port} is declared`).toBe(true);
+          }
+          // The container listens where its probes look (--port).
+          const port = ports.find((p) => p.name === container.readinessProbe.httpGet.port)!;
+          expect(container.args, where).toContain(`--port=${port.containerPort}`);
+        }
+      }
+    }
+  });
+
+  it("lock down every pod and container's securityContext, with no host access", () => {
+    for (const [variant, docs] of Object.entries(variants())) {
+      for (const workload of docs.filter(podSpec)) {
+        const spec = podSpec(workload)!;
+        const where = `${variant}: ${describeManifest(workload)}`;
+        expect(spec.securityContext?.runAsNonRoot, where).toBe(true);
+        expect(spec.securityContext?.runAsUser, where).toBeGreaterThan(0);
+        expect(spec.securityContext?.seccompProfile?.type, where).toBe("RuntimeDefault");
+        for (const field of ["hostNetwork", "hostPID", "hostIPC"]) expect(spec[field], `${where} ${field}`).toBeFalsy();
+        expect((spec.volumes ?? []).filter((v: Manifest) => v.hostPath), where).toEqual([]);
+        for (const container of containersOf(spec)) {
+          const sc = container.securityContext ?? {};
+          expect(sc.readOnlyRootFilesystem, `${where} ${container.name}`).toBe(true);
+          expect(sc.allowPrivilegeEscalation, `${where} ${container.name}`).toBe(false);
+          expect(sc.privileged ?? false, `${where} ${container.name}`).toBe(false);
+          expect(sc.capabilities?.drop, `${where} ${container.name}`).toContain("ALL");
+          expect(sc.capabilities?.add ?? [], `${where} ${container.name}`).toEqual([]);
+          expect(sc.runAsUser ?? spec.securityContext.runAsUser, `${where} ${container.name}`).not.toBe(0);
+        }
+      }
+    }
+  });
+
+  it("set CPU and memory requests and limits on every container, and pin every image", () => {
+    for (const [variant, docs] of Object.entries(variants())) {
+      for (const workload of docs.filter(podSpec)) {
+        for (const container of containersOf(podSpec(workload)!)) {
+          const where = `${variant}: ${describeManifest(workload)} ${container.name}`;
+          for (const kind of ["requests", "limits"]) for (const resource of ["cpu", "memory"]) expect(container.resources?.[kind]?.[resource], `${where} ${kind}.${resource}`).toBeDefined();
+          expect(container.image, where).toMatch(/(:[\w][\w.-]*|@sha256:[0-9a-f]{64})$/);
+          expect(container.image, where).not.toMatch(/:latest$/);
+        }
+      }
+    }
+    expect(deploymentOf(defaults, "ingest").spec.template.spec.containers[0].image).toBe("trackhook:0.1.0");
+    expect(deploymentOf(full, "ingest").spec.template.spec.containers[0].image).toMatch(/@sha256:/);
+  });
+
+  it("start each component with flags its `trackhook <command> --help` documents, from the config bucket", () => {
+    for (const [variant, docs] of Object.entries(variants())) {
+      for (const component of COMPONENTS) {
+        const [container] = deploymentOf(docs, component).spec.template.spec.containers as Manifest[];
+        const [command, ...flags] = container!.args as string[];
+        expect(command, `${variant} ${component}`).toBe(COMMAND_OF[component]);
+        for (const flag of flags) {
+          const name = flag.split("=")[0]!;
+          expect(name, `${variant} ${component}: ${flag} is not a flag`).toMatch(/^--[a-z-]+$/);
+          expect(cliHelp[command!], `${variant} ${component}: trackhook ${command} has no ${name}`).toContain(`${name} `);
+        }
+        if (component !== "operator") expect(flags, component).toContain("--config-from=nats");
+      }
+    }
+    const args = (docs: Manifest[], c: string) => deploymentOf(docs, c).spec.template.spec.containers[0].args as string[];
+    expect(args(full, "ingest")).toEqual(expect.arrayContaining([
+      "--stream-max-age=96h", "--stream-max-bytes=50GiB", "--stream-replicas=3", "--duplicate-window=30m",
+      "--cors-origins=https://www.example.com,https://app.example.com", "--trusted-proxies=10.0.0.0/8,192.168.1.10", "--public-url=https://events.example.com",
+    ]));
+    expect(args(defaults, "ingest").some((a) => a.startsWith("--cors-origins") || a.startsWith("--trusted-proxies"))).toBe(false);
+    expect(args(full, "delivery")).toContain("--max-in-flight=5000");
+    expect(args(defaults, "delivery")).not.toContain("--allow-private-networks");
+    expect(args(privateNetworks, "delivery")).toContain("--allow-private-networks");
+    expect(args(full, "operator")).toEqual(expect.arrayContaining(["--watch-namespace=tenants", "--lease-name=th-operator", "--lease-duration=20s", "--config-replicas=3"]));
+    expect(args(defaults, "operator").some((a) => a.startsWith("--watch-namespace"))).toBe(false);
+  });
+
+  it("give the operator its pod name and namespace (Lease identity and namespace) and several replicas", () => {
+    for (const docs of [defaults, full]) {
+      const operator = deploymentOf(docs, "operator");
+      const env = operator.spec.template.spec.containers[0].env as Manifest[];
+      expect(env.find((e) => e.name === "POD_NAME")?.valueFrom).toEqual({ fieldRef: { fieldPath: "metadata.name" } });
+      expect(env.find((e) => e.name === "POD_NAMESPACE")?.valueFrom).toEqual({ fieldRef: { fieldPath: "metadata.namespace" } });
+      expect(operator.spec.replicas).toBeGreaterThanOrEqual(2);
+      expect(operator.spec.template.spec.automountServiceAccountToken).toBe(true);
+    }
+  });
+
+  it("roll the pods when the shared ConfigMap changes, and only then", async () => {
+    const checksums = (docs: Manifest[]) => COMPONENTS.map((c) => deploymentOf(docs, c).spec.template.metadata.annotations["checksum/config"] as string);
+    const [debug, scaled] = await Promise.all([render({ set: { logLevel: "debug" } }), render({ set: { "ingest.replicas": "5" } })]);
+    const base = checksums(defaults);
+    expect(new Set(base).size).toBe(1);
+    // The annotation is the SHA-256 of the rendered ConfigMap template.
+    const cmText = (await renderText()).split(/^---$/m).find((d) => d.includes("# Source: trackhook/templates/configmap.yaml"))!;
+    expect(base[0]).toBe(createHash("sha256").update(cmText.replace(/^\n# Source: trackhook\/templates\/configmap.yaml\n/, "").replace(/\n$/, "")).digest("hex"));
+    for (const sum of checksums(debug)) expect(sum).not.toBe(base[0]);
+    expect(checksums(scaled)).toEqual(base);
+  });
+
+  it("wire objects together: Services, PDBs, HPAs, NetworkPolicies and ServiceMonitors select the right pods and ports", () => {
+    for (const [variant, docs] of Object.entries(variants())) {
+      const deployments = ofKind(docs, "Deployment");
+      const podsOf = (selector: Record<string, string>) => deployments.filter((d) => matches(selector, d.spec.template.metadata.labels));
+      const containerPorts = (d: Manifest) => (d.spec.template.spec.containers as Manifest[]).flatMap((c) => c.ports ?? []) as Manifest[];
+      for (const d of deployments) expect(matches(d.spec.selector.matchLabels, d.spec.template.metadata.labels), `${variant}: ${describeManifest(d)} selects its pods`).toBe(true);
+      for (const svc of ofKind(docs, "Service")) {
+        const targets = podsOf(svc.spec.selector);
+        expect(targets, `${variant}: ${describeManifest(svc)} selects one Deployment`).toHaveLength(1);
+        for (const port of svc.spec.ports) expect(containerPorts(targets[0]!).some((p) => p.name === port.targetPort), `${describeManifest(svc)} ${port.targetPort}`).toBe(true);
+      }
+      for (const pdb of ofKind(docs, "PodDisruptionBudget")) expect(podsOf(pdb.spec.selector.matchLabels), `${variant}: ${describeManifest(pdb)}`).toHaveLength(1);
+      for (const np of ofKind(docs, "NetworkPolicy")) {
+        const [target] = podsOf(np.spec.podSelector.matchLabels);
+        expect(target, `${variant}: ${describeManifest(np)} selects a Deployment`).toBeDefined();
+        for (const rule of np.spec.ingress) for (const port of rule.ports) expect(containerPorts(target!).map((p) => p.containerPort), describeManifest(np)).toContain(port.port);
+      }
+      for (const hpa of ofKind(docs, "HorizontalPodAutoscaler")) {
+        const target = byName(docs, "Deployment", hpa.spec.scaleTargetRef.name);
+        expect(target.spec.replicas, `${variant}: ${describeManifest(target)} leaves replicas to its HPA`).toBeUndefined();
+        expect(hpa.spec.minReplicas).toBeLessThanOrEqual(hpa.spec.maxReplicas);
+      }
+      for (const ingress of ofKind(docs, "Ingress")) {
+        for (const rule of ingress.spec.rules) {
+          for (const path of rule.http.paths) {
+            const svc = byName(docs, "Service", path.backend.service.name);
+            expect(svc.metadata.labels["app.kubernetes.io/component"]).toBe("ingest");
+            expect(svc.spec.ports.map((p: Manifest) => p.name)).toContain(path.backend.service.port.name);
+          }
+        }
+      }
+      for (const sm of ofKind(docs, "ServiceMonitor")) {
+        const services = ofKind(docs, "Service").filter((s) => matches(sm.spec.selector.matchLabels, s.metadata.labels));
+        expect(services, `${variant}: ${describeManifest(sm)}`).toHaveLength(1);
+        for (const endpoint of sm.spec.endpoints) {
+          expect(services[0]!.spec.ports.map((p: Manifest) => p.name)).toContain(endpoint.port);
+          expect(endpoint.path).toBe("/metrics");
+        }
+      }
+    }
+  });
+
+  it("NetworkPolicies: ingress only on each component's port; egress to private networks only when delivery may reach them", () => {
+    for (const [variant, docs] of Object.entries(variants())) {
+      const nps = ofKind(docs, "NetworkPolicy");
+      expect(nps.map((np) => np.metadata.labels["app.kubernetes.io/component"]).sort(), variant).toEqual(["delivery", "ingest", "operator"]);
+      for (const np of nps) expect(np.spec.ingress, `${variant}: ${describeManifest(np)}`).toHaveLength(1);
+    }
+    const deliveryEgress = (docs: Manifest[]) => ofKind(docs, "NetworkPolicy").find((np) => np.metadata.labels["app.kubernetes.io/component"] === "delivery")!.spec.egress as Manifest[];
+    const blocks = (docs: Manifest[]) => deliveryEgress(docs).flatMap((r) => (r.to ?? []).map((t: Manifest) => t.ipBlock).filter(Boolean));
+    expect(ofKind(defaults, "NetworkPolicy").every((np) => np.spec.egress === undefined), "egress is opt-in").toBe(true);
+    expect(blocks(full).find((b: Manifest) => b.cidr === "0.0.0.0/0").except).toEqual(expect.arrayContaining(["10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16", "169.254.0.0/16", "127.0.0.0/8"]));
+    expect(blocks(privateNetworks).every((b: Manifest) => b.except === undefined)).toBe(true);
+    const operatorEgress = ofKind(full, "NetworkPolicy").find((np) => np.metadata.labels["app.kubernetes.io/component"] === "operator")!.spec.egress as Manifest[];
+    expect(operatorEgress.some((r) => r.to?.some((t: Manifest) => t.ipBlock?.cidr === "172.20.0.1/32"))).toBe(true);
+  });
+
+  it("NOTES.txt tells how to create a Source and send a first event", async () => {
+    const result = await helm(["install", "th-test", chartDir, "--namespace", "trackhook", "--dry-run=client"]);
+    expect(result.code, result.stderr).toBe(0);
+    const notes = result.stdout.slice(result.stdout.indexOf("NOTES:"));
+    expect(notes).toContain("kind: Source");
+    expect(notes).toContain("create secret generic website-write-key");
+    expect(notes).toContain("port-forward svc/th-test-trackhook-ingest 8080:80");
+    expect(notes).toMatch(/curl -u "\$KEY:" "\$URL\/v1\/track"/);
+  });
+});

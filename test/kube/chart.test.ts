@@ -1,0 +1,168 @@
+// charts/trackhook against a real API server (the "kube" project's control plane, CRDs applied by
+// its globalSetup): the rendered manifests of the default and the full values pass a server-side
+// dry run with strict field validation, `helm install` works, and the operator's installed RBAC
+// allows what the operator does and nothing it should not (asked of the RBAC authorizer with
+// `kubectl auth can-i --as` its ServiceAccount). No controller manager runs, so no pod starts.
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { useControlPlane } from "../harness/control-plane.ts";
+import { chartDir, describeManifest, fullValues, helm, parseManifests, renderText } from "../chart/helm.ts";
+
+const cluster = useControlPlane();
+
+// prometheus-operator's ServiceMonitor is not installed here. A stub CRD with the fields the chart
+// renders (and no others: --validate=strict refuses unknown ones) lets the full values' ServiceMonitors
+// be validated too. Not installed where the cluster already has the real one (TRACKHOOK_TEST_KUBECONFIG).
+const SERVICE_MONITOR_STUB = {
+  apiVersion: "apiextensions.k8s.io/v1",
+  kind: "CustomResourceDefinition",
+  metadata: { name: "servicemonitors.monitoring.coreos.com" },
+  spec: {
+    group: "monitoring.coreos.com",
+    scope: "Namespaced",
+    names: { kind: "ServiceMonitor", listKind: "ServiceMonitorList", plural: "servicemonitors", singular: "servicemonitor" },
+    versions: [
+      {
+        name: "v1",
+        served: true,
+        storage: true,
+        schema: {
+          openAPIV3Schema: {
+            type: "object",
+            required: ["spec"],
+            properties: {
+              spec: {
+                type: "object",
+                required: ["selector", "endpoints"],
+                properties: {
+                  selector: {
+                    type: "object",
+                    properties: { matchLabels: { type: "object", additionalProperties: { type: "string" } } },
+                  },
+                  namespaceSelector: {
+                    type: "object",
+                    properties: { any: { type: "boolean" }, matchNames: { type: "array", items: { type: "string" } } },
+                  },
+                  endpoints: {
+                    type: "array",
+                    minItems: 1,
+                    items: {
+                      type: "object",
+                      properties: {
+                        port: { type: "string" },
+                        path: { type: "string" },
+                        interval: { type: "string", pattern: "^(0|(([0-9]+)y)?(([0-9]+)w)?(([0-9]+)d)?(([0-9]+)h)?(([0-9]+)m)?(([0-9]+)s)?(([0-9]+)ms)?)$" },
+                        scrapeTimeout: { type: "string", pattern: "^(0|(([0-9]+)y)?(([0-9]+)w)?(([0-9]+)d)?(([0-9]+)h)?(([0-9]+)m)?(([0-9]+)s)?(([0-9]+)ms)?)$" },
+                      },
+                    },
+                  },
+                },
+              },
+            },
+          },
+        },
+      },
+    ],
+  },
+};
+
+let namespace: string;
+let watched: string;
+let installed: string;
+const release = "th";
+
+async function ensureServiceMonitorCrd(): Promise<void> {
+  const existing = await cluster.kubectl(["get", "crd", SERVICE_MONITOR_STUB.metadata.name]);
+  if (existing.code === 0) return;
+  await cluster.kubectlOk(["apply", "--server-side", "--field-manager=trackhook-chart-test", "-f", "-"], { input: JSON.stringify(SERVICE_MONITOR_STUB) });
+  await cluster.kubectlOk(["wait", "--for", "condition=established", "--timeout=30s", `crd/${SERVICE_MONITOR_STUB.metadata.name}`]);
+}
+
+/** Server-side dry run of a rendered stream; returns kubectl's lines, throws with its stderr. */
+async function dryRun(manifests: string): Promise<string[]> {
+  const result = await cluster.kubectl(["apply", "--dry-run=server", "--validate=strict", "-f", "-"], { input: manifests });
+  expect(result.code, `kubectl apply --dry-run=server refused the chart:\n${result.stderr}`).toBe(0);
+  expect(result.stderr.trim(), "no warnings (deprecated APIs, unknown fields)").toBe("");
+  return result.stdout.trim().split("\n");
+}
+
+beforeAll(async () => {
+  [namespace, watched, installed] = await Promise.all([cluster.randomNamespace("chart"), cluster.randomNamespace("chart-tenants"), cluster.randomNamespace("chart-install"), ensureServiceMonitorCrd()]);
+});
+
+afterAll(async () => {
+  // Cluster-scoped objects (ClusterRole, ClusterRoleBinding) outlive namespaces.
+  if (installed) await helm(["uninstall", release, "--namespace", installed, "--wait=false"], { kubeconfig: cluster.kubeconfigPath });
+});
+
+describe("the chart on a real API server", () => {
+  it("default values: every rendered object passes a server-side dry run with strict validation", async () => {
+    const text = await renderText({ release, namespace });
+    const docs = parseManifests(text);
+    const lines = await dryRun(text);
+    expect(lines).toHaveLength(docs.length);
+    for (const line of lines) expect(line).toMatch(/ \(server dry run\)$/);
+  });
+
+  it("full values (Ingress with three hosts, HPAs, ServiceMonitors, egress policies, namespace-scoped operator): the same", async () => {
+    const text = await renderText({ release, namespace, valuesFiles: [fullValues], set: { "operator.watchNamespace": watched } });
+    const docs = parseManifests(text);
+    expect(new Set(docs.map((d) => d.kind))).toEqual(
+      new Set(["ConfigMap", "Deployment", "HorizontalPodAutoscaler", "Ingress", "NetworkPolicy", "PodDisruptionBudget", "Role", "RoleBinding", "Service", "ServiceAccount", "ServiceMonitor"]),
+    );
+    expect(docs.filter((d) => d.metadata.namespace === watched).map(describeManifest).sort()).toEqual(["Role/th-operator", "RoleBinding/th-operator"]);
+    const lines = await dryRun(text);
+    expect(lines).toHaveLength(docs.length);
+  });
+
+  it("helm install works, and the installed RBAC allows the operator exactly what it needs", async () => {
+    const install = await helm(["install", release, chartDir, "--namespace", installed], { kubeconfig: cluster.kubeconfigPath });
+    expect(install.code, install.stderr).toBe(0);
+    expect(install.stdout).toMatch(/STATUS: deployed/);
+
+    const operator = `system:serviceaccount:${installed}:${release}-trackhook-operator`;
+    const dataplane = `system:serviceaccount:${installed}:${release}-trackhook-dataplane`;
+    const elsewhere = watched;
+    const canI = async (as: string, args: string[]) => {
+      const result = await cluster.kubectl(["auth", "can-i", ...args, "--as", as]);
+      return result.stdout.trim();
+    };
+    const checks: Array<[as: string, args: string[], expected: "yes" | "no"]> = [
+      // Its resources, in every namespace: read, watch, patch (finalizers) and patch status.
+      [operator, ["list", "sources.trackhook.io", "--all-namespaces"], "yes"],
+      [operator, ["watch", "webhookdestinations.trackhook.io", "--all-namespaces"], "yes"],
+      [operator, ["get", "deletionrequests.trackhook.io", "-n", elsewhere], "yes"],
+      [operator, ["patch", "webhookdestinations.trackhook.io", "-n", elsewhere], "yes"],
+      [operator, ["patch", "sources.trackhook.io", "--subresource=status", "-n", elsewhere], "yes"],
+      [operator, ["patch", "deletionrequests.trackhook.io", "--subresource=status", "-n", elsewhere], "yes"],
+      [operator, ["create", "sources.trackhook.io", "-n", elsewhere], "no"],
+      [operator, ["delete", "webhookdestinations.trackhook.io", "-n", elsewhere], "no"],
+      [operator, ["update", "sources.trackhook.io", "-n", elsewhere], "no"],
+      // Secrets: read only.
+      [operator, ["list", "secrets", "--all-namespaces"], "yes"],
+      [operator, ["watch", "secrets", "--all-namespaces"], "yes"],
+      [operator, ["create", "secrets", "-n", elsewhere], "no"],
+      [operator, ["update", "secrets", "-n", elsewhere], "no"],
+      [operator, ["patch", "secrets", "-n", elsewhere], "no"],
+      [operator, ["delete", "secrets", "-n", elsewhere], "no"],
+      // Events on its resources.
+      [operator, ["create", "events", "-n", elsewhere], "yes"],
+      [operator, ["delete", "events", "-n", elsewhere], "no"],
+      // Its Lease, in its own namespace only.
+      [operator, ["create", "leases.coordination.k8s.io", "-n", installed], "yes"],
+      [operator, ["get", "leases.coordination.k8s.io/trackhook-operator", "-n", installed], "yes"],
+      [operator, ["update", "leases.coordination.k8s.io/trackhook-operator", "-n", installed], "yes"],
+      [operator, ["update", "leases.coordination.k8s.io/kube-scheduler", "-n", installed], "no"],
+      [operator, ["create", "leases.coordination.k8s.io", "-n", elsewhere], "no"],
+      // Nothing else.
+      [operator, ["list", "pods", "--all-namespaces"], "no"],
+      [operator, ["create", "deployments.apps", "-n", installed], "no"],
+      [operator, ["*", "*"], "no"],
+      // Ingest and delivery: no API access at all.
+      [dataplane, ["get", "secrets", "-n", installed], "no"],
+      [dataplane, ["list", "sources.trackhook.io", "-n", installed], "no"],
+    ];
+    const answers = await Promise.all(checks.map(([as, args]) => canI(as, args)));
+    const wrong = checks.map((check, i) => ({ check, answer: answers[i] })).filter(({ check, answer }) => answer !== check[2]);
+    expect(wrong.map(({ check, answer }) => `${check[0].split(":").at(-1)} ${check[1].join(" ")}: ${answer}, expected ${check[2]}`)).toEqual([]);
+  });
+});
