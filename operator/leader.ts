@@ -26,6 +26,8 @@ export class LeaderElector {
   #stopped = false;
   #timer: NodeJS.Timeout | undefined;
   #lastRenew = 0;
+  #watchdog: NodeJS.Timeout | undefined;
+  #inflight: Promise<unknown> = Promise.resolve();
 
   constructor(kube: Kube, options: LeaderElectionOptions, log: Logger) {
     this.#kube = kube;
@@ -51,19 +53,28 @@ export class LeaderElector {
     this.#leading = true;
     this.#lastRenew = Date.now();
     this.#log.info({ lease: `${this.#options.namespace}/${this.#options.name}`, identity: this.#options.identity }, "became the leader");
+    const lose = (reason: string) => {
+      if (!this.#leading || this.#stopped) return;
+      this.#leading = false;
+      clearTimeout(this.#timer);
+      clearInterval(this.#watchdog);
+      onLost(reason);
+    };
+    // A renew call that hangs (a black-holed API server) must not keep this process acting:
+    // the watchdog steps down once the last successful renew is older than the renew deadline.
+    this.#watchdog = setInterval(() => {
+      if (Date.now() - this.#lastRenew > this.#options.renewDeadlineMs) lose("the lease could not be renewed within the renew deadline");
+    }, Math.max(100, Math.floor(this.#options.retryPeriodMs / 2)));
+    this.#watchdog.unref();
     const renew = async () => {
       if (this.#stopped) return;
-      const outcome = await this.#tryAcquireOrRenew();
-      if (outcome === "held") this.#lastRenew = Date.now();
-      const lost =
-        outcome === "held-by-other" ? "another process holds the lease"
-        : outcome === "failed" && Date.now() - this.#lastRenew > this.#options.renewDeadlineMs ? "the lease could not be renewed within the renew deadline"
-        : undefined;
-      if (lost) {
-        this.#leading = false;
-        onLost(lost);
-        return;
-      }
+      // Counted from the attempt's start: the renewTime written is no later than this.
+      const attemptStart = Date.now();
+      this.#inflight = this.#tryAcquireOrRenew();
+      const outcome = await this.#inflight;
+      if (this.#stopped) return;
+      if (outcome === "held") this.#lastRenew = attemptStart;
+      if (outcome === "held-by-other") return lose("another process holds the lease");
       this.#timer = setTimeout(() => void renew(), this.#options.retryPeriodMs);
     };
     this.#timer = setTimeout(() => void renew(), this.#options.retryPeriodMs);
@@ -73,6 +84,9 @@ export class LeaderElector {
   async release(): Promise<void> {
     this.#stopped = true;
     clearTimeout(this.#timer);
+    clearInterval(this.#watchdog);
+    // A renew still in flight could otherwise take the lease back after the release.
+    await this.#inflight;
     if (!this.#leading) return;
     this.#leading = false;
     try {
@@ -95,8 +109,16 @@ export class LeaderElector {
     }
   }
 
-  /** held: this process holds the lease now; failed: an API error or a lost race. */
-  async #tryAcquireOrRenew(): Promise<"held" | "held-by-other" | "failed"> {
+  /** held: this process holds the lease now; failed: an API error, a timeout or a lost race. */
+  #tryAcquireOrRenew(): Promise<"held" | "held-by-other" | "failed"> {
+    let timer: NodeJS.Timeout | undefined;
+    const timeout = new Promise<"failed">((resolve) => {
+      timer = setTimeout(() => resolve("failed"), this.#options.renewDeadlineMs / 2);
+    });
+    return Promise.race([this.#attempt(), timeout]).finally(() => clearTimeout(timer));
+  }
+
+  async #attempt(): Promise<"held" | "held-by-other" | "failed"> {
     const { namespace, name, identity } = this.#options;
     const now = new V1MicroTime();
     const durationSeconds = Math.ceil(this.#options.leaseDurationMs / 1000);

@@ -136,6 +136,7 @@ export class Operator {
       events: new EventRecorder(this.#kube, this.#options.identity, this.#log),
       config: new ConfigWriter(kv), jsm, js: jetstream(this.#nc),
       sources, destinations, deletions, sourceDigests: new Map(),
+      requeue: (kind, namespace, name) => this.#queues?.[kind].add(`${namespace}/${name}`),
     };
     const queue = (kind: Kind, reconcile: (ctx: OperatorContext, ns: string, name: string) => Promise<ReconcileResult>) =>
       new WorkQueue({

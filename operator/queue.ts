@@ -1,6 +1,7 @@
 // A keyed work queue like client-go's: a key waits in the queue at most once, one reconcile per
 // key runs at a time (a change during it re-queues the key once), and failures back off per key.
 import type { Logger } from "../dataplane/logging.ts";
+import { apiErrorMessage } from "./kube/client.ts";
 
 /** What a reconcile asks for next: nothing, or another look after a delay (polling a condition). */
 export type ReconcileResult = { requeueAfterMs?: number } | void;
@@ -91,7 +92,7 @@ export class WorkQueue {
       const failures = (this.#failures.get(key) ?? 0) + 1;
       this.#failures.set(key, failures);
       const delay = Math.min(this.#options.maxDelayMs, this.#options.baseDelayMs * 2 ** (failures - 1));
-      this.#options.log.warn({ queue: this.#options.name, key, failures, retryInMs: delay, err: (err as Error).message }, "reconcile failed; will retry");
+      this.#options.log.warn({ queue: this.#options.name, key, failures, retryInMs: delay, err: apiErrorMessage(err) }, "reconcile failed; will retry");
       this.addAfter(key, delay);
     } finally {
       this.#running.delete(key);

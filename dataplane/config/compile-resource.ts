@@ -19,7 +19,7 @@ export type SecretLookup = (namespace: string, name: string) => ReadonlyMap<stri
 
 /** Why a resource cannot take effect; `reason` is the CamelCase reason of its Ready condition. */
 export interface Problem {
-  reason: "SecretNotFound" | "SecretKeyMissing" | "SecretKeyEmpty" | "SourceNotFound" | "InvalidSpec";
+  reason: "SecretNotFound" | "SecretKeyMissing" | "SecretKeyEmpty" | "SecretValueInvalid" | "SourceNotFound" | "InvalidSpec";
   field: string;
   message: string;
 }
@@ -62,7 +62,12 @@ function secretValue(lookup: SecretLookup, namespace: string, field: string, ref
 export function compileSource(namespace: string, doc: SourceDocument, secrets: SecretLookup): CompileResult<CompiledSource> {
   const problems: Problem[] = [];
   const key = secretValue(secrets, namespace, "spec.writeKeySecretRef", doc.spec.writeKeySecretRef, problems);
-  if (key === undefined) return { ok: false, problems };
+  if (key !== undefined && key.trim() !== key) {
+    // SDKs send the key verbatim; a stray newline (kubectl create secret --from-file) would make
+    // every request a 401 while the Source looked fine.
+    problems.push({ reason: "SecretValueInvalid", field: "spec.writeKeySecretRef", message: `the write key in Secret ${namespace}/${doc.spec.writeKeySecretRef.name} starts or ends with whitespace (a trailing newline?)` });
+  }
+  if (key === undefined || problems.length > 0) return { ok: false, problems };
   return {
     ok: true,
     value: {
@@ -104,12 +109,15 @@ export function compileDestination(
     const wanted = Object.entries(spec.sourceSelector?.matchLabels ?? {});
     sourceNames = sources.filter((s) => wanted.every(([k, v]) => s.labels?.[k] === v)).map((s) => s.name);
   }
-  const headers = (spec.headers ?? []).map((header, i) => ({
-    name: header.name,
-    value: header.valueFrom
-      ? (secretValue(secrets, namespace, `spec.headers[${i}].valueFrom.secretKeyRef`, header.valueFrom.secretKeyRef, problems) ?? "")
-      : (header.value ?? ""),
-  }));
+  const headers = (spec.headers ?? []).map((header, i) => {
+    const field = header.valueFrom ? `spec.headers[${i}].valueFrom.secretKeyRef` : `spec.headers[${i}].value`;
+    const value = header.valueFrom ? (secretValue(secrets, namespace, field, header.valueFrom.secretKeyRef, problems) ?? "") : (header.value ?? "");
+    // HTTP forbids these in a header value; every request would fail while Ready said True.
+    if (/[\r\n\0]/.test(value)) {
+      problems.push({ reason: header.valueFrom ? "SecretValueInvalid" : "InvalidSpec", field, message: `the value of header ${header.name} contains a line break or NUL (a trailing newline from --from-file?)` });
+    }
+    return { name: header.name, value };
+  });
   const sharedSecret = spec.sharedSecretRef ? secretValue(secrets, namespace, "spec.sharedSecretRef", spec.sharedSecretRef, problems) : undefined;
   if (spec.standardWebhooks && !spec.sharedSecretRef) {
     problems.push({ reason: "InvalidSpec", field: "spec.standardWebhooks", message: "needs spec.sharedSecretRef (the signature's key)" });

@@ -39,6 +39,8 @@ export interface OperatorContext {
   deletions: Reflector<DeletionResource>;
   /** namespace/name → write key digest of the Sources in effect, to refuse a key two Sources share. */
   sourceDigests: Map<string, string>;
+  /** Queues another reconcile of an object (a Source that lost or may win a shared key). */
+  requeue(kind: Kind, namespace: string, name: string): void;
 }
 
 type AnyResource = SourceResource | DestinationResource | DeletionResource;
@@ -55,6 +57,9 @@ export async function writeStatus<R extends AnyResource>(ctx: OperatorContext, o
       { ...customResource(PLURALS[object.kind]), namespace, name, body: { status } },
       MERGE_PATCH,
     );
+    // The cache sees this write only when its watch event arrives; until then a re-run must
+    // compare with what was written, not with what was there before.
+    (object as { status?: unknown }).status = status;
   } catch (err) {
     if (!isNotFound(err)) throw err; // deleted meanwhile: nothing to report on
   }

@@ -3,12 +3,11 @@
 // before anything is sent, and progress after each slice; a restart resumes from the recorded
 // progress, and the few notifications sent after the last record carry the same Nats-Msg-Id
 // again, so the stream drops them as duplicates.
-import { destinationKey } from "../../dataplane/config/mod.ts";
 import { publishDeleteNotifications } from "../../dataplane/deletion/mod.ts";
-import type { CompiledDestination, DeletionRequestStatus, DeletionState } from "../../schema/mod.ts";
+import type { DeletionRequestStatus, DeletionState } from "../../schema/mod.ts";
 import type { ReconcileResult } from "../queue.ts";
 import { withReady } from "../conditions.ts";
-import { customResource, isNotFound } from "../kube/client.ts";
+import { apiErrorMessage, customResource, isNotFound } from "../kube/client.ts";
 import { PLURALS, isDeleting, setReady, writeStatus, type DeletionResource, type OperatorContext } from "./context.ts";
 
 type SourceProgress = NonNullable<DeletionRequestStatus["sources"]>[number];
@@ -17,6 +16,19 @@ const FINAL: readonly DeletionState[] = ["FINISHED", "FAILED"];
 const PROGRESS_INTERVAL_MS = 500;
 
 export async function reconcileDeletion(ctx: OperatorContext, namespace: string, name: string): Promise<ReconcileResult> {
+  try {
+    return await sendNotifications(ctx, namespace, name);
+  } catch (err) {
+    // Retried with backoff by the queue; meanwhile status says why it is not progressing.
+    const request = await readFresh(ctx, namespace, name).catch(() => undefined);
+    if (request && !isDeleting(request)) {
+      await setReady(ctx, request, { status: "Unknown", reason: "Retrying", message: `not done yet, retrying: ${apiErrorMessage(err)}` }).catch(() => {});
+    }
+    throw err;
+  }
+}
+
+async function sendNotifications(ctx: OperatorContext, namespace: string, name: string): Promise<ReconcileResult> {
   // The cache may lag behind this process's own last status write; a resumed request must not
   // start from older progress than it recorded.
   let request = await readFresh(ctx, namespace, name);
@@ -77,14 +89,19 @@ export async function reconcileDeletion(ctx: OperatorContext, namespace: string,
 async function plan(ctx: OperatorContext, request: DeletionResource): Promise<DeletionResource> {
   const { namespace } = request.metadata;
   const names = request.spec.sources ?? ctx.sources.list(namespace).filter((s) => !s.metadata.deletionTimestamp).map((s) => s.metadata.name).sort();
-  const destinations = (
-    await Promise.all(ctx.destinations.list(namespace).map((d) => ctx.config.get<CompiledDestination>(destinationKey(namespace, d.metadata.name))))
-  ).filter((d): d is CompiledDestination => d !== undefined && d.enabled);
+  // From the resources, not the bucket: a destination applied together with the request may not
+  // be reconciled yet, and the plan is final.
+  const receiving = new Set(
+    ctx.destinations
+      .list(namespace)
+      .filter((d) => !isDeleting(d) && d.spec.enabled !== false)
+      .flatMap((d) => d.spec.sources ?? ctx.sources.list(namespace).filter((s) => Object.entries(d.spec.sourceSelector?.matchLabels ?? {}).every(([k, v]) => s.metadata.labels?.[k] === v)).map((s) => s.metadata.name)),
+  );
   const sources: SourceProgress[] = names.map((name) => {
     if (!ctx.sources.get(namespace, name)) {
       return { name, state: "FAILED", notified: 0, reason: "SourceNotFound", message: `no Source "${name}" in namespace ${namespace}` };
     }
-    if (!destinations.some((d) => d.sources.includes(name))) {
+    if (!receiving.has(name)) {
       return { name, state: "FINISHED", notified: 0, reason: "NoEnabledDestination", message: "no enabled WebhookDestination receives this source: nothing to notify" };
     }
     return { name, state: "INITIALIZED", notified: 0 };

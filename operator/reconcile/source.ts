@@ -10,7 +10,7 @@ export async function reconcileSource(ctx: OperatorContext, namespace: string, n
   const digests = ctx.sourceDigests;
   const key = sourceKey(namespace, name);
   if (!source || isDeleting(source)) {
-    digests.delete(`${namespace}/${name}`);
+    if (digests.delete(`${namespace}/${name}`)) requeueRefused(ctx, `${namespace}/${name}`);
     if (await ctx.config.delete(key)) ctx.log.info({ source: `${namespace}/${name}` }, "source removed from the config");
     if (source) await removeFinalizer(ctx, source);
     return;
@@ -20,19 +20,34 @@ export async function reconcileSource(ctx: OperatorContext, namespace: string, n
   const doc = source as unknown as SourceDocument;
   const result = compileSource(namespace, doc, await readSecrets(ctx, namespace, secretNamesOf(doc)));
   if (!result.ok) {
-    digests.delete(`${namespace}/${name}`);
+    if (digests.delete(`${namespace}/${name}`)) requeueRefused(ctx, `${namespace}/${name}`);
     await ctx.config.delete(key);
     const [first] = result.problems;
     await setReady(ctx, source, { status: "False", reason: first!.reason, message: `${first!.field}: ${first!.message}; the source accepts no messages` });
     return;
   }
-  const clash = [...digests].find(([id, digest]) => id !== `${namespace}/${name}` && digest === result.value.writeKeySha256);
+  // Two Sources with one key: the older keeps it whatever order they are reconciled in, so
+  // copying another tenant's key into a new Source never takes its traffic. Created in the same
+  // second (the timestamps' resolution), the one already in effect keeps it.
+  const id = `${namespace}/${name}`;
+  const created = (ns: string, n: string) => ctx.sources.get(ns, n)?.metadata.creationTimestamp ?? "9999";
+  const clash = [...digests].find(([other, digest]) => other !== id && digest === result.value.writeKeySha256);
   if (clash) {
-    await ctx.config.delete(key);
-    await setReady(ctx, source, { status: "False", reason: "DuplicateWriteKey", message: `Source ${clash[0]} already uses the same write key; give each Source its own` });
-    return;
+    const [otherNs, otherName] = clash[0].split("/") as [string, string];
+    if (ctx.sources.get(otherNs, otherName) && created(otherNs, otherName) <= created(namespace, name)) {
+      digests.delete(id);
+      await ctx.config.delete(key);
+      await setReady(ctx, source, { status: "False", reason: "DuplicateWriteKey", message: `Source ${clash[0]} already uses the same write key; give each Source its own` });
+      return;
+    }
+    // This one is older: it takes the key, and the other is reconciled again (and refused).
+    digests.delete(clash[0]);
+    await ctx.config.delete(sourceKey(otherNs, otherName));
+    ctx.requeue("Source", otherNs, otherName);
   }
-  digests.set(`${namespace}/${name}`, result.value.writeKeySha256);
+  const previous = digests.get(id);
+  digests.set(id, result.value.writeKeySha256);
+  if (previous !== result.value.writeKeySha256) requeueRefused(ctx, id);
   const changed = await ctx.config.put(key, result.value);
   if (changed) ctx.log.info({ source: `${namespace}/${name}`, enabled: result.value.enabled }, "source config written");
   await setReady(ctx, source, {
@@ -40,4 +55,14 @@ export async function reconcileSource(ctx: OperatorContext, namespace: string, n
     reason: "Reconciled",
     message: result.value.enabled ? "the write key is accepted by ingest" : "disabled: the write key is refused as unknown",
   });
+}
+
+/** A key given up or taken may change who may use it: refused Sources look again. */
+function requeueRefused(ctx: OperatorContext, except: string): void {
+  for (const s of ctx.sources.list()) {
+    const id = `${s.metadata.namespace}/${s.metadata.name}`;
+    if (id !== except && s.status?.conditions?.some((c) => c.type === "Ready" && c.reason === "DuplicateWriteKey")) {
+      ctx.requeue("Source", s.metadata.namespace, s.metadata.name);
+    }
+  }
 }

@@ -95,6 +95,30 @@ spec:
     ]);
   });
 
+  it("refuses a write key with a trailing newline and a header value with a line break, naming the field", () => {
+    const dir = configDir({
+      "a.yaml": [
+        secret("k", "writeKey", "key-with-newline\n"),
+        secret("tok", "token", "Bearer abc\n"),
+        source("web", "k", "writeKey"),
+        secret("k2", "writeKey", "fine"),
+        source("app", "k2", "writeKey"),
+        `apiVersion: trackhook.io/v1alpha1
+kind: WebhookDestination
+metadata: { name: hook }
+spec:
+  sources: [app]
+  urls: ["https://hooks.example.com/in"]
+  headers: [{ name: Authorization, valueFrom: { secretKeyRef: { name: tok, key: token } } }]
+`,
+      ].join("---\n"),
+    });
+    expect(problemsOf(dir)).toEqual([
+      expect.stringMatching(/Source web\): spec.writeKeySecretRef: the write key in Secret default\/k starts or ends with whitespace/),
+      expect.stringMatching(/WebhookDestination hook\): spec.headers\[0\].valueFrom.secretKeyRef: the value of header Authorization contains a line break/),
+    ]);
+  });
+
   it("rejects a Source name that cannot be a NATS subject token", () => {
     const dir = configDir({ "a.yaml": [secret("k", "writeKey", "x"), source("web.site", "k", "writeKey")].join("---\n") });
     expect(problemsOf(dir).join("\n")).toMatch(/metadata.name: must match pattern/);

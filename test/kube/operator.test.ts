@@ -111,4 +111,18 @@ spec:
     expect(await kvValue(sourceKey(env.namespace, "web"))).toBeUndefined();
     await env.waitFor("the key refused", async () => (await track("second-key", { userId: "u", event: "e" })).status === 401);
   });
+
+  it("a copied write key never takes over: the older Source keeps it, the copy is refused until the key is free", async () => {
+    await env.apply([secret("orig-key", { writeKey: "shared-key" }), source("original", "orig-key")].join("---\n"));
+    await env.waitReady("Source", "original");
+    await env.apply([secret("copy-key", { writeKey: "shared-key" }), source("copycat", "copy-key")].join("---\n"));
+    const copycat = await env.waitReady("Source", "copycat", "False");
+    expect(copycat.status!.conditions![0]).toMatchObject({ reason: "DuplicateWriteKey", message: expect.stringContaining(`Source ${env.namespace}/original already uses the same write key`) });
+    expect(await kvValue(sourceKey(env.namespace, "original"))).toBeDefined();
+    expect(await kvValue(sourceKey(env.namespace, "copycat"))).toBeUndefined();
+
+    await env.cluster.kubectlOk(["delete", "source", "original", "-n", env.namespace, "--wait=true", "--timeout=15s"]);
+    await env.waitReady("Source", "copycat");
+    expect(await kvValue(sourceKey(env.namespace, "copycat"))).toBeDefined();
+  });
 });
