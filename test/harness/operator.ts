@@ -123,7 +123,7 @@ export function useOperator(env: OperatorEnv): { readonly operator: Operator } {
     const kube = kubeClients(env.cluster.kubeConfig());
     operator = new Operator(
       { kube, nc: await env.nats.connect(), log },
-      operatorOptions({ watchNamespace: env.namespace, leaseNamespace: env.namespace, leaseDurationMs: 4000, renewDeadlineMs: 3000, retryPeriodMs: 500 }),
+      operatorOptions({ watchNamespace: env.namespace, leaseNamespace: env.namespace, leaseDurationMs: 15_000, renewDeadlineMs: 10_000, retryPeriodMs: 2000 }),
     );
     await operator.run((reason) => {
       throw new Error(`the test operator lost its lease: ${reason}`);
@@ -151,7 +151,7 @@ export async function spawnOperator(env: OperatorEnv, options: { leaseDuration?:
   const child = spawn(
     process.execPath,
     [join(repoRoot, "cli", "main.ts"), "operator", "--nats", env.nats.server.url, "--kubeconfig", env.cluster.kubeconfigPath,
-      "--watch-namespace", env.namespace, "--lease-namespace", env.namespace, "--lease-duration", options.leaseDuration ?? "3s",
+      "--watch-namespace", env.namespace, "--lease-namespace", env.namespace, "--lease-duration", options.leaseDuration ?? "6s",
       "--port", String(port), "--host", "127.0.0.1", "--log-level", "info"],
     { cwd: repoRoot, stdio: ["ignore", "pipe", "pipe"] },
   );

@@ -23,10 +23,10 @@ const reconciles = async (p: OperatorProcess) => (await p.metric('trackhook_oper
 
 describe("leader election", () => {
   it("lets only the leader reconcile, and fails over when it dies", async () => {
-    const a = await spawnOperator(env, { leaseDuration: "3s" });
+    const a = await spawnOperator(env, { leaseDuration: "5s" });
     const leaderA = await env.waitFor("a leader", async () => ((await a.metric("trackhook_operator_leader")) === 1 ? true : undefined));
     expect(leaderA).toBe(true);
-    const b = await spawnOperator(env, { leaseDuration: "3s" });
+    const b = await spawnOperator(env, { leaseDuration: "5s" });
     try {
       await env.apply(source("one"));
       await env.waitReady("Source", "one");
