@@ -3,9 +3,11 @@
 // dry run with strict field validation, `helm install` works, and the operator's installed RBAC
 // allows what the operator does and nothing it should not (asked of the RBAC authorizer with
 // `kubectl auth can-i --as` its ServiceAccount). No controller manager runs, so no pod starts.
+import { readFileSync } from "node:fs";
+import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { useControlPlane } from "../harness/control-plane.ts";
-import { chartDir, describeManifest, fullValues, helm, parseManifests, renderText } from "../chart/helm.ts";
+import { chartDir, describeManifest, fullValues, helm, parseManifests, renderText, repoRoot } from "../chart/helm.ts";
 
 const cluster = useControlPlane();
 
@@ -164,5 +166,22 @@ describe("the chart on a real API server", () => {
     const answers = await Promise.all(checks.map(([as, args]) => canI(as, args)));
     const wrong = checks.map((check, i) => ({ check, answer: answers[i] })).filter(({ check, answer }) => answer !== check[2]);
     expect(wrong.map(({ check, answer }) => `${check[0].split(":").at(-1)} ${check[1].join(" ")}: ${answer}, expected ${check[2]}`)).toEqual([]);
+  });
+
+  it("the kind e2e's receiver, Secrets, Source and WebhookDestination pass a server-side dry run", async () => {
+    const kind = join(repoRoot, "test", "e2e", "kind");
+    const secrets = [
+      { apiVersion: "v1", kind: "Secret", metadata: { name: "website-write-key" }, stringData: { writeKey: "k" } },
+      { apiVersion: "v1", kind: "Secret", metadata: { name: "receiver-webhook" }, stringData: { sharedSecret: "s" } },
+    ];
+    const text = [
+      readFileSync(join(kind, "receiver.yaml"), "utf8").replace("TRACKHOOK_IMAGE", "trackhook:e2e-test"),
+      ...secrets.map((s) => JSON.stringify(s)),
+      readFileSync(join(kind, "resources.yaml"), "utf8"),
+    ].join("\n---\n");
+    const result = await cluster.kubectl(["apply", "--dry-run=server", "--validate=strict", "-n", namespace, "-f", "-"], { input: text });
+    expect(result.code, result.stderr).toBe(0);
+    expect(result.stdout).toMatch(/source\.trackhook\.io\/website created \(server dry run\)/);
+    expect(result.stdout).toMatch(/webhookdestination\.trackhook\.io\/receiver created \(server dry run\)/);
   });
 });
