@@ -400,4 +400,17 @@ describe("rendered manifests", () => {
     expect(notes).toContain("port-forward svc/th-test-trackhook-ingest 8080:80");
     expect(notes).toMatch(/curl -u "\$KEY:" "\$URL\/v1\/track"/);
   });
+
+  it("the README's helm install command renders (its --set values pass the schema)", async () => {
+    const readme = readFileSync(join(repoRoot, "README.md"), "utf8");
+    const section = readme.slice(readme.indexOf("## Install on Kubernetes"), readme.indexOf("## Commands"));
+    const command = /^helm install trackhook charts\/trackhook(?:[^\n]*\\\n)*[^\n]*/m.exec(section)?.[0];
+    expect(command, "the section has a helm install of charts/trackhook").toBeDefined();
+    const set = Object.fromEntries([...command!.matchAll(/--set ([\w.]+)=(\S+)/g)].map((m) => [m[1]!, m[2]!.replace("$IMAGE", "registry.example.com/platform/trackhook")]));
+    expect(Object.keys(set)).toContain("nats.url");
+    const docs = await render({ release: "trackhook", set });
+    const ingest = deploymentOf(docs, "ingest");
+    expect(ingest.metadata.name).toBe("trackhook-ingest");
+    expect(ingest.spec.template.spec.containers[0].image).toBe("registry.example.com/platform/trackhook:0.1.0");
+  });
 });

@@ -184,4 +184,15 @@ describe("the chart on a real API server", () => {
     expect(result.stdout).toMatch(/source\.trackhook\.io\/website created \(server dry run\)/);
     expect(result.stdout).toMatch(/webhookdestination\.trackhook\.io\/receiver created \(server dry run\)/);
   });
+
+  it("the README's Install on Kubernetes resources pass a server-side dry run", async () => {
+    const readme = readFileSync(join(repoRoot, "README.md"), "utf8");
+    const section = readme.slice(readme.indexOf("## Install on Kubernetes"), readme.indexOf("## Commands"));
+    const block = /<<'YAML'\n([\s\S]*?)\nYAML\n/.exec(section)?.[1];
+    expect(block, "the section applies its Source and WebhookDestination from a <<'YAML' heredoc").toBeDefined();
+    const result = await cluster.kubectl(["apply", "--dry-run=server", "--validate=strict", "-n", namespace, "-f", "-"], { input: block });
+    expect(result.code, result.stderr).toBe(0);
+    expect(result.stdout).toMatch(/source\.trackhook\.io\/website created/);
+    expect(result.stdout).toMatch(/webhookdestination\.trackhook\.io\/receiver created/);
+  });
 });
