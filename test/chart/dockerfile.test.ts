@@ -219,6 +219,9 @@ describe("Dockerfile", () => {
     const buildWorkdir = buildStage.instructions.filter((i) => i.op === "WORKDIR").at(-1)?.args ?? "/";
     expect(copyDist!.args.split(/\s+/).at(-2)).toBe(join(buildWorkdir, buildConfig.compilerOptions.outDir));
     expect(buildStage.instructions.some((i) => i.op === "RUN" && /tsc -p tsconfig\.build\.json/.test(i.args))).toBe(true);
+    // dist/*.js are ES modules only because package.json says "type": "module": it must sit above dist/.
+    expect(JSON.parse(readFileSync(join(repoRoot, "package.json"), "utf8")).type).toBe("module");
+    expect(finalStage.instructions.some((i) => i.op === "COPY" && !/--from=/.test(i.args) && /^package\.json\s+\.\/?$/.test(i.args))).toBe(true);
     // Node flags in the image equal those of the CLI's shebang (which the image does not use).
     const shebang = readFileSync(join(repoRoot, "cli/main.ts"), "utf8").split("\n")[0]!;
     const shebangFlags = shebang.split(/\s+/).filter((w) => w.startsWith("--"));
