@@ -359,6 +359,8 @@ describe("rendered manifests", () => {
       for (const ingress of ofKind(docs, "Ingress")) {
         for (const rule of ingress.spec.rules) {
           for (const path of rule.http.paths) {
+            // ingest serves /metrics, /healthz and /readyz on its API port: only /v1 goes public.
+            expect(path.path, `${variant}: Ingress path`).toMatch(/^\/v1(\/|$)/);
             const svc = byName(docs, "Service", path.backend.service.name);
             expect(svc.metadata.labels["app.kubernetes.io/component"]).toBe("ingest");
             expect(svc.spec.ports.map((p: Manifest) => p.name)).toContain(path.backend.service.port.name);
