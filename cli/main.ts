@@ -6,7 +6,7 @@
 // equal or better throughput (bench/ingest.ts). Run the file itself, or pass the same flag to node.
 import { parseArgs } from "node:util";
 import { ConfigError } from "../dataplane/config/mod.ts";
-import { NatsServerNotFoundError } from "../dataplane/nats/mod.ts";
+import { NatsAuthError, NatsServerNotFoundError } from "../dataplane/nats/mod.ts";
 import { UsageError } from "./args.ts";
 import { devCommand } from "./commands/dev.ts";
 import { deliverCommand } from "./commands/deliver.ts";
@@ -55,7 +55,7 @@ async function main(argv: string[]): Promise<void> {
 }
 
 main(process.argv.slice(2)).catch((err: unknown) => {
-  if (err instanceof UsageError || err instanceof ConfigError || err instanceof NatsServerNotFoundError) {
+  if (err instanceof UsageError || err instanceof ConfigError || err instanceof NatsServerNotFoundError || err instanceof NatsAuthError) {
     process.stderr.write(`trackhook: ${err.message}\n`);
     process.exit(2);
   }

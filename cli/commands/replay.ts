@@ -2,6 +2,7 @@
 // Also holds what the admin commands (replay, attempts, tail) share: the NATS flag and names.
 import { connect, type NatsConnection } from "@nats-io/transport-node";
 import { ReplayInterruptedError, ReplayTargetError, replayDeadLetters } from "../../dataplane/delivery/admin.ts";
+import { assertNoCredentialsInUrl, natsAuthOptions } from "../../dataplane/nats/mod.ts";
 import { DNS_LABEL } from "../../schema/mod.ts";
 import { UsageError, durationFlag, integerFlag } from "../args.ts";
 import type { Command } from "./types.ts";
@@ -30,9 +31,10 @@ export function natsUrl(values: Record<string, string | undefined>): string {
 /** One connection attempt: an admin command fails at once (exit 1, no stack) when NATS is not there. */
 export async function connectAdmin(url: string, name: string): Promise<NatsConnection | undefined> {
   try {
-    return await connect({ servers: url.split(",").map((s) => s.trim()), name, noAsyncTraces: true, timeout: 5_000 });
+    assertNoCredentialsInUrl(url);
+    return await connect({ ...natsAuthOptions(), servers: url.split(",").map((s) => s.trim()), name, noAsyncTraces: true, timeout: 5_000 });
   } catch (err) {
-    fail(`cannot connect to NATS at ${url}: ${(err as Error).message}`);
+    fail(`cannot connect to NATS at ${url.replace(/\/\/[^/@]*@/g, "//***@")}: ${(err as Error).message}`);
     return undefined;
   }
 }

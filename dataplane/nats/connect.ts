@@ -2,6 +2,7 @@
 // report status changes to the logger.
 import { connect, type NatsConnection } from "@nats-io/transport-node";
 import type { Logger } from "../logging.ts";
+import { assertNoCredentialsInUrl, natsAuthOptions } from "./auth.ts";
 
 export interface ConnectOptions {
   servers: string;
@@ -10,8 +11,11 @@ export interface ConnectOptions {
 }
 
 export async function connectNats({ servers, name, log }: ConnectOptions): Promise<NatsConnection> {
-  log.info({ servers }, "connecting to NATS (waiting until it answers)");
+  assertNoCredentialsInUrl(servers);
+  const auth = natsAuthOptions(); // a missing creds file fails here, before waiting on NATS
+  log.info({ servers, auth: describeAuth(auth) }, "connecting to NATS (waiting until it answers)");
   const nc = await connect({
+    ...auth,
     servers: servers.split(",").map((s) => s.trim()),
     name,
     maxReconnectAttempts: -1,
@@ -28,4 +32,10 @@ export async function connectNats({ servers, name, log }: ConnectOptions): Promi
     }
   })();
   return nc;
+}
+
+/** What kind of credentials are in use, for the log (never their values). */
+function describeAuth(auth: ReturnType<typeof natsAuthOptions>): string {
+  const kind = auth.authenticator ? "creds" : "user" in auth ? "user/password" : auth.token ? "token" : "none";
+  return auth.tls ? `${kind}, tls` : kind;
 }

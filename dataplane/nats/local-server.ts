@@ -44,6 +44,8 @@ export interface LocalNatsServerOptions {
   binary?: string;
   /** Lines of server output, for debugging. */
   onOutput?: (line: string) => void;
+  /** More nats-server flags (tests: --user/--pass, --auth). */
+  args?: string[];
 }
 
 export class LocalNatsServer {
@@ -52,8 +54,10 @@ export class LocalNatsServer {
   port: number;
   #child: ChildProcess | undefined;
   #onOutput: ((line: string) => void) | undefined;
+  readonly #args: string[];
 
   private constructor(options: LocalNatsServerOptions) {
+    this.#args = options.args ?? [];
     this.storeDir = options.storeDir;
     this.port = options.port ?? 0;
     this.binary = options.binary ?? findNatsServer();
@@ -75,7 +79,7 @@ export class LocalNatsServer {
   }
 
   async #spawn(): Promise<void> {
-    const args = ["-a", "127.0.0.1", "-p", this.port === 0 ? "-1" : String(this.port), "-js", "-sd", this.storeDir, "--http_port", "0"];
+    const args = ["-a", "127.0.0.1", "-p", this.port === 0 ? "-1" : String(this.port), "-js", "-sd", this.storeDir, "--http_port", "0", ...this.#args];
     // Its own process group: a terminal's Ctrl-C reaches only trackhook, which then stops the
     // server after draining, instead of the server dying under in-flight publishes.
     const child = spawn(this.binary, args, { stdio: ["ignore", "ignore", "pipe"], detached: true });

@@ -6,3 +6,4 @@ export { eventsStreamConfig, dlqStreamConfig, attemptsStreamConfig, ensureStream
 export { connectNats, type ConnectOptions } from "./connect.ts";
 export { TurnBatch } from "./turn-batch.ts";
 export { LocalNatsServer, NatsServerNotFoundError, findNatsServer, type LocalNatsServerOptions } from "./local-server.ts";
+export { NATS_AUTH_ENV, NatsAuthError, assertNoCredentialsInUrl, natsAuthOptions } from "./auth.ts";

@@ -1,0 +1,57 @@
+// NATS credentials and TLS come from the environment (a Secret in a cluster), never from a URL
+// or a flag; a server that requires them is reachable with them and refuses without them.
+import { spawnSync } from "node:child_process";
+import { mkdtempSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { fileURLToPath } from "node:url";
+import { connect } from "@nats-io/transport-node";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { LocalNatsServer, NatsAuthError, assertNoCredentialsInUrl, natsAuthOptions } from "../../dataplane/nats/mod.ts";
+
+const root = fileURLToPath(new URL("../..", import.meta.url));
+let server: LocalNatsServer;
+let store: string;
+
+beforeAll(async () => {
+  store = mkdtempSync(join(tmpdir(), "trackhook-nats-auth-"));
+  server = await LocalNatsServer.start({ storeDir: store, args: ["--user", "trackhook", "--pass", "pa55-word"] });
+});
+afterAll(async () => {
+  await server.stop();
+  rmSync(store, { recursive: true, force: true });
+});
+
+describe("NATS credentials from the environment", () => {
+  it("connects with TRACKHOOK_NATS_USER/PASSWORD and is refused without them", async () => {
+    const nc = await connect({ ...natsAuthOptions({ TRACKHOOK_NATS_USER: "trackhook", TRACKHOOK_NATS_PASSWORD: "pa55-word" }), servers: server.url });
+    await nc.flush();
+    await nc.close();
+    await expect(connect({ ...natsAuthOptions({}), servers: server.url })).rejects.toThrow(/Authorization Violation/);
+  });
+
+  it("is used by the admin commands, and a URL with credentials is refused before connecting", () => {
+    const run = (env: Record<string, string>, url = server.url) =>
+      spawnSync(process.execPath, [join(root, "cli/main.ts"), "replay", "--destination", "default/none", "--nats", url], {
+        cwd: root, encoding: "utf8", timeout: 20_000, env: { ...process.env, ...env },
+      });
+    const refused = run({});
+    expect(refused.status).toBe(1);
+    expect(refused.stderr).toContain("Authorization Violation");
+    const allowed = run({ TRACKHOOK_NATS_USER: "trackhook", TRACKHOOK_NATS_PASSWORD: "pa55-word" });
+    expect(allowed.stderr).not.toContain("Authorization Violation");
+    const inUrl = run({}, server.url.replace("nats://", "nats://trackhook:pa55-word@"));
+    expect(inUrl.stderr).toContain("NATS URLs must not carry credentials");
+    expect(inUrl.stderr).not.toContain("pa55-word");
+  });
+
+  it("refuses contradictory or unreadable settings with the variable's name", () => {
+    expect(() => natsAuthOptions({ TRACKHOOK_NATS_USER: "u" })).toThrow("TRACKHOOK_NATS_USER and TRACKHOOK_NATS_PASSWORD go together");
+    expect(() => natsAuthOptions({ TRACKHOOK_NATS_TOKEN: "t", TRACKHOOK_NATS_USER: "u", TRACKHOOK_NATS_PASSWORD: "p" })).toThrow(/set only one of/);
+    expect(() => natsAuthOptions({ TRACKHOOK_NATS_CREDS: "/no/such.creds" })).toThrow("TRACKHOOK_NATS_CREDS: cannot read /no/such.creds: ENOENT");
+    expect(() => natsAuthOptions({ TRACKHOOK_NATS_CERT: "/x.pem" })).toThrow(NatsAuthError);
+    expect(natsAuthOptions({ TRACKHOOK_NATS_TOKEN: "tok" })).toEqual({ token: "tok" });
+    expect(() => assertNoCredentialsInUrl("nats://a:4222, nats://u:p@b:4222")).toThrow(NatsAuthError);
+    expect(() => assertNoCredentialsInUrl("nats://a:4222,tls://b:4222")).not.toThrow();
+  });
+});
