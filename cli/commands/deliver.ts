@@ -3,11 +3,11 @@ import type { ConfigProvider } from "../../dataplane/config/mod.ts";
 import { configFrom, configSourceFlags, configSourceHelp, openConfig, openConfigFiles } from "./config-source.ts";
 import { DeliveryMetrics, DeliveryService, WebhookSender } from "../../dataplane/delivery/mod.ts";
 import { createLogger, type Logger } from "../../dataplane/logging.ts";
-import { connectNats } from "../../dataplane/nats/mod.ts";
+import { connectNats, type SideStreamSettings } from "../../dataplane/nats/mod.ts";
 import type { NatsConnection } from "@nats-io/transport-node";
 import { VERSION } from "../../dataplane/version.ts";
 import { buildOpsServer } from "../../dataplane/ops/server.ts";
-import { UsageError, integerFlag } from "../args.ts";
+import { UsageError, integerFlag, parseBytes } from "../args.ts";
 import { onShutdown } from "../shutdown.ts";
 import type { Command } from "./types.ts";
 
@@ -25,13 +25,18 @@ export async function startDelivery(args: {
   allowPrivateNetworks: boolean;
   maxInFlight?: number;
   metrics?: DeliveryMetrics;
+  sideStreams?: SideStreamSettings;
 }): Promise<RunningDelivery> {
   if (args.allowPrivateNetworks) {
     args.log.warn("private networks are ALLOWED: webhooks may reach loopback, private and metadata addresses (fine on a laptop, not in production)");
   }
   const sender = new WebhookSender({ allowPrivateNetworks: args.allowPrivateNetworks, userAgent: `trackhook/${VERSION}` });
   const metrics = args.metrics ?? new DeliveryMetrics();
-  const service = await DeliveryService.start({ nc: args.nc, config: args.config, sender, log: args.log, metrics, ...(args.maxInFlight ? { maxInFlight: args.maxInFlight } : {}) });
+  const service = await DeliveryService.start({
+    nc: args.nc, config: args.config, sender, log: args.log, metrics,
+    ...(args.maxInFlight ? { maxInFlight: args.maxInFlight } : {}),
+    ...(args.sideStreams ? { dlqStream: args.sideStreams, attemptsStream: args.sideStreams } : {}),
+  });
   return {
     service,
     metrics,
@@ -50,32 +55,50 @@ ${configSourceHelp}
   --nats <url>               NATS server URL(s), comma-separated (or TRACKHOOK_NATS_URL)
   --allow-private-networks   let webhooks reach loopback, private, link-local and metadata addresses
   --max-in-flight <n>        messages in delivery at once in this process, all destinations (default 1000)
+  --stream-replicas <n>      JetStream replicas of TRACKHOOK_DLQ and TRACKHOOK_ATTEMPTS (default 1)
+  --stream-max-bytes <size>  disk budget of each of those two streams (default 1GiB)
   --port <n>                 port of /healthz, /readyz and /metrics (default 8081)
   --host <addr>              their listen address (default 0.0.0.0)
   --log-level <level>        trace, debug, info, warn, error (default info)`,
   flags: {
     ...configSourceFlags, nats: { type: "string" }, "allow-private-networks": { type: "boolean" },
     port: { type: "string" }, host: { type: "string" }, "log-level": { type: "string" }, "max-in-flight": { type: "string" },
+    "stream-replicas": { type: "string" }, "stream-max-bytes": { type: "string" },
   },
   async run(values) {
     const natsUrl = values.nats ?? process.env.TRACKHOOK_NATS_URL;
     const from = configFrom(values);
     if (!natsUrl) throw new UsageError("--nats <url> is required (or set TRACKHOOK_NATS_URL)");
-    const log = createLogger({ level: values["log-level"], name: "deliver" });
-    const files = openConfigFiles(from, log); // invalid config fails here, before connecting
-    const nc = await connectNats({ servers: natsUrl, name: "trackhook-deliver", log });
-    const config = await openConfig(files, nc, log);
     const port = integerFlag("port", values.port ?? "8081", 0, 65535);
     const maxInFlight = integerFlag("max-in-flight", values["max-in-flight"] ?? "1000", 1, 100_000);
-    const delivery = await startDelivery({ nc, config, log, maxInFlight, allowPrivateNetworks: Boolean(values["allow-private-networks"] as unknown) });
-    const ops = buildOpsServer({ registry: delivery.metrics.registry, ready: () => delivery.service.ready() });
+    const sideStreams = {
+      replicas: integerFlag("stream-replicas", values["stream-replicas"] ?? "1", 1, 5),
+      maxBytes: parseBytes("stream-max-bytes", values["stream-max-bytes"] ?? "1GiB"),
+    };
+    const log = createLogger({ level: values["log-level"], name: "deliver" });
+    const files = openConfigFiles(from, log); // invalid config fails here, before connecting
+    // Health first: a pod waiting for NATS or the config bucket is alive, just not ready yet.
+    const metrics = new DeliveryMetrics();
+    // Filled in as start-up proceeds; the probes and the shutdown read what is there.
+    const running: { nc?: NatsConnection; config?: ConfigProvider; delivery?: RunningDelivery } = {};
+    let waitingFor = "NATS";
+    const ops = buildOpsServer({
+      registry: metrics.registry,
+      ready: async () => (running.delivery ? running.delivery.service.ready() : { ready: false, reason: `starting: waiting for ${waitingFor}` }),
+    });
     const address = await ops.listen({ host: values.host ?? "0.0.0.0", port });
-    log.info({ address, destinations: delivery.service.destinations }, "delivery running (health, readiness and metrics on this address)");
+    log.debug({ address }, "health and metrics served; ready once delivery runs");
     onShutdown(log, async () => {
       await ops.close();
-      await delivery.close(); // drains in-flight deliveries before exit
-      config.close();
-      await nc.drain();
+      await running.delivery?.close(); // drains in-flight deliveries before exit
+      running.config?.close();
+      await running.nc?.drain();
     });
+    const nc = (running.nc = await connectNats({ servers: natsUrl, name: "trackhook-deliver", log }));
+    waitingFor = from.kind === "nats" ? "the trackhook-config bucket" : "the events stream";
+    const config = (running.config = await openConfig(files, nc, log));
+    waitingFor = "the events stream";
+    const delivery = (running.delivery = await startDelivery({ nc, config, log, maxInFlight, metrics, sideStreams, allowPrivateNetworks: Boolean(values["allow-private-networks"] as unknown) }));
+    log.info({ address, destinations: delivery.service.destinations }, "delivery running (health, readiness and metrics on this address)");
   },
 };

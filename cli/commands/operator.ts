@@ -2,7 +2,8 @@
 import { createLogger } from "../../dataplane/logging.ts";
 import { connectNats } from "../../dataplane/nats/mod.ts";
 import { buildOpsServer } from "../../dataplane/ops/server.ts";
-import { Operator, kubeClients, loadKubeConfig, operatorOptions } from "../../operator/mod.ts";
+import type { NatsConnection } from "@nats-io/transport-node";
+import { Operator, OperatorMetrics, kubeClients, loadKubeConfig, operatorOptions } from "../../operator/mod.ts";
 import { UsageError, durationFlag, integerFlag } from "../args.ts";
 import { onShutdown } from "../shutdown.ts";
 import type { Command } from "./types.ts";
@@ -52,16 +53,22 @@ export const operatorCommand: Command = {
     } catch (err) {
       throw new UsageError(`cannot load the Kubernetes config: ${(err as Error).message}`);
     }
-    const nc = await connectNats({ servers: natsUrl, name: "trackhook-operator", log });
-    const operator = new Operator({ kube, nc, log }, options);
-    const ops = buildOpsServer({ registry: operator.metrics.registry, ready: async () => operator.readiness() });
+    // Health first: an operator waiting for NATS is alive, just not ready yet.
+    const metrics = new OperatorMetrics();
+    const running: { nc?: NatsConnection; operator?: Operator } = {};
+    const ops = buildOpsServer({
+      registry: metrics.registry,
+      ready: async () => running.operator?.readiness() ?? { ready: false, reason: "starting: waiting for NATS" },
+    });
     const address = await ops.listen({ host: values.host ?? "0.0.0.0", port });
     log.info({ address }, "operator health, readiness and metrics on this address");
     onShutdown(log, async () => {
       await ops.close();
-      await operator.stop(); // finishes running reconciles and hands the lease over
-      await nc.drain();
+      await running.operator?.stop(); // finishes running reconciles and hands the lease over
+      await running.nc?.drain();
     });
+    const nc = (running.nc = await connectNats({ servers: natsUrl, name: "trackhook-operator", log }));
+    const operator = (running.operator = new Operator({ kube, nc, log, metrics }, options));
     // Losing the lease means another replica may act now: stop at once, as controller-runtime does.
     await operator.run(() => process.exit(1));
   },

@@ -6,7 +6,7 @@ import type { NatsConnection } from "@nats-io/transport-node";
 import type { CompiledConfig } from "../../schema/mod.ts";
 import type { ConfigProvider } from "../config/mod.ts";
 import type { Logger } from "../logging.ts";
-import { DLQ_STREAM, EVENTS_STREAM, TurnBatch, attemptsStreamConfig, consumerName, dlqStreamConfig, dlqSubject, ensureStream } from "../nats/mod.ts";
+import { DLQ_STREAM, EVENTS_STREAM, TurnBatch, attemptsStreamConfig, consumerName, dlqStreamConfig, dlqSubject, ensureStream, type SideStreamSettings } from "../nats/mod.ts";
 import { ensureDestinationConsumer, removeDestinationConsumers } from "./consumers.ts";
 import type { DeliveryBacklog, DeliveryMetrics } from "./metrics.ts";
 import { DestinationWorker, type WebhookSending } from "./worker.ts";
@@ -23,6 +23,9 @@ export interface DeliveryServiceDeps {
   metrics: DeliveryMetrics;
   /** Messages in delivery at once in this process, all destinations together (default 1000). */
   maxInFlight?: number;
+  /** Size and replicas of the dead-letter and attempt-record streams. */
+  dlqStream?: SideStreamSettings;
+  attemptsStream?: SideStreamSettings;
 }
 
 export class DeliveryService {
@@ -48,8 +51,8 @@ export class DeliveryService {
 
   static async start(deps: DeliveryServiceDeps): Promise<DeliveryService> {
     const jsm = await jetstreamManager(deps.nc);
-    await ensureStream(jsm, dlqStreamConfig());
-    await ensureStream(jsm, attemptsStreamConfig());
+    await ensureStream(jsm, dlqStreamConfig(deps.dlqStream));
+    await ensureStream(jsm, attemptsStreamConfig(deps.attemptsStream));
     const events = await waitForEventsStream(jsm, deps.log);
     const service = new DeliveryService(deps, jsm);
     if (events.config.max_age > 0) service.#streamMaxAgeMs = events.config.max_age / 1e6;

@@ -33,8 +33,16 @@ export function eventsStreamConfig(settings: EventsStreamSettings): Partial<Stre
  * `trackhook replay`. When full it refuses (discard new): delivery then keeps the message and
  * retries later rather than dropping it.
  */
-export function dlqStreamConfig(maxBytes = 1024 ** 3): Partial<StreamConfig> & { name: string } {
+/** Size and replicas of the DLQ and attempts streams (`deliver` owns them). */
+export interface SideStreamSettings {
+  maxBytes: number;
+  replicas: number;
+}
+export const DEFAULT_SIDE_STREAM: SideStreamSettings = { maxBytes: 1024 ** 3, replicas: 1 };
+
+export function dlqStreamConfig({ maxBytes, replicas }: SideStreamSettings = DEFAULT_SIDE_STREAM): Partial<StreamConfig> & { name: string } {
   return {
+    num_replicas: replicas,
     name: DLQ_STREAM,
     subjects: ["trackhook.dlq.>"],
     retention: RetentionPolicy.Limits,
@@ -47,8 +55,9 @@ export function dlqStreamConfig(maxBytes = 1024 ** 3): Partial<StreamConfig> & {
 }
 
 /** One record per delivery attempt per URL, for `trackhook attempts`; old records make room (discard old). */
-export function attemptsStreamConfig(maxBytes = 1024 ** 3): Partial<StreamConfig> & { name: string } {
+export function attemptsStreamConfig({ maxBytes, replicas }: SideStreamSettings = DEFAULT_SIDE_STREAM): Partial<StreamConfig> & { name: string } {
   return {
+    num_replicas: replicas,
     name: ATTEMPTS_STREAM,
     subjects: ["trackhook.attempts.>"],
     retention: RetentionPolicy.Limits,

@@ -1,6 +1,7 @@
 // `trackhook deliver` as a process: without --allow-private-networks a webhook on a loopback
 // address is refused (no request sent, dead-lettered, recorded as private_address_refused); with
 // it the message is delivered. Health, readiness and metrics are served, and SIGTERM drains.
+import { createServer } from "node:net";
 import { spawn } from "node:child_process";
 import { mkdtempSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
@@ -126,5 +127,25 @@ describe("trackhook deliver", () => {
       expect(JSON.parse(mine[0]!.body.toString())).toMatchObject({ messageId: "allowed-1", version: 1 });
     });
     expect(code).toBe(0);
+  });
+
+  it("serves /healthz at once and answers /readyz 503 while NATS is not there yet", async () => {
+    const port = await new Promise<number>((resolve) => {
+      const probe = createServer().listen(0, "127.0.0.1", () => {
+        const { port: free } = probe.address() as { port: number };
+        probe.close(() => resolve(free));
+      });
+    });
+    const child = spawn(process.execPath, [join(root, "cli/main.ts"), "deliver", "--config-from", "nats", "--nats", "nats://127.0.0.1:1", "--host", "127.0.0.1", "--port", String(port)], { cwd: root });
+    try {
+      const health = await until(async () => fetch(`http://127.0.0.1:${port}/healthz`).then((r) => r.status, () => 0), (status) => status === 200);
+      expect(health).toBe(200);
+      const ready = await fetch(`http://127.0.0.1:${port}/readyz`);
+      expect(ready.status).toBe(503);
+      expect(await ready.json()).toEqual({ status: "not_ready", reason: "starting: waiting for NATS" });
+    } finally {
+      child.kill("SIGTERM");
+      await new Promise((resolve) => child.once("exit", resolve));
+    }
   });
 });
