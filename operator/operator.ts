@@ -115,7 +115,7 @@ export class Operator {
   }
 
   async #startControllers(): Promise<void> {
-    const kv = await ensureConfigBucket(this.#nc, { replicas: this.#options.configReplicas });
+    const kv = await ensureConfigBucket(this.#nc, { replicas: this.#options.configReplicas }, this.#log);
     const jsm = await jetstreamManager(this.#nc);
     const { kc, custom, core } = this.#kube;
     const ns = this.#options.watchNamespace;

@@ -26,9 +26,15 @@ export interface ConfigBucketOptions {
 }
 
 /** Creates the bucket when missing (the operator's job), or opens it as it is. */
-export async function ensureConfigBucket(nc: NatsConnection, options: ConfigBucketOptions = {}): Promise<KV> {
+export async function ensureConfigBucket(nc: NatsConnection, options: ConfigBucketOptions = {}, log?: Logger): Promise<KV> {
   // history 1: only the current config matters; older revisions would only hold old secrets.
-  return new Kvm(nc).create(CONFIG_BUCKET, { history: 1, replicas: options.replicas ?? 1 });
+  const kv = await new Kvm(nc).create(CONFIG_BUCKET, { history: 1, replicas: options.replicas ?? 1 });
+  const replicas = (await kv.status()).replicas;
+  if (options.replicas !== undefined && replicas !== options.replicas) {
+    // create() opens an existing bucket as it is; changing replicas is an explicit NATS operation.
+    log?.warn({ bucket: CONFIG_BUCKET, replicas, wanted: options.replicas }, "the config bucket exists with other replicas; change them with `nats stream edit KV_trackhook-config --replicas`");
+  }
+  return kv;
 }
 
 const encoder = new TextEncoder();
@@ -102,13 +108,37 @@ export class KvConfigProvider extends ConfigHolder {
     let loaded!: () => void;
     const initialLoad = new Promise<void>((resolve) => (loaded = resolve));
     let revision = 0;
+    let created: string | undefined;
     const run = async () => {
       while (!this.#stopped) {
+        let check: NodeJS.Timeout | undefined;
         try {
-          const empty = (await kv.status()).values === 0;
+          const status = await kv.status();
+          if (created !== undefined && status.streamInfo.created !== created) {
+            // The bucket was deleted and created again (lost storage): its revisions restarted,
+            // so resuming would skip entries. Start over from its current content.
+            this.#log.warn({ bucket: CONFIG_BUCKET }, "the config bucket was created again; reloading it");
+            this.#sources.clear();
+            this.#destinations.clear();
+            revision = 0;
+          }
+          created = status.streamInfo.created;
+          const empty = status.values === 0;
           const watch = await kv.watch({ key: ">", ...(revision > 0 ? { resumeFromRevision: revision + 1 } : {}) });
           this.#stopWatch = () => watch.stop();
-          if (empty) this.#loaded(loaded);
+          // A watcher does not notice its bucket being deleted; look now and then, and start
+          // over when it is gone or is another bucket of the same name.
+          check = setInterval(() => {
+            kv.status().then(
+              (now) => now.streamInfo.created !== created && watch.stop(),
+              () => watch.stop(),
+            );
+          }, retryMs * 5);
+          check.unref();
+          if (empty) {
+            if (!this.#ready) this.#loaded(loaded);
+            else this.#publish();
+          }
           for await (const entry of watch) {
             revision = entry.revision;
             const changed = this.#apply(entry);
@@ -124,6 +154,8 @@ export class KvConfigProvider extends ConfigHolder {
           }
         } catch (err) {
           if (!this.#stopped) this.#log.warn({ err: (err as Error).message }, "watching the config bucket failed; retrying");
+        } finally {
+          clearInterval(check);
         }
         if (!this.#stopped) await sleep(retryMs);
       }

@@ -100,6 +100,7 @@ export class Reflector<T extends KubeObject> {
     const watch = new Watch(this.#options.kc);
     while (!this.#stopped) {
       let gone = false;
+      let failed: (KubeObject & { code?: number; message?: string }) | undefined;
       const ended = new Promise<unknown>((resolve) => {
         watch
           .watch(
@@ -111,7 +112,7 @@ export class Reflector<T extends KubeObject> {
                 this.#resourceVersion = object.metadata.resourceVersion;
               } else if (phase === "ERROR") {
                 gone = object.code === 410;
-                if (!gone) this.#options.log.warn({ path: this.#options.path, status: object }, "watch error");
+                if (!gone) failed = object;
               } else {
                 this.#resourceVersion = object.metadata.resourceVersion;
                 this.#store(phase as WatchEventType, this.#transform(object));
@@ -132,8 +133,10 @@ export class Reflector<T extends KubeObject> {
         if (gone) {
           this.#options.log.debug({ path: this.#options.path }, "watch too old; listing again");
           await this.#relist();
-        } else if (err) {
-          await this.#backoff("watch", err);
+        } else if (err || failed) {
+          // An ERROR event ends the stream cleanly; without the backoff a persistent one would
+          // re-watch in a tight loop.
+          await this.#backoff("watch", err ?? new Error(`watch error ${failed?.code ?? ""}: ${failed?.message ?? "unknown"}`));
           await this.#relist();
         }
       } catch (relistErr) {

@@ -82,4 +82,28 @@ describe("KvConfigProvider", () => {
     expect(await writer.put(sourceKey("shop", "same"), source("same"))).toBe(false);
     expect(await writer.get(sourceKey("shop", "same"))).toEqual(source("same"));
   });
+
+  it("starts over when the bucket is deleted and created again (its revisions restart)", async () => {
+    await (await ensureConfigBucket(nats.nc)).destroy(); // a clean slate after the tests above
+    const writer = new ConfigWriter(await ensureConfigBucket(nats.nc));
+    for (const name of ["a", "b", "c", "d"]) await writer.put(sourceKey("shop", name), source(name));
+    const provider = await KvConfigProvider.start(await nats.connect(), log, 50);
+    try {
+      expect(provider.current().sources).toHaveLength(4);
+      await writer.kv.destroy();
+      const reborn = new ConfigWriter(await ensureConfigBucket(nats.nc));
+      const next = new Promise<CompiledConfig>((resolve) => {
+        const off = provider.subscribe((config) => {
+          if (config.sources.length === 1) {
+            off();
+            resolve(config);
+          }
+        });
+      });
+      await reborn.put(sourceKey("shop", "only"), source("only"));
+      expect((await next).sources.map((s) => s.name)).toEqual(["only"]);
+    } finally {
+      provider.close();
+    }
+  });
 });
