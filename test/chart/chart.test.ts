@@ -9,6 +9,7 @@ import { join } from "node:path";
 import { promisify } from "node:util";
 import { beforeAll, describe, expect, it } from "vitest";
 import { isMap, isScalar, isSeq, parse, parseDocument, type YAMLMap } from "yaml";
+import { NATS_AUTH_ENV } from "../../dataplane/nats/auth.ts";
 import { chartDir, describeManifest, fullValues, helm, podSpec, render, renderText, repoRoot, type Manifest } from "./helm.ts";
 
 const execFileAsync = promisify(execFile);
@@ -28,9 +29,11 @@ let defaults: Manifest[];
 let full: Manifest[];
 let fullClusterWide: Manifest[];
 let privateNetworks: Manifest[];
+let userPassword: Manifest[];
+let token: Manifest[];
 let cliHelp: Record<string, string>;
 
-const variants = () => ({ defaults, full, fullClusterWide, privateNetworks });
+const variants = () => ({ defaults, full, fullClusterWide, privateNetworks, userPassword, token });
 const ofKind = (docs: Manifest[], kind: string) => docs.filter((d) => d.kind === kind);
 const byName = (docs: Manifest[], kind: string, name: string) => {
   const found = docs.find((d) => d.kind === kind && d.metadata.name === name);
@@ -50,11 +53,14 @@ beforeAll(async () => {
   const cli = async (command: string) => (await execFileAsync(process.execPath, [join(repoRoot, "cli", "main.ts"), command, "--help"])).stdout;
   const commands = Object.values(COMMAND_OF);
   const helps = Promise.all(commands.map(cli));
-  [defaults, full, fullClusterWide, privateNetworks] = await Promise.all([
+  [defaults, full, fullClusterWide, privateNetworks, userPassword, token] = await Promise.all([
     render(),
     render({ valuesFiles: [fullValues] }),
     render({ valuesFiles: [fullValues], set: { "operator.watchNamespace": "" } }),
     render({ set: { "delivery.allowPrivateNetworks": "true", "networkPolicy.egress.enabled": "true" } }),
+    // The other NATS authentication method (full-values.yaml uses a .creds file), with TLS (CA only).
+    render({ set: { "nats.auth.existingSecret": "nats-login", "nats.auth.userKey": "username", "nats.auth.passwordKey": "pass", "nats.tls.existingSecret": "nats-ca", "delivery.streams.replicas": "2", "ingest.stream.replicas": "3" } }),
+    render({ set: { "nats.auth.existingSecret": "nats-token", "nats.auth.type": "token", "nats.auth.tokenKey": "t", "ingest.stream.replicas": "3" } }),
   ]);
   const texts = await helps;
   cliHelp = Object.fromEntries(commands.map((c, i) => [c, texts[i]!]));
@@ -128,6 +134,13 @@ describe("chart metadata and values", () => {
       refused({ "ingest.resources.limits": "null" }, /resources/),
       refused({ "delivery.maxInFlight": "0" }, /maxInFlight/),
       refused({ "delivery.allowPrivateNetwork": "true" }, /allowPrivateNetwork/),
+      refused({ "delivery.streams.replicas": "7" }, /streams\/replicas/),
+      refused({ "delivery.streams.maxBytes": "lots" }, /streams\/maxBytes/),
+      // One NATS authentication method at a time; a TLS Secret must provide the CA or a client certificate.
+      refused({ "nats.auth.existingSecret": "a", "nats.creds.existingSecret": "c" }, /nats\/creds\/existingSecret/),
+      refused({ "nats.auth.existingSecret": "a", "nats.auth.type": "password" }, /nats\/auth\/type/),
+      refused({ "nats.auth.existingSecret": "Not_A_Name" }, /nats\/auth\/existingSecret/),
+      refused({ "nats.tls.existingSecret": "t", "nats.tls.caKey": "" }, /nats\/tls/),
       refused({ logLevel: "verbose" }, /logLevel/),
     ]);
   });
@@ -179,6 +192,80 @@ describe("rendered manifests", () => {
       expect(env.find((e) => e.name === "TRACKHOOK_NATS_URL")?.valueFrom?.secretKeyRef, component).toEqual({ name: "trackhook-nats", key: "url" });
     }
     expect(ofKind(defaults, "ConfigMap")[0]!.data.TRACKHOOK_NATS_URL).toBe("nats://nats.nats.svc.cluster.local:4222");
+  });
+
+  it("wire NATS authentication and TLS from the user's Secrets: secretKeyRef variables and read-only files", () => {
+    const authNames: string[] = Object.values(NATS_AUTH_ENV);
+    const natsEnv = (docs: Manifest[], component: string) =>
+      Object.fromEntries(((deploymentOf(docs, component).spec.template.spec.containers[0].env ?? []) as Manifest[]).filter((e) => authNames.includes(e.name)).map((e) => [e.name, e.value ?? e.valueFrom]));
+    const secretRef = (name: string, key: string) => ({ secretKeyRef: { name, key } });
+    const files = { creds: "/etc/trackhook/nats/creds/nats.creds", ca: "/etc/trackhook/nats/tls/ca.crt", cert: "/etc/trackhook/nats/tls/tls.crt", key: "/etc/trackhook/nats/tls/tls.key" };
+    for (const component of COMPONENTS) {
+      expect(natsEnv(defaults, component), component).toEqual({});
+      expect(natsEnv(userPassword, component), component).toEqual({
+        [NATS_AUTH_ENV.user]: secretRef("nats-login", "username"),
+        [NATS_AUTH_ENV.password]: secretRef("nats-login", "pass"),
+        [NATS_AUTH_ENV.ca]: files.ca,
+      });
+      expect(natsEnv(token, component), component).toEqual({ [NATS_AUTH_ENV.token]: secretRef("nats-token", "t") });
+      expect(natsEnv(full, component), component).toEqual({
+        [NATS_AUTH_ENV.creds]: files.creds,
+        [NATS_AUTH_ENV.ca]: files.ca,
+        [NATS_AUTH_ENV.cert]: files.cert,
+        [NATS_AUTH_ENV.key]: files.key,
+      });
+      // Only the keys asked for are mounted, under fixed names, group-readable (fsGroup) only.
+      const volumes = (docs: Manifest[]) => (deploymentOf(docs, component).spec.template.spec.volumes as Manifest[]).filter((v) => v.name !== "tmp");
+      expect(volumes(full), component).toEqual([
+        { name: "nats-creds", secret: { secretName: "trackhook-nats-creds", defaultMode: 0o440, items: [{ key: "trackhook.creds", path: "nats.creds" }] } },
+        { name: "nats-tls", secret: { secretName: "trackhook-nats-tls", defaultMode: 0o440, items: [{ key: "ca.crt", path: "ca.crt" }, { key: "tls.crt", path: "tls.crt" }, { key: "tls.key", path: "tls.key" }] } },
+      ]);
+      expect(volumes(userPassword), component).toEqual([{ name: "nats-tls", secret: { secretName: "nats-ca", defaultMode: 0o440, items: [{ key: "ca.crt", path: "ca.crt" }] } }]);
+      for (const docs of [defaults, token]) expect(volumes(docs), component).toEqual([]);
+    }
+
+    for (const [variant, docs] of Object.entries(variants())) {
+      for (const component of COMPONENTS) {
+        const spec = deploymentOf(docs, component).spec.template.spec;
+        const container = spec.containers[0] as Manifest;
+        const where = `${variant} ${component}`;
+        for (const e of (container.env ?? []) as Manifest[]) {
+          // Secrets only by reference; file paths point at a file of a read-only mounted Secret volume.
+          if ([NATS_AUTH_ENV.user, NATS_AUTH_ENV.password, NATS_AUTH_ENV.token].includes(e.name)) {
+            expect(e.value, `${where}: ${e.name} is a literal`).toBeUndefined();
+            expect(e.valueFrom.secretKeyRef.name, `${where}: ${e.name}`).toBeTruthy();
+          }
+          if ([NATS_AUTH_ENV.creds, NATS_AUTH_ENV.ca, NATS_AUTH_ENV.cert, NATS_AUTH_ENV.key].includes(e.name)) {
+            const mount = (container.volumeMounts as Manifest[]).find((m) => e.value.startsWith(`${m.mountPath}/`));
+            expect(mount?.readOnly, `${where}: ${e.name}=${e.value} is on a read-only mount`).toBe(true);
+            const volume = (spec.volumes as Manifest[]).find((v) => v.name === mount!.name)!;
+            expect(volume.secret.items.map((i: Manifest) => `${mount!.mountPath}/${i.path}`), `${where}: ${e.name}`).toContain(e.value);
+          }
+        }
+        // The user and password go together; one authentication method at most.
+        const names = ((container.env ?? []) as Manifest[]).map((e) => e.name);
+        expect(names.includes(NATS_AUTH_ENV.user), where).toBe(names.includes(NATS_AUTH_ENV.password));
+        expect([NATS_AUTH_ENV.user, NATS_AUTH_ENV.token, NATS_AUTH_ENV.creds].filter((n) => names.includes(n)).length, where).toBeLessThanOrEqual(1);
+        expect(names.includes(NATS_AUTH_ENV.cert), where).toBe(names.includes(NATS_AUTH_ENV.key));
+      }
+    }
+  });
+
+  it("keep credentials out of ConfigMaps and command lines", () => {
+    const secretish = /password|passwd|token|creds|credential|secret|BEGIN [A-Z ]*KEY|\/\/[^/\s]*@/i;
+    for (const [variant, docs] of Object.entries(variants())) {
+      for (const cm of ofKind(docs, "ConfigMap")) {
+        expect(Object.keys(cm.data ?? {}).filter((k) => k.startsWith("TRACKHOOK_NATS_") && k !== "TRACKHOOK_NATS_URL"), `${variant}: NATS auth in a ConfigMap`).toEqual([]);
+      }
+      for (const workload of docs.filter(podSpec)) {
+        for (const container of containersOf(podSpec(workload)!)) {
+          const where = `${variant}: ${describeManifest(workload)} ${container.name}`;
+          for (const arg of [...(container.command ?? []), ...(container.args ?? [])]) expect(arg, `${where}: argument`).not.toMatch(secretish);
+          // No Secret is poured wholesale into the environment.
+          expect(((container.envFrom ?? []) as Manifest[]).filter((e) => e.secretRef), where).toEqual([]);
+        }
+      }
+    }
   });
 
   it("give the operator minimal RBAC: its resources and status, read-only Secrets, Events, its own Lease", () => {
@@ -244,6 +331,15 @@ describe("rendered manifests", () => {
         }
       }
     }
+    // Ingest opens its port only once NATS and the config bucket answer: five minutes to start.
+    // Delivery and the operator serve /healthz at once and report what they wait for on /readyz.
+    const startup = (component: string) => {
+      const probe = deploymentOf(defaults, component).spec.template.spec.containers[0].startupProbe;
+      return probe.periodSeconds * probe.failureThreshold;
+    };
+    expect(startup("ingest")).toBe(300);
+    expect(startup("delivery")).toBe(60);
+    expect(startup("operator")).toBe(60);
   });
 
   it("lock down every pod and container's securityContext, with no host access", () => {
@@ -305,6 +401,11 @@ describe("rendered manifests", () => {
     ]));
     expect(args(defaults, "ingest").some((a) => a.startsWith("--cors-origins") || a.startsWith("--trusted-proxies"))).toBe(false);
     expect(args(full, "delivery")).toContain("--max-in-flight=5000");
+    // The DLQ and attempts streams: replicas follow the events stream's unless set.
+    expect(args(defaults, "delivery")).toEqual(expect.arrayContaining(["--stream-replicas=1", "--stream-max-bytes=1GiB"]));
+    expect(args(token, "delivery")).toContain("--stream-replicas=3");
+    expect(args(userPassword, "delivery")).toContain("--stream-replicas=2");
+    expect(args(full, "delivery")).toEqual(expect.arrayContaining(["--stream-replicas=3", "--stream-max-bytes=5GiB"]));
     expect(args(defaults, "delivery")).not.toContain("--allow-private-networks");
     expect(args(privateNetworks, "delivery")).toContain("--allow-private-networks");
     expect(args(full, "operator")).toEqual(expect.arrayContaining(["--watch-namespace=tenants", "--lease-name=th-operator", "--lease-duration=20s", "--config-replicas=3"]));

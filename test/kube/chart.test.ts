@@ -105,7 +105,7 @@ describe("the chart on a real API server", () => {
     for (const line of lines) expect(line).toMatch(/ \(server dry run\)$/);
   });
 
-  it("full values (Ingress with three hosts, HPAs, ServiceMonitors, egress policies, namespace-scoped operator): the same", async () => {
+  it("full values (Ingress with three hosts, HPAs, ServiceMonitors, egress policies, namespace-scoped operator, NATS .creds and mutual TLS): the same", async () => {
     const text = await renderText({ release, namespace, valuesFiles: [fullValues], set: { "operator.watchNamespace": watched } });
     const docs = parseManifests(text);
     expect(new Set(docs.map((d) => d.kind))).toEqual(
@@ -114,6 +114,19 @@ describe("the chart on a real API server", () => {
     expect(docs.filter((d) => d.metadata.namespace === watched).map(describeManifest).sort()).toEqual(["Role/th-operator", "RoleBinding/th-operator"]);
     const lines = await dryRun(text);
     expect(lines).toHaveLength(docs.length);
+  });
+
+  it("the other NATS authentication methods (user and password with a TLS CA, token) pass the same dry run", async () => {
+    const variants: Array<Record<string, string>> = [
+      { "nats.auth.existingSecret": "nats-login", "nats.tls.existingSecret": "nats-ca" },
+      { "nats.auth.existingSecret": "nats-token", "nats.auth.type": "token", "nats.tls.existingSecret": "nats-client", "nats.tls.caKey": "", "nats.tls.clientCert": "true" },
+    ];
+    for (const set of variants) {
+      const text = await renderText({ release, namespace, set });
+      expect(text).toMatch(/TRACKHOOK_NATS_(USER|TOKEN)/);
+      const lines = await dryRun(text);
+      expect(lines).toHaveLength(parseManifests(text).length);
+    }
   });
 
   it("helm install works, and the installed RBAC allows the operator exactly what it needs", async () => {

@@ -84,8 +84,105 @@ envFrom:
       name: {{ .root.Values.nats.existingSecret.name }}
       key: {{ .root.Values.nats.existingSecret.key }}
 {{- end }}
+{{- include "trackhook.natsAuthEnv" .root }}
 {{- with .values.extraEnv }}
 {{ toYaml . }}
+{{- end }}
+{{- end }}
+
+{{/* Where the NATS .creds file and TLS files are mounted (read-only, from the user's Secrets). */}}
+{{- define "trackhook.natsCredsDir" -}}/etc/trackhook/nats/creds{{- end }}
+{{- define "trackhook.natsTlsDir" -}}/etc/trackhook/nats/tls{{- end }}
+
+{{/* NATS authentication and TLS as dataplane/nats/auth.ts reads them: a user and password or a
+token from the Secret as secretKeyRef variables, the .creds file and TLS files as paths of
+mounted files. Never in the ConfigMap, never on the command line. */}}
+{{- define "trackhook.natsAuthEnv" -}}
+{{- $nats := .Values.nats }}
+{{- if and $nats.auth.existingSecret $nats.creds.existingSecret }}
+{{- fail "set only one NATS authentication method: nats.auth.existingSecret or nats.creds.existingSecret" }}
+{{- end }}
+{{- with $nats.auth.existingSecret }}
+{{- if eq $nats.auth.type "token" }}
+- name: TRACKHOOK_NATS_TOKEN
+  valueFrom:
+    secretKeyRef:
+      name: {{ . }}
+      key: {{ $nats.auth.tokenKey }}
+{{- else }}
+- name: TRACKHOOK_NATS_USER
+  valueFrom:
+    secretKeyRef:
+      name: {{ . }}
+      key: {{ $nats.auth.userKey }}
+- name: TRACKHOOK_NATS_PASSWORD
+  valueFrom:
+    secretKeyRef:
+      name: {{ . }}
+      key: {{ $nats.auth.passwordKey }}
+{{- end }}
+{{- end }}
+{{- if $nats.creds.existingSecret }}
+- name: TRACKHOOK_NATS_CREDS
+  value: {{ include "trackhook.natsCredsDir" . }}/nats.creds
+{{- end }}
+{{- if $nats.tls.existingSecret }}
+{{- if $nats.tls.caKey }}
+- name: TRACKHOOK_NATS_CA
+  value: {{ include "trackhook.natsTlsDir" . }}/ca.crt
+{{- end }}
+{{- if $nats.tls.clientCert }}
+- name: TRACKHOOK_NATS_CERT
+  value: {{ include "trackhook.natsTlsDir" . }}/tls.crt
+- name: TRACKHOOK_NATS_KEY
+  value: {{ include "trackhook.natsTlsDir" . }}/tls.key
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{/* The Secret volumes of the NATS .creds and TLS files: only the keys asked for, readable by
+the pod's group (fsGroup) alone, or by everyone in the container without an fsGroup. */}}
+{{- define "trackhook.natsVolumes" -}}
+{{- $nats := .Values.nats }}
+{{- $mode := ternary 288 292 (not (empty .Values.podSecurityContext.fsGroup)) }}
+{{- with $nats.creds.existingSecret }}
+- name: nats-creds
+  secret:
+    secretName: {{ . }}
+    defaultMode: {{ $mode }} # {{ ternary "0440" "0444" (eq $mode 288) }}
+    items:
+      - key: {{ $nats.creds.key }}
+        path: nats.creds
+{{- end }}
+{{- if $nats.tls.existingSecret }}
+- name: nats-tls
+  secret:
+    secretName: {{ $nats.tls.existingSecret }}
+    defaultMode: {{ $mode }} # {{ ternary "0440" "0444" (eq $mode 288) }}
+    items:
+      {{- if $nats.tls.caKey }}
+      - key: {{ $nats.tls.caKey }}
+        path: ca.crt
+      {{- end }}
+      {{- if $nats.tls.clientCert }}
+      - key: {{ $nats.tls.certKey }}
+        path: tls.crt
+      - key: {{ $nats.tls.keyKey }}
+        path: tls.key
+      {{- end }}
+{{- end }}
+{{- end }}
+
+{{- define "trackhook.natsVolumeMounts" -}}
+{{- if .Values.nats.creds.existingSecret }}
+- name: nats-creds
+  mountPath: {{ include "trackhook.natsCredsDir" . }}
+  readOnly: true
+{{- end }}
+{{- if .Values.nats.tls.existingSecret }}
+- name: nats-tls
+  mountPath: {{ include "trackhook.natsTlsDir" . }}
+  readOnly: true
 {{- end }}
 {{- end }}
 
@@ -121,11 +218,15 @@ volumes:
   - name: tmp
     emptyDir:
       sizeLimit: 64Mi
+  {{- with include "trackhook.natsVolumes" .root | trim }}
+  {{- . | nindent 2 }}
+  {{- end }}
 {{- end }}
 
-{{/* Probes on a component's ops endpoints. The HTTP port opens only once NATS answers (and, for
-ingest and delivery, once the operator has created the config bucket), so a startup probe allows
-five minutes before liveness applies. */}}
+{{/* Probes on a component's ops endpoints. Ingest opens its HTTP port only once NATS and the
+config bucket (the operator creates it) answer, so its startup probe allows five minutes
+(startupSeconds 300) before liveness applies; delivery and the operator serve /healthz at once
+and say on /readyz what they wait for, so a minute is plenty for theirs. */}}
 {{- define "trackhook.probes" -}}
 startupProbe:
   httpGet:
@@ -133,7 +234,7 @@ startupProbe:
     port: {{ .port }}
   periodSeconds: 5
   timeoutSeconds: 3
-  failureThreshold: 60
+  failureThreshold: {{ div .startupSeconds 5 }}
 livenessProbe:
   httpGet:
     path: /healthz
@@ -161,6 +262,9 @@ resources:
 volumeMounts:
   - name: tmp
     mountPath: /tmp
+  {{- with include "trackhook.natsVolumeMounts" .root | trim }}
+  {{- . | nindent 2 }}
+  {{- end }}
 {{- end }}
 
 {{/* Pod annotations: the checksum of the shared ConfigMap rolls pods when it changes. */}}
