@@ -3,6 +3,7 @@ import { readAttempts } from "../../dataplane/delivery/admin.ts";
 import type { AttemptRecord } from "../../dataplane/delivery/worker.ts";
 import { connectAdmin, natsUrl, qualifiedName } from "./replay.ts";
 import type { Command } from "./types.ts";
+import { NATS_AUTH_HELP } from "./nats-help.ts";
 
 /** How much of a response body the table shows. */
 const RESPONSE_CHARS = 60;
@@ -32,7 +33,7 @@ export const attemptsCommand: Command = {
   --destination <ns/name>    the WebhookDestination (namespace "default" when omitted)
   --message-id <id>          only the attempts of this message
   --json                     one JSON record per line instead of a table
-  --nats <url>               NATS server URL(s), comma-separated (or TRACKHOOK_NATS_URL)`,
+  --nats <url>               NATS server URL(s), comma-separated (or TRACKHOOK_NATS_URL)${NATS_AUTH_HELP}`,
   flags: { destination: { type: "string" }, "message-id": { type: "string" }, json: { type: "boolean" }, nats: { type: "string" } },
   async run(values) {
     const { namespace, name } = qualifiedName("destination", values.destination);

@@ -7,6 +7,7 @@ import { hasEnabledDestination, publishDeleteNotifications } from "../../datapla
 import { UsageError } from "../args.ts";
 import { connectAdmin, fail, natsUrl, qualifiedName } from "./replay.ts";
 import type { Command } from "./types.ts";
+import { NATS_AUTH_HELP } from "./nats-help.ts";
 
 export const deleteUserCommand: Command = {
   name: "delete-user",
@@ -18,7 +19,7 @@ export const deleteUserCommand: Command = {
   --user-id <id>             a user to delete; repeat for more (up to 5000)
   --request-id <id>          names the request: running again with the same id sends nothing twice
                              (default: a new id, so every run notifies again)
-  --nats <url>               NATS server URL(s), comma-separated (or TRACKHOOK_NATS_URL)`,
+  --nats <url>               NATS server URL(s), comma-separated (or TRACKHOOK_NATS_URL)${NATS_AUTH_HELP}`,
   flags: {
     config: { type: "string" }, source: { type: "string" }, "user-id": { type: "string", multiple: true },
     "request-id": { type: "string" }, nats: { type: "string" },

@@ -10,6 +10,7 @@ import { buildOpsServer } from "../../dataplane/ops/server.ts";
 import { UsageError, integerFlag, parseBytes } from "../args.ts";
 import { onShutdown } from "../shutdown.ts";
 import type { Command } from "./types.ts";
+import { NATS_AUTH_HELP } from "./nats-help.ts";
 
 export interface RunningDelivery {
   service: DeliveryService;
@@ -52,7 +53,7 @@ export const deliverCommand: Command = {
   summary: "Deliver stored messages to the webhook URLs of each WebhookDestination",
   usage: `trackhook deliver (--config <file|dir> | --config-from nats) --nats <url> [--allow-private-networks]
 ${configSourceHelp}
-  --nats <url>               NATS server URL(s), comma-separated (or TRACKHOOK_NATS_URL)
+  --nats <url>               NATS server URL(s), comma-separated (or TRACKHOOK_NATS_URL)${NATS_AUTH_HELP}
   --allow-private-networks   let webhooks reach loopback, private, link-local and metadata addresses
   --max-in-flight <n>        messages in delivery at once in this process, all destinations (default 1000)
   --stream-replicas <n>      JetStream replicas of TRACKHOOK_DLQ and TRACKHOOK_ATTEMPTS (default 1)

@@ -11,6 +11,7 @@ import { onShutdown } from "../shutdown.ts";
 import { configFrom, configSourceFlags, configSourceHelp, openConfig, openConfigFiles } from "./config-source.ts";
 import { ingestFlags, ingestFlagsHelp, ingestOptions, streamSettings } from "./shared-flags.ts";
 import type { Command } from "./types.ts";
+import { NATS_AUTH_HELP } from "./nats-help.ts";
 
 export interface RunningIngest {
   url: string;
@@ -51,7 +52,7 @@ export const ingestCommand: Command = {
   summary: "Run the Segment-compatible Tracking API, storing messages in JetStream",
   usage: `trackhook ingest (--config <file|dir> | --config-from nats) --nats <url> [--port <n>] [options]
 
-  --nats <url>               NATS server URL(s), comma-separated (or TRACKHOOK_NATS_URL)${configSourceHelp}${ingestFlagsHelp}`,
+  --nats <url>               NATS server URL(s), comma-separated (or TRACKHOOK_NATS_URL)${NATS_AUTH_HELP}${configSourceHelp}${ingestFlagsHelp}`,
   flags: { ...ingestFlags, ...configSourceFlags, nats: { type: "string" } },
   async run(values) {
     const natsUrl = values.nats ?? process.env.TRACKHOOK_NATS_URL;

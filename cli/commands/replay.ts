@@ -6,6 +6,7 @@ import { assertNoCredentialsInUrl, natsAuthOptions } from "../../dataplane/nats/
 import { DNS_LABEL } from "../../schema/mod.ts";
 import { UsageError, durationFlag, integerFlag } from "../args.ts";
 import type { Command } from "./types.ts";
+import { NATS_AUTH_HELP } from "./nats-help.ts";
 
 const LABEL = new RegExp(DNS_LABEL);
 
@@ -53,7 +54,7 @@ export const replayCommand: Command = {
   --destination <ns/name>    the WebhookDestination (namespace "default" when omitted)
   --since <duration>         only dead letters stored within this long (e.g. 1h, 30m)
   --limit <n>                at most n dead letters, oldest first
-  --nats <url>               NATS server URL(s), comma-separated (or TRACKHOOK_NATS_URL)`,
+  --nats <url>               NATS server URL(s), comma-separated (or TRACKHOOK_NATS_URL)${NATS_AUTH_HELP}`,
   flags: { destination: { type: "string" }, since: { type: "string" }, limit: { type: "string" }, nats: { type: "string" } },
   async run(values) {
     const { namespace, name } = qualifiedName("destination", values.destination);

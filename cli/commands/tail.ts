@@ -3,6 +3,7 @@ import { once } from "node:events";
 import { tail } from "../../dataplane/delivery/admin.ts";
 import { connectAdmin, natsUrl, qualifiedName } from "./replay.ts";
 import type { Command } from "./types.ts";
+import { NATS_AUTH_HELP } from "./nats-help.ts";
 
 export const tailCommand: Command = {
   name: "tail",
@@ -10,7 +11,7 @@ export const tailCommand: Command = {
   usage: `trackhook tail --nats <url> [--source <namespace/name>]
 
   --source <ns/name>         only this Source's messages (namespace "default" when omitted)
-  --nats <url>               NATS server URL(s), comma-separated (or TRACKHOOK_NATS_URL)`,
+  --nats <url>               NATS server URL(s), comma-separated (or TRACKHOOK_NATS_URL)${NATS_AUTH_HELP}`,
   flags: { source: { type: "string" }, nats: { type: "string" } },
   async run(values) {
     const source = values.source !== undefined ? qualifiedName("source", values.source) : undefined;
