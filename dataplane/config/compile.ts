@@ -54,6 +54,10 @@ export function compileConfig(documents: RawDocument[]): CompiledConfig {
           secrets.set(`${secret.namespace}/${secret.doc.metadata.name}`, secretValues(secret.doc));
         }
         break;
+      case "DeletionRequest":
+        // A request acts once, when created; a config file is read again on every change.
+        problems.push(`${label}: DeletionRequest is acted on by the operator in a cluster; without one, run \`trackhook delete-user --config <file|dir> --source <ns/name> --user-id <id>\``);
+        break;
       default:
         problems.push(`${label}: kind must be one of Source, WebhookDestination, Secret`);
     }

@@ -184,6 +184,11 @@ spec: { sources: [web], urls: ["https://hooks.example.com/in"], standardWebhooks
     expect(problem).not.toContain("super-secret-123");
   });
 
+  it("points a DeletionRequest in a config file to trackhook delete-user", () => {
+    const dir = configDir({ "a.yaml": "apiVersion: trackhook.io/v1alpha1\nkind: DeletionRequest\nmetadata: { name: gdpr }\nspec: { userIds: [u1] }\n" });
+    expect(problemsOf(dir)).toEqual([expect.stringMatching(/\(DeletionRequest gdpr\): DeletionRequest is acted on by the operator in a cluster; without one, run `trackhook delete-user/)]);
+  });
+
   it("reports a missing path", () => {
     expect(problemsOf("/no/such/trackhook/config")).toEqual(["/no/such/trackhook/config: no such file or directory"]);
   });
