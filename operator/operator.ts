@@ -8,7 +8,7 @@ import type { NatsConnection } from "@nats-io/transport-node";
 import { ConfigWriter, ensureConfigBucket, secretNamesOf } from "../dataplane/config/mod.ts";
 import { removeDestinationConsumers } from "../dataplane/delivery/mod.ts";
 import type { Logger } from "../dataplane/logging.ts";
-import { CONSUMER_PREFIX, EVENTS_STREAM } from "../dataplane/nats/mod.ts";
+import { EVENTS_STREAM, parseConsumerName } from "../dataplane/nats/mod.ts";
 import { GROUP, VERSION, type SourceDocument, type WebhookDestinationDocument } from "../schema/mod.ts";
 import { EventRecorder } from "./events.ts";
 import type { Kube, KubeObject } from "./kube/client.ts";
@@ -201,8 +201,8 @@ export class Operator {
         this.#log.info({ key }, "removed a config entry whose resource no longer exists");
       }
       for await (const consumer of ctx.jsm.consumers.list(EVENTS_STREAM)) {
-        const [ns, name, ...rest] = consumer.name.startsWith(CONSUMER_PREFIX) ? consumer.name.slice(CONSUMER_PREFIX.length).split("_") : [];
-        if (!ns || !name || rest.length > 0 || !inScope(ns) || ctx.destinations.get(ns, name)) continue;
+        const owner = parseConsumerName(consumer.name);
+        if (!owner || !inScope(owner.namespace) || ctx.destinations.get(owner.namespace, owner.destination)) continue;
         await removeDestinationConsumers(ctx.jsm, [consumer.name]);
         this.#log.info({ consumer: consumer.name }, "removed a consumer whose WebhookDestination no longer exists");
       }

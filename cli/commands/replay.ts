@@ -31,11 +31,13 @@ export function natsUrl(values: Record<string, string | undefined>): string {
 
 /** One connection attempt: an admin command fails at once (exit 1, no stack) when NATS is not there. */
 export async function connectAdmin(url: string, name: string): Promise<NatsConnection | undefined> {
+  // Before connecting, so the URL printed below never carries credentials (NatsAuthError: exit 2).
+  assertNoCredentialsInUrl(url);
+  const auth = natsAuthOptions();
   try {
-    assertNoCredentialsInUrl(url);
-    return await connect({ ...natsAuthOptions(), servers: url.split(",").map((s) => s.trim()), name, noAsyncTraces: true, timeout: 5_000 });
+    return await connect({ ...auth, servers: url.split(",").map((s) => s.trim()), name, noAsyncTraces: true, timeout: 5_000 });
   } catch (err) {
-    fail(`cannot connect to NATS at ${url.replace(/\/\/[^/@]*@/g, "//***@")}: ${(err as Error).message}`);
+    fail(`cannot connect to NATS at ${url}: ${(err as Error).message}`);
     return undefined;
   }
 }

@@ -17,6 +17,14 @@ export function sha256Hex(text: string): string {
 /** The values of a Secret by key, or undefined when there is no such Secret. */
 export type SecretLookup = (namespace: string, name: string) => ReadonlyMap<string, string> | undefined;
 
+/** A Secret's values from its `data` (base64) and `stringData`, which wins as in Kubernetes. */
+export function secretValues(secret: { data?: Record<string, string> | undefined; stringData?: Record<string, string> | undefined }): Map<string, string> {
+  const values = new Map<string, string>();
+  for (const [key, value] of Object.entries(secret.data ?? {})) values.set(key, Buffer.from(value, "base64").toString("utf8"));
+  for (const [key, value] of Object.entries(secret.stringData ?? {})) values.set(key, value);
+  return values;
+}
+
 /** Why a resource cannot take effect; `reason` is the CamelCase reason of its Ready condition. */
 export interface Problem {
   reason: "SecretNotFound" | "SecretKeyMissing" | "SecretKeyEmpty" | "SecretValueInvalid" | "SourceNotFound" | "InvalidSpec";
@@ -85,6 +93,13 @@ export interface SourceRef {
   labels?: Record<string, string> | undefined;
 }
 
+/** The Sources a destination receives: its `sources` list, or those its selector matches. */
+export function resolveSourceNames(spec: WebhookDestinationDocument["spec"], sources: readonly SourceRef[]): string[] {
+  if (spec.sources) return spec.sources;
+  const wanted = Object.entries(spec.sourceSelector?.matchLabels ?? {});
+  return sources.filter((s) => wanted.every(([k, v]) => s.labels?.[k] === v)).map((s) => s.name);
+}
+
 /**
  * A validated WebhookDestination → its compiled form, with Secrets read and the source selector
  * resolved against `sources` (the Sources of its namespace).
@@ -97,17 +112,11 @@ export function compileDestination(
 ): CompileResult<CompiledDestination> {
   const spec = doc.spec;
   const problems: Problem[] = [];
-  let sourceNames: string[];
-  if (spec.sources) {
-    sourceNames = spec.sources;
-    for (const [i, name] of spec.sources.entries()) {
-      if (!sources.some((s) => s.name === name)) {
-        problems.push({ reason: "SourceNotFound", field: `spec.sources[${i}]`, message: `no Source "${name}" in namespace ${namespace}` });
-      }
+  const sourceNames = resolveSourceNames(spec, sources);
+  for (const [i, name] of (spec.sources ?? []).entries()) {
+    if (!sources.some((s) => s.name === name)) {
+      problems.push({ reason: "SourceNotFound", field: `spec.sources[${i}]`, message: `no Source "${name}" in namespace ${namespace}` });
     }
-  } else {
-    const wanted = Object.entries(spec.sourceSelector?.matchLabels ?? {});
-    sourceNames = sources.filter((s) => wanted.every(([k, v]) => s.labels?.[k] === v)).map((s) => s.name);
   }
   const headers = (spec.headers ?? []).map((header, i) => {
     const field = header.valueFrom ? `spec.headers[${i}].valueFrom.secretKeyRef` : `spec.headers[${i}].value`;

@@ -13,7 +13,7 @@ import {
   type SourceDocument,
   type WebhookDestinationDocument,
 } from "../../schema/mod.ts";
-import { compileDestination, compileSource, type SecretLookup } from "./compile-resource.ts";
+import { compileDestination, compileSource, secretValues, type SecretLookup } from "./compile-resource.ts";
 import { ConfigError } from "./errors.ts";
 import type { RawDocument } from "./load.ts";
 
@@ -99,14 +99,6 @@ export function compileConfig(documents: RawDocument[]): CompiledConfig {
 
 function locate<T extends { metadata: { namespace?: string } }>(origin: string, doc: T): Located<T> {
   return { origin, doc, namespace: doc.metadata.namespace ?? DEFAULT_NAMESPACE };
-}
-
-function secretValues(doc: SecretDocument): Map<string, string> {
-  const values = new Map<string, string>();
-  for (const [key, value] of Object.entries(doc.data ?? {})) values.set(key, Buffer.from(value, "base64").toString("utf8"));
-  // As in Kubernetes, stringData wins over data for the same key.
-  for (const [key, value] of Object.entries(doc.stringData ?? {})) values.set(key, value);
-  return values;
 }
 
 function checkUnique(items: Located<{ metadata: { name: string } }>[], kind: string, problems: string[]) {

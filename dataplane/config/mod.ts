@@ -4,6 +4,8 @@ export { compileConfig, DEFAULT_NAMESPACE } from "./compile.ts";
 export {
   compileDestination,
   compileSource,
+  resolveSourceNames,
+  secretValues,
   secretNamesOf,
   sha256Hex,
   type CompileResult,

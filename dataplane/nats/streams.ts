@@ -88,6 +88,7 @@ export async function ensureStream(jsm: JetStreamManager, config: Partial<Stream
   }
 }
 
-function isStreamNotFound(err: unknown): boolean {
+/** A JetStream error saying the stream does not exist (yet). */
+export function isStreamNotFound(err: unknown): boolean {
   return err instanceof Error && (err.name === "StreamNotFoundError" || /stream not found/i.test(err.message));
 }

@@ -36,6 +36,13 @@ export function consumerName(namespace: string, destination: string): string {
   return `${CONSUMER_PREFIX}${namespace}_${destination}`;
 }
 
+/** The destination a consumer named by consumerName() belongs to; undefined for other consumers. */
+export function parseConsumerName(name: string): { namespace: string; destination: string } | undefined {
+  if (!name.startsWith(CONSUMER_PREFIX)) return undefined;
+  const [namespace, destination, ...rest] = name.slice(CONSUMER_PREFIX.length).split("_");
+  return namespace && destination && rest.length === 0 ? { namespace, destination } : undefined;
+}
+
 /** Nats-Msg-Id scoped to the source, so one tenant cannot suppress another's messages. */
 export function eventMsgId(namespace: string, source: string, messageId: string): string {
   return `${namespace}/${source}/${messageId}`;

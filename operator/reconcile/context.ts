@@ -1,6 +1,6 @@
 // What every reconciler works with, and the API writes they share: status, finalizers, Secrets.
 import type { JetStreamClient, JetStreamManager } from "@nats-io/jetstream";
-import type { ConfigWriter, SecretLookup } from "../../dataplane/config/mod.ts";
+import { secretValues, type ConfigWriter, type SecretLookup } from "../../dataplane/config/mod.ts";
 import type { Logger } from "../../dataplane/logging.ts";
 import type {
   DeletionRequestSpec,
@@ -117,10 +117,7 @@ export async function readSecrets(ctx: OperatorContext, namespace: string, names
   await Promise.all(
     names.map(async (name) => {
       try {
-        const secret = await ctx.kube.core.readNamespacedSecret({ name, namespace });
-        const values = new Map<string, string>();
-        for (const [key, value] of Object.entries(secret.data ?? {})) values.set(key, Buffer.from(value, "base64").toString("utf8"));
-        found.set(name, values);
+        found.set(name, secretValues(await ctx.kube.core.readNamespacedSecret({ name, namespace })));
       } catch (err) {
         if (!isNotFound(err)) throw err;
       }

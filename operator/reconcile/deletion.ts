@@ -3,6 +3,7 @@
 // before anything is sent, and progress after each slice; a restart resumes from the recorded
 // progress, and the few notifications sent after the last record carry the same Nats-Msg-Id
 // again, so the stream drops them as duplicates.
+import { resolveSourceNames } from "../../dataplane/config/mod.ts";
 import { publishDeleteNotifications } from "../../dataplane/deletion/mod.ts";
 import type { DeletionRequestStatus, DeletionState } from "../../schema/mod.ts";
 import type { ReconcileResult } from "../queue.ts";
@@ -91,11 +92,12 @@ async function plan(ctx: OperatorContext, request: DeletionResource): Promise<De
   const names = request.spec.sources ?? ctx.sources.list(namespace).filter((s) => !s.metadata.deletionTimestamp).map((s) => s.metadata.name).sort();
   // From the resources, not the bucket: a destination applied together with the request may not
   // be reconciled yet, and the plan is final.
+  const inNamespace = ctx.sources.list(namespace).map((s) => ({ name: s.metadata.name, labels: s.metadata.labels }));
   const receiving = new Set(
     ctx.destinations
       .list(namespace)
       .filter((d) => !isDeleting(d) && d.spec.enabled !== false)
-      .flatMap((d) => d.spec.sources ?? ctx.sources.list(namespace).filter((s) => Object.entries(d.spec.sourceSelector?.matchLabels ?? {}).every(([k, v]) => s.metadata.labels?.[k] === v)).map((s) => s.metadata.name)),
+      .flatMap((d) => resolveSourceNames(d.spec, inNamespace)),
   );
   const sources: SourceProgress[] = names.map((name) => {
     if (!ctx.sources.get(namespace, name)) {

@@ -4,7 +4,7 @@
 // already accepted is lost; Ready says what is wrong.
 import { compileDestination, destinationKey, secretNamesOf } from "../../dataplane/config/mod.ts";
 import { ensureDestinationConsumer, removeDestinationConsumers } from "../../dataplane/delivery/mod.ts";
-import { consumerName } from "../../dataplane/nats/mod.ts";
+import { consumerName, isStreamNotFound } from "../../dataplane/nats/mod.ts";
 import type { WebhookDestinationDocument } from "../../schema/mod.ts";
 import type { ReconcileResult } from "../queue.ts";
 import { addFinalizer, isDeleting, readSecrets, removeFinalizer, setReady, type OperatorContext } from "./context.ts";
@@ -47,7 +47,7 @@ export async function reconcileDestination(ctx: OperatorContext, namespace: stri
     if (compiled.enabled) await ensureDestinationConsumer(ctx.jsm, compiled);
     else await removeDestinationConsumers(ctx.jsm, [consumerName(namespace, name)]);
   } catch (err) {
-    if (!/stream not found/i.test((err as Error).message)) throw err;
+    if (!isStreamNotFound(err)) throw err;
     await setReady(ctx, destination, {
       status: "False",
       reason: "StreamNotFound",
