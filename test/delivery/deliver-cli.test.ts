@@ -1,7 +1,6 @@
 // `trackhook deliver` as a process: without --allow-private-networks a webhook on a loopback
 // address is refused (no request sent, dead-lettered, recorded as private_address_refused); with
 // it the message is delivered. Health, readiness and metrics are served, and SIGTERM drains.
-import { createServer } from "node:net";
 import { spawn } from "node:child_process";
 import { mkdtempSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
@@ -11,6 +10,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { ATTEMPTS_STREAM, DLQ_STREAM } from "../../dataplane/nats/mod.ts";
 import { basic, configFromYaml, post, startIngest, type IngestHarness } from "../harness/ingest.ts";
 import { startNats, type NatsHarness } from "../harness/nats.ts";
+import { freePort } from "../harness/ports.ts";
 import { startReceiver, type Receiver } from "../harness/receiver.ts";
 
 const root = fileURLToPath(new URL("../..", import.meta.url));
@@ -130,12 +130,7 @@ describe("trackhook deliver", () => {
   });
 
   it("serves /healthz at once and answers /readyz 503 while NATS is not there yet", async () => {
-    const port = await new Promise<number>((resolve) => {
-      const probe = createServer().listen(0, "127.0.0.1", () => {
-        const { port: free } = probe.address() as { port: number };
-        probe.close(() => resolve(free));
-      });
-    });
+    const port = await freePort();
     const child = spawn(process.execPath, [join(root, "cli/main.ts"), "deliver", "--config-from", "nats", "--nats", "nats://127.0.0.1:1", "--host", "127.0.0.1", "--port", String(port)], { cwd: root });
     try {
       const health = await until(async () => fetch(`http://127.0.0.1:${port}/healthz`).then((r) => r.status, () => 0), (status) => status === 200);

@@ -6,7 +6,6 @@
 import { spawn, execFile, type ChildProcess } from "node:child_process";
 import { accessSync, constants, closeSync, existsSync, mkdirSync, openSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { request } from "node:https";
-import { createServer, type AddressInfo } from "node:net";
 import { delimiter, join, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
 import { promisify } from "node:util";
@@ -14,6 +13,7 @@ import { randomBytes } from "node:crypto";
 import * as k8s from "@kubernetes/client-node";
 import { inject } from "vitest";
 import { stringify } from "yaml";
+import { freePorts } from "./ports.ts";
 
 declare module "vitest" {
   export interface ProvidedContext {
@@ -402,21 +402,6 @@ function tail(path: string, lines = 30): string {
   }
 }
 
-/** Distinct free loopback ports: all listeners stay open until every port is known. */
-async function freePorts(count: number): Promise<number[]> {
-  const servers = await Promise.all(
-    Array.from({ length: count }, () =>
-      new Promise<ReturnType<typeof createServer>>((resolvePromise, reject) => {
-        const s = createServer();
-        s.once("error", reject);
-        s.listen(0, "127.0.0.1", () => resolvePromise(s));
-      }),
-    ),
-  );
-  const ports = servers.map((s) => (s.address() as AddressInfo).port);
-  await Promise.all(servers.map((s) => new Promise((r) => s.close(r))));
-  return ports;
-}
 
 // A config of our own, so the distribution's openssl.cnf defaults (e.g. CA:TRUE on every
 // `req -x509`) do not leak into leaf certificates.

@@ -15,6 +15,7 @@ import { repoRoot, useControlPlane, type ClusterAccess } from "./control-plane.t
 import { startIngest, type IngestHarness } from "./ingest.ts";
 import { startNats, type NatsHarness } from "./nats.ts";
 import { startReceiver, type Receiver } from "./receiver.ts";
+import { freePort } from "./ports.ts";
 
 const log = createLogger({ level: process.env.TRACKHOOK_TEST_LOG ?? "silent" });
 const PLURAL = { Source: "sources", WebhookDestination: "webhookdestinations", DeletionRequest: "deletionrequests" } as const;
@@ -188,12 +189,3 @@ export async function spawnOperator(env: OperatorEnv, options: { leaseDuration?:
   return proc;
 }
 
-async function freePort(): Promise<number> {
-  const { createServer } = await import("node:net");
-  return new Promise((resolve) => {
-    const server = createServer().listen(0, "127.0.0.1", () => {
-      const { port } = server.address() as { port: number };
-      server.close(() => resolve(port));
-    });
-  });
-}

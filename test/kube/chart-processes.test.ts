@@ -20,7 +20,6 @@
 import { execFile, spawn, type ChildProcess } from "node:child_process";
 import { createHmac, randomBytes } from "node:crypto";
 import { cpSync, existsSync, lstatSync, mkdirSync, mkdtempSync, readFileSync, readdirSync, renameSync, rmSync, writeFileSync } from "node:fs";
-import { createServer, type AddressInfo } from "node:net";
 import { tmpdir } from "node:os";
 import { delimiter, dirname, join } from "node:path";
 import { promisify } from "node:util";
@@ -32,6 +31,9 @@ import { podSpec, render, repoRoot, type Manifest } from "../chart/helm.ts";
 import { kubectl, useControlPlane } from "../harness/control-plane.ts";
 import { startNats, type NatsHarness } from "../harness/nats.ts";
 import { startReceiver, type Receiver } from "../harness/receiver.ts";
+import { destinationYaml, secretYaml, sourceYaml, yamlDocuments } from "../harness/documents.ts";
+import { freePorts } from "../harness/ports.ts";
+import { parseDockerfile } from "../chart/dockerfile.ts";
 
 const execFileAsync = promisify(execFile);
 const cluster = useControlPlane();
@@ -40,36 +42,6 @@ const COMPONENTS = ["operator", "ingest", "delivery"] as const;
 type Component = (typeof COMPONENTS)[number];
 
 // ---- the image, from the Dockerfile -----------------------------------------------------------
-
-interface DockerStage {
-  name?: string;
-  instructions: Array<{ op: string; args: string }>;
-}
-
-/** Stages with continuation lines joined and comments dropped. */
-function dockerStages(text: string): DockerStage[] {
-  const stages: DockerStage[] = [];
-  let pending = "";
-  for (const raw of text.split("\n")) {
-    const line = raw.trim();
-    if (!pending && (line === "" || line.startsWith("#"))) continue;
-    if (line.endsWith("\\")) {
-      pending += line.slice(0, -1) + " ";
-      continue;
-    }
-    const full = (pending + line).trim();
-    pending = "";
-    const [op = "", ...rest] = full.split(/\s+/);
-    const args = rest.join(" ");
-    if (op.toUpperCase() === "FROM") {
-      const name = /\sAS\s+(\S+)$/i.exec(args)?.[1];
-      stages.push({ ...(name ? { name } : {}), instructions: [] });
-    } else {
-      stages.at(-1)?.instructions.push({ op: op.toUpperCase(), args });
-    }
-  }
-  return stages;
-}
 
 interface Image {
   dir: string;
@@ -80,7 +52,7 @@ interface Image {
 }
 
 async function buildImage(root: string): Promise<Image> {
-  const stages = dockerStages(readFileSync(join(repoRoot, "Dockerfile"), "utf8"));
+  const { stages } = parseDockerfile(readFileSync(join(repoRoot, "Dockerfile"), "utf8"));
   const final = stages.at(-1)!;
   const workdir = final.instructions.filter((i) => i.op === "WORKDIR").at(-1)?.args;
   expect(workdir, "the final stage's WORKDIR").toBe("/app");
@@ -158,14 +130,6 @@ interface Pod {
   ports: Map<string | number, number>;
 }
 
-async function freePorts(count: number): Promise<number[]> {
-  const servers = await Promise.all(Array.from({ length: count }, () => new Promise<ReturnType<typeof createServer>>((resolve, reject) => {
-    const s = createServer().once("error", reject).listen(0, "127.0.0.1", () => resolve(s));
-  })));
-  const ports = servers.map((s) => (s.address() as AddressInfo).port);
-  await Promise.all(servers.map((s) => new Promise((r) => s.close(r))));
-  return ports;
-}
 
 /**
  * The one change to the rendered args: the chart's ports (8080/8081/8082) would collide with other
@@ -364,12 +328,6 @@ afterAll(async () => {
   if (root) rmSync(root, { recursive: true, force: true });
 });
 
-const secret = (name: string, data: Record<string, string>) => `apiVersion: v1
-kind: Secret
-metadata: { name: ${name} }
-stringData: ${JSON.stringify(data)}
-`;
-
 async function waitReady(plural: string, name: string): Promise<Manifest> {
   return waitFor(`${plural}/${name} Ready=True`, async () => {
     const object = JSON.parse(await cluster.kubectlOk(["get", `${plural}.trackhook.io`, name, "-n", namespace, "-o", "json"])) as Manifest;
@@ -397,23 +355,12 @@ describe("the chart's pods, run as processes", () => {
 
   it("a Source and a WebhookDestination applied with kubectl become Ready", async () => {
     await cluster.kubectlOk(["apply", "-n", namespace, "-f", "-"], {
-      input: [
-        secret("web-key", { writeKey: "chart-processes-key" }),
-        `apiVersion: trackhook.io/v1alpha1
-kind: Source
-metadata: { name: web }
-spec: { writeKeySecretRef: { name: web-key, key: writeKey } }
-`,
-        secret("hook-secret", { shared: "chart-s3cret" }),
-        `apiVersion: trackhook.io/v1alpha1
-kind: WebhookDestination
-metadata: { name: hook }
-spec:
-  sources: [web]
-  urls: ["${receiver!.url("/hook")}"]
-  sharedSecretRef: { name: hook-secret, key: shared }
-`,
-      ].join("---\n"),
+      input: yamlDocuments(
+        secretYaml("web-key", { writeKey: "chart-processes-key" }),
+        sourceYaml("web", { name: "web-key" }),
+        secretYaml("hook-secret", { shared: "chart-s3cret" }),
+        destinationYaml("hook", { sources: ["web"], urls: [receiver!.url("/hook")], sharedSecret: { name: "hook-secret", key: "shared" } }),
+      ),
     });
     await waitReady("sources", "web");
     expect((await waitReady("webhookdestinations", "hook")).status).toMatchObject({ urlCount: 1, sources: ["web"] });

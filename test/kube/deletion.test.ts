@@ -4,28 +4,17 @@
 import { describe, expect, it } from "vitest";
 import { deleteMessageId } from "../../dataplane/deletion/mod.ts";
 import { EVENTS_STREAM } from "../../dataplane/nats/mod.ts";
+import { destinationYaml, secretYaml, sourceYaml, yamlDocuments } from "../harness/documents.ts";
 import { spawnOperator, useOperatorEnv, type KubeResource } from "../harness/operator.ts";
 
 const env = useOperatorEnv("del");
 
 const setup = (sources: string[], hooked: string[]) =>
-  [
-    `apiVersion: v1
-kind: Secret
-metadata: { name: keys }
-stringData: { ${sources.map((s) => `${s}: key-${s}`).join(", ")} }
-`,
-    ...sources.map((s) => `apiVersion: trackhook.io/v1alpha1
-kind: Source
-metadata: { name: ${s} }
-spec: { writeKeySecretRef: { name: keys, key: ${s} } }
-`),
-    `apiVersion: trackhook.io/v1alpha1
-kind: WebhookDestination
-metadata: { name: erasure }
-spec: { sources: [${hooked.join(", ")}], urls: ["${env.receiver.url("/erasure")}"] }
-`,
-  ].join("---\n");
+  yamlDocuments(
+    secretYaml("keys", Object.fromEntries(sources.map((s) => [s, `key-${s}`]))),
+    ...sources.map((s) => sourceYaml(s, { name: "keys", key: s })),
+    destinationYaml("erasure", { sources: hooked, urls: [env.receiver.url("/erasure")] }),
+  );
 
 const deletionRequest = (name: string, userIds: string[], sources?: string[]) => `apiVersion: trackhook.io/v1alpha1
 kind: DeletionRequest

@@ -4,20 +4,12 @@ import { describe, expect, it } from "vitest";
 import { ConfigWriter, ensureConfigBucket, sha256Hex, sourceKey } from "../../dataplane/config/mod.ts";
 import { ensureDestinationConsumer } from "../../dataplane/delivery/mod.ts";
 import { EVENTS_STREAM, consumerName } from "../../dataplane/nats/mod.ts";
+import { secretYaml, sourceYaml, yamlDocuments } from "../harness/documents.ts";
 import { spawnOperator, useOperatorEnv, type OperatorProcess } from "../harness/operator.ts";
 
 const env = useOperatorEnv("lead");
 
-const source = (name: string) => `apiVersion: v1
-kind: Secret
-metadata: { name: ${name}-key }
-stringData: { writeKey: key-${name} }
----
-apiVersion: trackhook.io/v1alpha1
-kind: Source
-metadata: { name: ${name} }
-spec: { writeKeySecretRef: { name: ${name}-key, key: writeKey } }
-`;
+const source = (name: string) => yamlDocuments(secretYaml(`${name}-key`, { writeKey: `key-${name}` }), sourceYaml(name, { name: `${name}-key` }));
 
 const reconciles = async (p: OperatorProcess) => (await p.metric('trackhook_operator_reconcile_total{kind="Source",result="success"}')) ?? 0;
 

@@ -9,21 +9,14 @@ import { CONFIG_BUCKET, destinationKey, sha256Hex, sourceKey } from "../../datap
 import { consumerName, EVENTS_STREAM } from "../../dataplane/nats/mod.ts";
 import { FINALIZER } from "../../operator/mod.ts";
 import { basic, post } from "../harness/ingest.ts";
+import { destinationYaml, secretYaml, sourceYaml } from "../harness/documents.ts";
 import { useOperator, useOperatorEnv } from "../harness/operator.ts";
 
 const env = useOperatorEnv("op");
 const running = useOperator(env);
 
-const secret = (name: string, data: Record<string, string>) => `apiVersion: v1
-kind: Secret
-metadata: { name: ${name} }
-stringData: ${JSON.stringify(data)}
-`;
-const source = (name: string, secretName: string, extra = "") => `apiVersion: trackhook.io/v1alpha1
-kind: Source
-metadata: { name: ${name}${extra} }
-spec: { writeKeySecretRef: { name: ${secretName}, key: writeKey } }
-`;
+const secret = secretYaml;
+const source = (name: string, secretName: string) => sourceYaml(name, { name: secretName });
 
 const track = (key: string, body: Record<string, unknown>) =>
   post(`${env.ingest.url}/v1/track`, body, { headers: { authorization: basic(key) } });
@@ -53,14 +46,7 @@ describe("operator: Source and WebhookDestination", () => {
   it("delivers an event through ingest and delivery configured from the bucket, signed", async () => {
     await env.apply([
       secret("hook-secret", { shared: "s3cret" }),
-      `apiVersion: trackhook.io/v1alpha1
-kind: WebhookDestination
-metadata: { name: hook }
-spec:
-  sources: [web]
-  urls: ["${env.receiver.url("/hook")}"]
-  sharedSecretRef: { name: hook-secret, key: shared }
-`,
+      destinationYaml("hook", { sources: ["web"], urls: [env.receiver.url("/hook")], sharedSecret: { name: "hook-secret", key: "shared" } }),
     ].join("---\n"));
     const hook = await env.waitReady("WebhookDestination", "hook");
     expect(hook.status).toMatchObject({ urlCount: 1, sources: ["web"] });
