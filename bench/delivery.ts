@@ -23,7 +23,7 @@
 // small machine the receiver, deliver and nats-server share the cores: read the "other" column
 // (anything else running on the machine) before trusting a run.
 import { type ChildProcess } from "node:child_process";
-import { copyFileSync, existsSync, mkdirSync, readdirSync, statSync, writeFileSync } from "node:fs";
+import { existsSync, statSync, writeFileSync } from "node:fs";
 import { cpus } from "node:os";
 import { join } from "node:path";
 import { monitorEventLoopDelay } from "node:perf_hooks";
@@ -36,9 +36,9 @@ import { enrich } from "../dataplane/ingest/enrich.ts";
 import { ATTEMPTS_STREAM, DLQ_STREAM, EVENTS_STREAM, consumerName, eventMsgId, eventSubject } from "../dataplane/nats/mod.ts";
 import { VERSION } from "../dataplane/version.ts";
 import {
-  RESULTS_DIR, ROOT, cpuText, fmt, gitCommit, log, monotonicUs, percentiles, printProfile, printTable, procStatusKB, round,
-  runBench, shippedNodeFlags, sleep, spawnUntil, startNats, stopChild, summarizeProfile, tempDir, usPer, verdict, waitForQuiet,
-  wallMs, withCpu, type PhaseWindow, type Pids, type ProfileSummary, scrape, bucketQuantile, LOOP_RESOLUTION_MS, type Samples, nextMessageId, trackEvent, natsConnect, streamCount, positiveFlag,
+  ROOT, cpuText, keepProfile, writeResults, fmt, gitCommit, log, monotonicUs, percentiles, printProfile, printTable, procStatusKB, round,
+  runBench, shippedNodeFlags, sleep, spawnUntil, startNats, stopChild, tempDir, usPer, verdict, waitForQuiet,
+  wallMs, withCpu, type PhaseWindow, type Pids, scrape, bucketQuantile, LOOP_RESOLUTION_MS, type Samples, nextMessageId, trackEvent, natsConnect, streamCount, positiveFlag,
 } from "./lib.ts";
 
 const RECEIVER = join(ROOT, "bench", "receiver.ts");
@@ -626,16 +626,7 @@ async function main(): Promise<void> {
       log(`\n  deliver logged ${complaints.length} warnings/errors (last ${Math.min(complaints.length, 5)}):`);
       for (const line of complaints.slice(-5)) log(`    ${line.slice(0, 300)}`);
     }
-    let profile: ProfileSummary[] | undefined;
-    if (profDir) {
-      const file = readdirSync(profDir).find((f) => f.endsWith(".cpuprofile"));
-      if (file) {
-        mkdirSync(RESULTS_DIR, { recursive: true });
-        const kept = join(RESULTS_DIR, "delivery-latest.cpuprofile");
-        copyFileSync(join(profDir, file), kept);
-        profile = summarizeProfile(kept, phaseWindows, /\/dist\/|@nats-io|undici/);
-      }
-    }
+    const profile = keepProfile("delivery", profDir, phaseWindows, /\/dist\/|@nats-io|undici/);
 
     // Report.
     const rows: Array<[string, string, string, string]> = [
@@ -683,10 +674,7 @@ async function main(): Promise<void> {
       deliverWarnings: complaints.length,
       ...(profile ? { profile } : {}),
     };
-    mkdirSync(RESULTS_DIR, { recursive: true });
-    const out = join(RESULTS_DIR, "delivery-latest.json");
-    writeFileSync(out, `${JSON.stringify(results, null, 2)}\n`);
-    log(`\nwrote ${out}`);
+    writeResults("delivery", results);
   } finally {
     clearInterval(rssTimer);
     await nc.close().catch(() => {});

@@ -17,7 +17,7 @@
 // ingest's /metrics are scraped around each phase (PubAck time, event-loop delay, GC, heap).
 // Two cores run the load generator, the ingest and nats-server together: read the "other" CPU
 // column (anything else running on the machine) before trusting a run.
-import { copyFileSync, existsSync, mkdirSync, readdirSync, statSync, writeFileSync } from "node:fs";
+import { copyFileSync, existsSync, statSync } from "node:fs";
 import { cpus } from "node:os";
 import { join } from "node:path";
 import { monitorEventLoopDelay } from "node:perf_hooks";
@@ -26,9 +26,9 @@ import { jetstream, jetstreamManager } from "@nats-io/jetstream";
 import { Pool } from "undici";
 import { EVENTS_STREAM, eventMsgId, eventSubject, eventsStreamConfig } from "../dataplane/nats/mod.ts";
 import {
-  RESULTS_DIR, ROOT, cpuText, fmt, gitCommit, log, monotonicUs, percentiles, printProfile, printTable, procStatusKB, round,
-  runBench, shippedNodeFlags, spawnUntil, startNats, stopChild, summarizeProfile, tempDir, usPer, verdict, waitForQuiet,
-  withCpu, type CpuShare, type Percentiles, type PhaseWindow, type Pids, type ProfileSummary, scrape, bucketQuantile, LOOP_RESOLUTION_MS, type Samples, nextMessageId, trackEvent, natsConnect, streamCount, positiveFlag,
+  ROOT, cpuText, keepProfile, writeResults, fmt, gitCommit, log, monotonicUs, percentiles, printProfile, printTable, procStatusKB, round,
+  runBench, shippedNodeFlags, spawnUntil, startNats, stopChild, tempDir, usPer, verdict, waitForQuiet,
+  withCpu, type CpuShare, type Percentiles, type PhaseWindow, type Pids, scrape, bucketQuantile, LOOP_RESOLUTION_MS, type Samples, nextMessageId, trackEvent, natsConnect, streamCount, positiveFlag,
 } from "./lib.ts";
 
 const BARE = join(ROOT, "bench", "bare-fastify.ts");
@@ -447,16 +447,7 @@ async function main(): Promise<void> {
     const rssMB = hwmKB / 1024;
 
     await stopChild(ingest);
-    let profile: ProfileSummary[] | undefined;
-    if (profDir) {
-      const file = readdirSync(profDir).find((f) => f.endsWith(".cpuprofile"));
-      if (file) {
-        mkdirSync(RESULTS_DIR, { recursive: true });
-        const kept = join(RESULTS_DIR, "ingest-latest.cpuprofile");
-        copyFileSync(join(profDir, file), kept);
-        profile = summarizeProfile(kept, phaseWindows, /\/dist\/|@nats-io/);
-      }
-    }
+    const profile = keepProfile("ingest", profDir, phaseWindows, /\/dist\/|@nats-io/);
 
     // Report.
     const batchRatio = batch.result.eventsPerSecond / raw.eventsPerSecond;
@@ -498,10 +489,7 @@ async function main(): Promise<void> {
       },
       ...(profile ? { profile } : {}),
     };
-    mkdirSync(RESULTS_DIR, { recursive: true });
-    const out = join(RESULTS_DIR, "ingest-latest.json");
-    writeFileSync(out, `${JSON.stringify(results, null, 2)}\n`);
-    log(`\nwrote ${out}`);
+    writeResults("ingest", results);
   } finally {
     clearInterval(rssTimer);
     await nc.close().catch(() => {});

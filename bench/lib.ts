@@ -2,7 +2,7 @@
 // process accounting from /proc, CPU per phase, the quiet-machine wait, child processes that are
 // cleaned up however the bench ends, percentiles, report formatting and CPU-profile summaries.
 import { spawn, execFileSync, type ChildProcess } from "node:child_process";
-import { mkdtempSync, readFileSync, rmSync } from "node:fs";
+import { copyFileSync, mkdirSync, mkdtempSync, readFileSync, readdirSync, rmSync, writeFileSync } from "node:fs";
 import { cpus, loadavg, tmpdir } from "node:os";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
@@ -429,4 +429,22 @@ export function positiveFlag(flags: Record<string, unknown>, name: string): numb
   const n = Number(flags[name]);
   if (!Number.isFinite(n) || n <= 0) throw new Error(`--${name} must be a positive number`);
   return n;
+}
+
+/** Writes bench/results/<name>-latest.json and says where. */
+export function writeResults(name: string, results: unknown): void {
+  mkdirSync(RESULTS_DIR, { recursive: true });
+  const out = join(RESULTS_DIR, `${name}-latest.json`);
+  writeFileSync(out, `${JSON.stringify(results, null, 2)}\n`);
+  log(`\nwrote ${out}`);
+}
+
+/** Keeps the process's CPU profile as bench/results/<name>-latest.cpuprofile and summarises it by phase. */
+export function keepProfile(name: string, profDir: string | undefined, windows: PhaseWindow[], ours: RegExp): ProfileSummary[] | undefined {
+  const file = profDir ? readdirSync(profDir).find((f) => f.endsWith(".cpuprofile")) : undefined;
+  if (!profDir || !file) return undefined;
+  mkdirSync(RESULTS_DIR, { recursive: true });
+  const kept = join(RESULTS_DIR, `${name}-latest.cpuprofile`);
+  copyFileSync(join(profDir, file), kept);
+  return summarizeProfile(kept, windows, ours);
 }
