@@ -165,6 +165,9 @@ interface LatencyResult {
   service: Percentiles;
   /** This process's own event-loop delay, ms: high values would mean the load generator, not the server, adds latency. */
   benchLoopDelay: { p99: number; max: number };
+  /** Most requests outstanding at once, and the connections the client had open then (each costs the ingest memory). */
+  maxInFlight: number;
+  maxConnections: number;
 }
 
 /** Open loop: request i is due at start + i/rate whatever happened to the others. */
@@ -178,6 +181,8 @@ async function openLoop(opts: { origin: string; path: string; rate: number; dura
   const statuses: Record<string, number> = {};
   const inFlight = new Set<Promise<void>>();
   let ok = 0;
+  let maxInFlight = 0;
+  let maxConnections = 0;
   const send = (scheduled: number) => {
     const sent = performance.now();
     const body = opts.body();
@@ -197,6 +202,8 @@ async function openLoop(opts: { origin: string; path: string; rate: number; dura
         inFlight.delete(p);
       });
     inFlight.add(p);
+    if (inFlight.size > maxInFlight) maxInFlight = inFlight.size;
+    maxConnections = Math.max(maxConnections, pool.stats.connected);
   };
   const loop = monitorEventLoopDelay({ resolution: 1 });
   loop.enable();
@@ -226,6 +233,8 @@ async function openLoop(opts: { origin: string; path: string; rate: number; dura
     service: percentiles(service),
     // The histogram counts the 1 ms sampling interval in every value.
     benchLoopDelay: { p99: round(Math.max(0, loop.percentile(99) / 1e6 - 1), 2), max: round(Math.max(0, loop.max / 1e6 - 1), 2) },
+    maxInFlight,
+    maxConnections,
   };
 }
 
@@ -297,6 +306,11 @@ interface IngestDiagnostics {
   heapTotalMB: number;
   /** V8's young generation at the end of the phase (it grows under a high allocation rate), MB. */
   newSpaceMB: number;
+  /** Old generation and Buffer/ArrayBuffer memory outside the heap at the end of the phase, MB. */
+  oldSpaceMB: number;
+  externalMB: number;
+  /** Full (mark-compact) collections over the phase. */
+  majorGcs: number;
 }
 
 const PUBLISH = "trackhook_ingest_publish_duration_seconds";
@@ -319,6 +333,9 @@ function diagnostics(before: Samples, after: Samples): IngestDiagnostics {
     heapUsedMB: round((after.get("nodejs_heap_size_used_bytes") ?? NaN) / 2 ** 20, 1),
     heapTotalMB: round((after.get("nodejs_heap_size_total_bytes") ?? NaN) / 2 ** 20, 1),
     newSpaceMB: round((after.get('nodejs_heap_space_size_total_bytes{space="new"}') ?? NaN) / 2 ** 20, 1),
+    oldSpaceMB: round((after.get('nodejs_heap_space_size_total_bytes{space="old"}') ?? NaN) / 2 ** 20, 1),
+    externalMB: round((after.get("nodejs_external_memory_bytes") ?? NaN) / 2 ** 20, 1),
+    majorGcs: delta('nodejs_gc_duration_seconds_count{kind="major"}'),
   };
 }
 
@@ -339,7 +356,7 @@ async function ingestPhase<T>(phase: string, origin: string, pids: Pids, run: ()
 const diagText = (d: IngestDiagnostics & { rssMaxMB: number }) =>
   `publish->PubAck mean ${d.publishMeanMs} ms (p50 <= ${d.publishP50Ms} ms, p99 <= ${d.publishP99Ms} ms); ` +
   `event-loop delay p50 ${d.loopDelayP50Ms} ms, p99 ${d.loopDelayP99Ms} ms, max ${d.loopDelayMaxMs} ms;\n` +
-  `            GC ${d.gcMs} ms; heap used/total at end ${d.heapUsedMB}/${d.heapTotalMB} MB (new space ${d.newSpaceMB} MB); RSS max ${d.rssMaxMB} MB`;
+  `            GC ${d.gcMs} ms; heap used/total at end ${d.heapUsedMB}/${d.heapTotalMB} MB (new ${d.newSpaceMB}, old ${d.oldSpaceMB} MB), external ${d.externalMB} MB, ${d.majorGcs} major GCs; RSS max ${d.rssMaxMB} MB`;
 
 // ---------------------------------------------------------------------------------------------
 
@@ -436,7 +453,8 @@ async function main(): Promise<void> {
     const l = latency.result;
     log(`    achieved ${fmt(l.achievedRate)}/s; p50 ${l.fromSchedule.p50} ms, p90 ${l.fromSchedule.p90} ms, p99 ${l.fromSchedule.p99} ms, p99.9 ${l.fromSchedule.p999} ms, max ${l.fromSchedule.max} ms; statuses ${JSON.stringify(l.statuses)}`);
     log(`    CPU ${cpuText(latency.cpu)}`);
-    log(`    service time (from send): p50 ${l.service.p50} ms, p99 ${l.service.p99} ms; load generator's own event-loop delay p99 ${l.benchLoopDelay.p99} ms, max ${l.benchLoopDelay.max} ms`);
+    log(`    service time (from send): p50 ${l.service.p50} ms, p99 ${l.service.p99} ms; load generator's own event-loop delay p99 ${l.benchLoopDelay.p99} ms, max ${l.benchLoopDelay.max} ms;\n` +
+      `    at most ${l.maxInFlight} requests outstanding, on up to ${l.maxConnections} connections`);
     log(`    ingest: ${diagText(latency.ingest)}`);
     log(`    stream check: ${fmt(l.okEvents)} accepted, stream holds ${fmt(latencyStored)} new messages: ${latencyStored === l.okEvents ? "OK" : "MISMATCH"}`);
 

@@ -1,9 +1,15 @@
-#!/usr/bin/env -S node --max-semi-space-size=16
+#!/usr/bin/env -S node --max-semi-space-size=16 --no-allocation-site-pretenuring
 // The `trackhook` command: one binary, one subcommand per component.
 //
-// The shebang's flag: V8 sizes the young generation from the machine's memory (128 MB on a 24 GB
-// host), which doubled the ingest's RSS for no throughput; 16 MB halves peak RSS and measured
-// equal or better throughput (bench/ingest.ts). Run the file itself, or pass the same flag to node.
+// The shebang's flags (the image's ENTRYPOINT repeats them; run the file itself, or pass them to node):
+// - V8 sizes the young generation from the machine's memory (128 MB on a 24 GB host), which
+//   doubled the ingest's RSS for no throughput; 16 MB halves peak RSS and measured equal or better
+//   throughput (bench/ingest.ts).
+// - V8 decides from sampled survival rates to allocate some object literals straight into the old
+//   generation. Under /v1/batch load it did so in about two runs of three, for objects that live
+//   a few milliseconds: the old generation then filled with garbage, ten full GCs ran in 5 s
+//   instead of none, and peak RSS was 230-246 MB instead of 145-165 MB (bench/ingest.ts, 9 runs
+//   with the flag, 12 without).
 import { parseArgs } from "node:util";
 import { ConfigError } from "../dataplane/config/mod.ts";
 import { NatsAuthError, NatsServerNotFoundError } from "../dataplane/nats/mod.ts";
