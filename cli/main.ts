@@ -6,10 +6,10 @@
 //   doubled the ingest's RSS for no throughput; 16 MB halves peak RSS and measured equal or better
 //   throughput (bench/ingest.ts).
 // - V8 decides from sampled survival rates to allocate some object literals straight into the old
-//   generation. Under /v1/batch load it did so in about two runs of three, for objects that live
+//   generation. Under /v1/batch load it did so for objects that live
 //   a few milliseconds: the old generation then filled with garbage, ten full GCs ran in 5 s
-//   instead of none, and peak RSS was 230-246 MB instead of 145-165 MB (bench/ingest.ts, 9 runs
-//   with the flag, 12 without).
+//   instead of none, and peak RSS was 230-246 MB instead of 145-165 MB. bench/ingest.ts: 13 of
+//   18 runs without the flag went that way, none of 9 with it.
 import { parseArgs } from "node:util";
 import { ConfigError } from "../dataplane/config/mod.ts";
 import { NatsAuthError, NatsServerNotFoundError } from "../dataplane/nats/mod.ts";
