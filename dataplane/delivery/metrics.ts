@@ -1,5 +1,7 @@
 // Delivery's Prometheus metrics, on a registry of its own.
 import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from "prom-client";
+import { labelledChildren } from "../ops/labelled.ts";
+import type { AttemptOutcome } from "./outcome.ts";
 
 /** Per-destination figures read from JetStream when metrics are scraped. */
 export interface DeliveryBacklog {
@@ -37,6 +39,21 @@ export class DeliveryMetrics {
   });
 
   #backlog: () => Promise<DeliveryBacklog[]> = async () => [];
+  readonly #delivery = labelledChildren(this.deliveries);
+  readonly #attempt = labelledChildren(this.attempts);
+  readonly #attemptSeconds = labelledChildren(this.attemptDuration);
+
+  countDelivery(destination: string, outcome: "delivered" | "retry" | "dead_lettered" | "skipped", reason = ""): void {
+    this.#delivery(destination, outcome, reason).inc();
+  }
+
+  /** One HTTP attempt: counted by status class and error code, and timed. */
+  countAttempt(destination: string, outcome: AttemptOutcome, latencyMs: number): void {
+    const status = "status" in outcome ? outcome.status : undefined;
+    const error = "error" in outcome ? outcome.error : undefined;
+    this.#attempt(destination, status ? `${Math.floor(status / 100)}xx` : "error", error ?? "").inc();
+    this.#attemptSeconds(destination).observe(latencyMs / 1000);
+  }
 
   constructor(options: { defaultMetrics?: boolean } = {}) {
     if (options.defaultMetrics ?? true) collectDefaultMetrics({ register: this.registry });

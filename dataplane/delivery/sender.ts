@@ -43,6 +43,7 @@ export class WebhookSender {
   readonly #agent: Agent;
   readonly #allowPrivateNetworks: boolean;
   readonly #userAgent: string;
+  readonly #targets = new Map<string, URL | AttemptOutcome>();
 
   constructor(options: SenderOptions) {
     this.#allowPrivateNetworks = options.allowPrivateNetworks;
@@ -67,21 +68,8 @@ export class WebhookSender {
       return result;
     };
 
-    let url: URL;
-    try {
-      url = new URL(req.url);
-    } catch {
-      return done({ kind: "permanent", error: "network_error" }); // no retry can fix an unparseable URL
-    }
-    if (url.protocol !== "http:" && url.protocol !== "https:") return done({ kind: "permanent", error: "network_error" });
-    if (!this.#allowPrivateNetworks) {
-      // IP literals are dialled without a lookup, so the connect-time guard never sees them.
-      try {
-        checkUrlHost(url);
-      } catch (err) {
-        return done(outcomeOfError(err, false));
-      }
-    }
+    const url = this.#target(req.url);
+    if (!(url instanceof URL)) return done(url);
 
     // One deadline for connect, headers and snippet, as receivers are told: answer within timeoutMs.
     // Our own timer (not undici's per-phase timeouts, which restart and are coarse) also lets us
@@ -117,6 +105,20 @@ export class WebhookSender {
     }
   }
 
+  /**
+   * The parsed URL, or the outcome that refuses it. Both depend only on the URL's text, and a
+   * destination sends to the same few URLs all day: each is judged once, not per attempt.
+   */
+  #target(text: string): URL | AttemptOutcome {
+    let target = this.#targets.get(text);
+    if (target) return target;
+    target = judgeTarget(text, this.#allowPrivateNetworks);
+    // Bounded: URLs of removed destinations are not kept forever.
+    if (this.#targets.size >= MAX_CACHED_TARGETS) this.#targets.clear();
+    this.#targets.set(text, target);
+    return target;
+  }
+
   /** Waits for in-flight requests, then closes the pooled connections. */
   close(): Promise<void> {
     return this.#agent.close();
@@ -130,6 +132,27 @@ export class WebhookSender {
     headers["content-type"] = "application/json";
     return headers;
   }
+}
+
+const MAX_CACHED_TARGETS = 1024;
+
+function judgeTarget(text: string, allowPrivateNetworks: boolean): URL | AttemptOutcome {
+  let url: URL;
+  try {
+    url = new URL(text);
+  } catch {
+    return { kind: "permanent", error: "network_error" }; // no retry can fix an unparseable URL
+  }
+  if (url.protocol !== "http:" && url.protocol !== "https:") return { kind: "permanent", error: "network_error" };
+  if (!allowPrivateNetworks) {
+    // IP literals are dialled without a lookup, so the connect-time guard never sees them.
+    try {
+      checkUrlHost(url);
+    } catch (err) {
+      return outcomeOfError(err, false);
+    }
+  }
+  return url;
 }
 
 type ResponseBody = Awaited<ReturnType<typeof request>>["body"];

@@ -85,6 +85,7 @@ export class DestinationWorker {
   readonly #inFlight = new Set<Promise<void>>();
   /** URLs that failed for good, per stream sequence: not tried again on a retry (in memory only). */
   readonly #deadUrls = new Map<number, Set<string>>();
+  readonly #redacted = new Map<string, string>();
   #messages: ConsumerMessages | undefined;
   #stopping = false;
   #loop: Promise<void> | undefined;
@@ -158,11 +159,11 @@ export class DestinationWorker {
       return;
     }
     if (!routesTo(message, this.destination.name)) {
-      this.#metrics.deliveries.inc({ destination: this.#label, outcome: "skipped", reason: "integrations" });
+      this.#metrics.countDelivery(this.#label, "skipped", "integrations");
       this.#turn.add(() => m.ack());
       return;
     }
-    const body = webhookBody(message);
+    const body = webhookBody(message, m.data);
     const headers = this.#headersFor(message, body);
     const dead = this.#deadUrls.get(m.seq) ?? new Set<string>();
     const urls = this.destination.urls.filter((url) => !dead.has(url));
@@ -174,7 +175,7 @@ export class DestinationWorker {
       void send.then((r) => {
         if (r.outcome.kind !== "delivered" || acked) return;
         acked = true;
-        this.#metrics.deliveries.inc({ destination: this.#label, outcome: "delivered", reason: "" });
+        this.#metrics.countDelivery(this.#label, "delivered");
         this.#turn.add(() => m.ack());
       });
     }
@@ -201,8 +202,15 @@ export class DestinationWorker {
       return;
     }
     this.#deadUrls.set(m.seq, dead);
-    this.#metrics.deliveries.inc({ destination: this.#label, outcome: "retry", reason: outcome.error ?? String(outcome.status ?? "") });
+    this.#metrics.countDelivery(this.#label, "retry", outcome.error ?? String(outcome.status ?? ""));
     this.#turn.add(() => m.nak(delay));
+  }
+
+  /** Attempt records name URLs as redactUrl shows them; the destination's few URLs are redacted once. */
+  #redactedUrl(url: string): string {
+    let redacted = this.#redacted.get(url);
+    if (redacted === undefined) this.#redacted.set(url, (redacted = redactUrl(url)));
+    return redacted;
   }
 
   #headersFor(message: DeliverableMessage, body: Uint8Array): Record<string, string> {
@@ -229,10 +237,9 @@ export class DestinationWorker {
       const o = r.outcome;
       const status = "status" in o ? o.status : undefined;
       const error = "error" in o ? o.error : undefined;
-      this.#metrics.attempts.inc({ destination: this.#label, status_class: status ? `${Math.floor(status / 100)}xx` : "error", error: error ?? "" });
-      this.#metrics.attemptDuration.observe({ destination: this.#label }, r.latencyMs / 1000);
+      this.#metrics.countAttempt(this.#label, o, r.latencyMs);
       const record: AttemptRecord = {
-        destination: this.#label, url: redactUrl(r.url), messageId: message.messageId, streamSequence: m.seq, attempt,
+        destination: this.#label, url: this.#redactedUrl(r.url), messageId: message.messageId, streamSequence: m.seq, attempt,
         outcome: o.kind, latencyMs: Math.round(r.latencyMs), at: new Date().toISOString(),
         ...(status !== undefined ? { status } : {}), ...(error ? { error } : {}), ...(r.responseSnippet ? { response: r.responseSnippet } : {}),
       };
@@ -266,7 +273,7 @@ export class DestinationWorker {
       return;
     }
     this.#deadUrls.delete(m.seq);
-    this.#metrics.deliveries.inc({ destination: this.#label, outcome: "dead_lettered", reason });
+    this.#metrics.countDelivery(this.#label, "dead_lettered", reason);
     this.#log.warn({ seq: m.seq, reason, attempts }, "message moved to the dead-letter queue");
     m.ack();
   }

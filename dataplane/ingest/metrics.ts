@@ -1,5 +1,6 @@
 // The ingest's Prometheus metrics, on a registry of its own (no global state between app instances).
 import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from "prom-client";
+import { labelledChildren } from "../ops/labelled.ts";
 
 export class IngestMetrics {
   readonly registry = new Registry();
@@ -37,22 +38,14 @@ export class IngestMetrics {
     if (options.defaultMetrics ?? true) collectDefaultMetrics({ register: this.registry });
   }
 
-  // prom-client hashes a label object on every inc(); on the hot path the label-bound children
-  // are kept instead, keyed by a plain string.
-  readonly #requestChildren = new Map<string, { inc(): void }>();
-  readonly #messageChildren = new Map<string, { inc(value?: number): void }>();
+  readonly #requestChild = labelledChildren(this.requests);
+  readonly #messageChild = labelledChildren(this.messages);
 
   countRequest(route: string, status: number, code: string): void {
-    const key = `${route} ${status} ${code}`;
-    let child = this.#requestChildren.get(key);
-    if (!child) this.#requestChildren.set(key, (child = this.requests.labels(route, String(status), code)));
-    child.inc();
+    this.#requestChild(route, String(status), code).inc();
   }
 
   countMessages(source: string, outcome: "accepted" | "not_accepted" | "failed", reason: string, count = 1): void {
-    const key = `${source} ${outcome} ${reason}`;
-    let child = this.#messageChildren.get(key);
-    if (!child) this.#messageChildren.set(key, (child = this.messages.labels(source, outcome, reason)));
-    child.inc(count);
+    this.#messageChild(source, outcome, reason).inc(count);
   }
 }

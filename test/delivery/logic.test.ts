@@ -37,6 +37,23 @@ describe("body and signatures", () => {
     expect(JSON.parse(webhookBody(message).toString()).version).toBe(1);
   });
 
+  it("spliced from the stored bytes, the body is what serialising the message again gives", () => {
+    const message = { type: "track", event: "Signed Up", properties: { plan: "pro", "ü": [1, null] }, messageId: "m", context: { library: { name: "x" } } };
+    const stored = Buffer.from(JSON.stringify(message));
+    const body = webhookBody(message as unknown as DeliverableMessage, stored);
+    expect(body.toString()).toBe(JSON.stringify({ version: 1, ...message }));
+    // A copy: the stored bytes may sit in the NATS client's read buffer, which is reused.
+    stored.fill(0x20);
+    expect(body.toString()).toBe(JSON.stringify({ version: 1, ...message }));
+  });
+
+  it("rebuilds rather than splices when the stored bytes would give a second version, or for alias", () => {
+    const own = { type: "track", version: 2, event: "e", messageId: "m" };
+    expect(webhookBody(own as unknown as DeliverableMessage, Buffer.from(JSON.stringify(own))).toString()).toBe('{"version":1,"type":"track","event":"e","messageId":"m"}');
+    const body = JSON.parse(webhookBody(alias, Buffer.from(JSON.stringify(alias))).toString());
+    expect(body).toMatchObject({ version: 1, "Previous ID": "old-id", "User ID": "new-id" });
+  });
+
   it("sends delete notifications without version", () => {
     const body = JSON.parse(webhookBody({ type: "delete", userId: "u1", timestamp: "2026-01-01T00:00:00.000Z", messageId: "d1" }).toString());
     expect(body).toEqual({ type: "delete", userId: "u1", timestamp: "2026-01-01T00:00:00.000Z", messageId: "d1" });
