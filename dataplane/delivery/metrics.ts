@@ -1,6 +1,5 @@
 // Delivery's Prometheus metrics, on a registry of its own.
 import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from "prom-client";
-import { labelledChildren } from "../ops/labelled.ts";
 import type { AttemptOutcome } from "./outcome.ts";
 
 /** Per-destination figures read from JetStream when metrics are scraped. */
@@ -39,20 +38,17 @@ export class DeliveryMetrics {
   });
 
   #backlog: () => Promise<DeliveryBacklog[]> = async () => [];
-  readonly #delivery = labelledChildren(this.deliveries);
-  readonly #attempt = labelledChildren(this.attempts);
-  readonly #attemptSeconds = labelledChildren(this.attemptDuration);
 
   countDelivery(destination: string, outcome: "delivered" | "retry" | "dead_lettered" | "skipped", reason = ""): void {
-    this.#delivery(destination, outcome, reason).inc();
+    this.deliveries.inc({ destination, outcome, reason });
   }
 
   /** One HTTP attempt: counted by status class and error code, and timed. */
   countAttempt(destination: string, outcome: AttemptOutcome, latencyMs: number): void {
     const status = "status" in outcome ? outcome.status : undefined;
     const error = "error" in outcome ? outcome.error : undefined;
-    this.#attempt(destination, status ? `${Math.floor(status / 100)}xx` : "error", error ?? "").inc();
-    this.#attemptSeconds(destination).observe(latencyMs / 1000);
+    this.attempts.inc({ destination, status_class: status ? `${Math.floor(status / 100)}xx` : "error", error: error ?? "" });
+    this.attemptDuration.observe({ destination }, latencyMs / 1000);
   }
 
   constructor(options: { defaultMetrics?: boolean } = {}) {

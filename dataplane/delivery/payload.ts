@@ -13,8 +13,9 @@ const OPEN_BRACE = 0x7b;
 /**
  * The stored message plus `version: 1` (not on delete); alias also carries the spec's literal keys.
  * @param stored the message's stored JSON bytes, when at hand: the common case then splices
- *   `"version":1,` into them instead of serialising the message again (the same bytes as
- *   JSON.stringify({ version: 1, ...message }) for what the ingest stored).
+ *   `"version":1,` into them instead of serialising the message again. The result is the same
+ *   JSON (byte for byte, unless the message has integer-like keys, which JSON.stringify would
+ *   have put before `version`); the signatures cover whatever bytes are sent.
  */
 export function webhookBody(message: DeliverableMessage, stored?: Uint8Array): Buffer {
   if (message.type === "delete") return Buffer.from(JSON.stringify(message));

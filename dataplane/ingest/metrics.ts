@@ -1,6 +1,5 @@
 // The ingest's Prometheus metrics, on a registry of its own (no global state between app instances).
 import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from "prom-client";
-import { labelledChildren } from "../ops/labelled.ts";
 
 export class IngestMetrics {
   readonly registry = new Registry();
@@ -38,14 +37,11 @@ export class IngestMetrics {
     if (options.defaultMetrics ?? true) collectDefaultMetrics({ register: this.registry });
   }
 
-  readonly #requestChild = labelledChildren(this.requests);
-  readonly #messageChild = labelledChildren(this.messages);
-
   countRequest(route: string, status: number, code: string): void {
-    this.#requestChild(route, String(status), code).inc();
+    this.requests.inc({ route, status: String(status), code });
   }
 
   countMessages(source: string, outcome: "accepted" | "not_accepted" | "failed", reason: string, count = 1): void {
-    this.#messageChild(source, outcome, reason).inc(count);
+    this.messages.inc({ source, outcome, reason }, count);
   }
 }

@@ -42,7 +42,7 @@ describe("body and signatures", () => {
     const stored = Buffer.from(JSON.stringify(message));
     const body = webhookBody(message as unknown as DeliverableMessage, stored);
     expect(body.toString()).toBe(JSON.stringify({ version: 1, ...message }));
-    // A copy: the stored bytes may sit in the NATS client's read buffer, which is reused.
+    // A copy, not a view of the stored bytes: the body must not change if they do.
     stored.fill(0x20);
     expect(body.toString()).toBe(JSON.stringify({ version: 1, ...message }));
   });
