@@ -37,7 +37,8 @@ describe("KvConfigProvider", () => {
     const provider = await starting;
     try {
       expect(provider.ready).toBe(true);
-      expect(provider.current().sources.map((s) => s.name).sort()).toEqual(["app", "web"]);
+      // The provider may find the bucket between the two puts; "app" then arrives as an update.
+      await expect.poll(() => provider.current().sources.map((s) => s.name).sort()).toEqual(["app", "web"]);
 
       let next = nextConfig(provider);
       await writer.put(destinationKey("shop", "hook"), destination("hook", ["web"]));
