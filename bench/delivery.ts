@@ -26,7 +26,6 @@ import { type ChildProcess } from "node:child_process";
 import { existsSync, statSync, writeFileSync } from "node:fs";
 import { cpus } from "node:os";
 import { join } from "node:path";
-import { monitorEventLoopDelay } from "node:perf_hooks";
 import { parseArgs } from "node:util";
 import { jetstream, jetstreamManager, type JetStreamClient, type JetStreamManager } from "@nats-io/jetstream";
 import { Pool } from "undici";
@@ -36,7 +35,7 @@ import { enrich } from "../dataplane/ingest/enrich.ts";
 import { ATTEMPTS_STREAM, DLQ_STREAM, EVENTS_STREAM, consumerName, eventMsgId, eventSubject } from "../dataplane/nats/mod.ts";
 import { VERSION } from "../dataplane/version.ts";
 import {
-  ROOT, cpuText, keepProfile, writeResults, fmt, gitCommit, log, monotonicUs, percentiles, printProfile, printTable, procStatusKB, round,
+  ROOT, cpuText, openLoop, keepProfile, writeResults, fmt, gitCommit, log, monotonicUs, percentiles, printProfile, printTable, procStatusKB, round,
   runBench, shippedNodeFlags, sleep, spawnUntil, startNats, stopChild, tempDir, usPer, verdict, waitForQuiet,
   wallMs, withCpu, type PhaseWindow, type Pids, scrape, bucketQuantile, LOOP_RESOLUTION_MS, type Samples, nextMessageId, trackEvent, natsConnect, streamCount, positiveFlag,
 } from "./lib.ts";
@@ -322,22 +321,19 @@ interface LatencyRun {
   benchLoopDelay: { p99: number; max: number };
 }
 
-/** Open loop: request i is due at start + i/rate whatever happened to the others. */
-async function openLoop(ingestUrl: string): Promise<LatencyRun> {
+/** /v1/track at P.rate (bench/lib.ts openLoop), noting when each 200 came back. */
+async function trackOpenLoop(ingestUrl: string): Promise<LatencyRun> {
   const pool = new Pool(ingestUrl, { connections: 64, pipelining: 1, keepAliveTimeout: 60_000 });
   const headers = { "content-type": "application/json", authorization: AUTH };
-  const interval = 1000 / P.rate;
-  const total = Math.max(1, Math.floor((P.rate * P.latencyMs) / 1000));
   const okAt = new Map<string, { sent: number; at: number }>();
   const answerMs: number[] = [];
   const statuses: Record<string, number> = {};
-  const inFlight = new Set<Promise<void>>();
-  const send = () => {
+  const run = await openLoop(P.rate, P.latencyMs, () => {
     const messageId = nextMessageId();
     const body = trackEvent(messageId);
     const sent = performance.now();
     const sentWall = wallMs();
-    const p = pool
+    return pool
       .request({ method: "POST", path: "/v1/track", headers, body })
       .then(async (res) => {
         const at = wallMs();
@@ -349,40 +345,18 @@ async function openLoop(ingestUrl: string): Promise<LatencyRun> {
       .catch(() => "error")
       .then((status) => {
         statuses[status] = (statuses[status] ?? 0) + 1;
-        inFlight.delete(p);
       });
-    inFlight.add(p);
-  };
-  const loop = monitorEventLoopDelay({ resolution: 1 });
-  loop.enable();
-  const start = performance.now() + 20;
-  let next = 0;
-  await new Promise<void>((resolve) => {
-    const tick = () => {
-      const now = performance.now();
-      while (next < total && start + next * interval <= now) {
-        send();
-        next++;
-      }
-      if (next >= total) return resolve();
-      setTimeout(tick, Math.max(0, start + next * interval - performance.now()));
-    };
-    setTimeout(tick, 20);
   });
-  const lastScheduled = start + (total - 1) * interval;
-  await Promise.all(inFlight);
-  loop.disable();
   await pool.close();
   return {
     targetRate: P.rate,
-    achievedRate: round(total / ((lastScheduled - start + interval) / 1000), 0),
-    sent: total,
+    achievedRate: run.achievedRate,
+    sent: run.sent,
     ok: okAt.size,
     statuses,
     okAt,
     ingest: percentiles(answerMs),
-    // The histogram counts the 1 ms sampling interval in every value.
-    benchLoopDelay: { p99: round(Math.max(0, loop.percentile(99) / 1e6 - 1), 2), max: round(Math.max(0, loop.max / 1e6 - 1), 2) },
+    benchLoopDelay: run.benchLoopDelay,
   };
 }
 
@@ -582,7 +556,7 @@ async function main(): Promise<void> {
     await receiver.reset();
     const latMetricsBefore = await scrape(deliverOps);
     from = monotonicUs();
-    const lat = await withCpu(pids, () => openLoop(ingestUrl));
+    const lat = await withCpu(pids, () => trackOpenLoop(ingestUrl));
     const latArrived = await receiver.waitFor(lat.result.ok);
     phaseWindows.push({ phase: "latency", fromUs: from, toUs: monotonicUs() });
     const latStats = await receiver.stats(true);

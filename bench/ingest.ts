@@ -21,13 +21,12 @@
 import { copyFileSync, existsSync, statSync } from "node:fs";
 import { cpus } from "node:os";
 import { join } from "node:path";
-import { monitorEventLoopDelay } from "node:perf_hooks";
 import { parseArgs } from "node:util";
 import { jetstream, jetstreamManager } from "@nats-io/jetstream";
 import { Pool } from "undici";
 import { EVENTS_STREAM, eventMsgId, eventSubject, eventsStreamConfig } from "../dataplane/nats/mod.ts";
 import {
-  ROOT, cpuText, keepProfile, writeResults, fmt, gitCommit, log, monotonicUs, percentiles, printProfile, printTable, procStatusKB, round,
+  ROOT, cpuText, openLoop, keepProfile, writeResults, fmt, gitCommit, log, monotonicUs, percentiles, printProfile, printTable, procStatusKB, round,
   runBench, shippedNodeFlags, spawnUntil, startNats, stopChild, tempDir, usPer, verdict, waitForQuiet,
   withCpu, type CpuShare, type Percentiles, type PhaseWindow, type Pids, scrape, bucketQuantile, LOOP_RESOLUTION_MS, type Samples, nextMessageId, trackEvent, natsConnect, streamCount, positiveFlag,
 } from "./lib.ts";
@@ -178,24 +177,19 @@ interface LatencyResult {
   maxConnections: number;
 }
 
-/** Open loop: request i is due at start + i/rate whatever happened to the others. */
-async function openLoop(opts: { origin: string; path: string; rate: number; durationMs: number; body: () => string }): Promise<LatencyResult> {
+/** /v1/track at a fixed rate (bench/lib.ts openLoop), with the latency of every answer. */
+async function trackOpenLoop(opts: { origin: string; path: string; rate: number; durationMs: number; body: () => string }): Promise<LatencyResult> {
   const pool = new Pool(opts.origin, { connections: 512, pipelining: 1, keepAliveTimeout: 60_000 });
   const headers = { "content-type": "application/json", authorization: AUTH };
-  const interval = 1000 / opts.rate;
-  const total = Math.max(1, Math.floor((opts.rate * opts.durationMs) / 1000));
   const fromSchedule: number[] = [];
   const service: number[] = [];
   const statuses: Record<string, number> = {};
-  const inFlight = new Set<Promise<void>>();
   let ok = 0;
-  let maxInFlight = 0;
   let maxConnections = 0;
-  const send = (scheduled: number) => {
+  const run = await openLoop(opts.rate, opts.durationMs, (scheduled) => {
     const sent = performance.now();
-    const body = opts.body();
-    const p = pool
-      .request({ method: "POST", path: opts.path, headers, body })
+    const request = pool
+      .request({ method: "POST", path: opts.path, headers, body: opts.body() })
       .then(async (res) => {
         await res.body.dump();
         return String(res.statusCode);
@@ -207,41 +201,22 @@ async function openLoop(opts: { origin: string; path: string; rate: number; dura
         if (status === "200") ok++;
         fromSchedule.push(done - scheduled);
         service.push(done - sent);
-        inFlight.delete(p);
       });
-    inFlight.add(p);
-    if (inFlight.size > maxInFlight) maxInFlight = inFlight.size;
     maxConnections = Math.max(maxConnections, pool.stats.connected);
-  };
-  const loop = monitorEventLoopDelay({ resolution: 1 });
-  loop.enable();
-  const start = performance.now() + 20;
-  let next = 0;
-  await new Promise<void>((resolve) => {
-    const tick = () => {
-      const now = performance.now();
-      while (next < total && start + next * interval <= now) send(start + next++ * interval);
-      if (next >= total) return resolve();
-      setTimeout(tick, Math.max(0, start + next * interval - performance.now()));
-    };
-    setTimeout(tick, 20);
+    return request;
   });
-  const lastScheduled = start + (total - 1) * interval;
-  await Promise.all(inFlight);
-  loop.disable();
   await pool.close();
   return {
     targetRate: round(opts.rate, 0),
-    achievedRate: round(total / ((lastScheduled - start + interval) / 1000), 0),
-    sent: total,
+    achievedRate: run.achievedRate,
+    sent: run.sent,
     ok,
     okEvents: ok,
     statuses,
     fromSchedule: percentiles(fromSchedule),
     service: percentiles(service),
-    // The histogram counts the 1 ms sampling interval in every value.
-    benchLoopDelay: { p99: round(Math.max(0, loop.percentile(99) / 1e6 - 1), 2), max: round(Math.max(0, loop.max / 1e6 - 1), 2) },
-    maxInFlight,
+    benchLoopDelay: run.benchLoopDelay,
+    maxInFlight: run.maxInFlight,
     maxConnections,
   };
 }
@@ -473,7 +448,7 @@ async function main(): Promise<void> {
     const rate = Math.max(1, track.perSecond / 2);
     log(`\n[3] /v1/track latency, open loop at ${fmt(rate)} requests/s for ${P.latencyMs / 1000}s ...`);
     const beforeLatency = await streamCount(jsm, EVENTS_STREAM);
-    const latency = await ingestPhase("latency", ingestUrl, pids, () => openLoop({ origin: ingestUrl, path: "/v1/track", rate, durationMs: P.latencyMs, body: () => trackEvent(nextMessageId()) }));
+    const latency = await ingestPhase("latency", ingestUrl, pids, () => trackOpenLoop({ origin: ingestUrl, path: "/v1/track", rate, durationMs: P.latencyMs, body: () => trackEvent(nextMessageId()) }));
     const latencyStored = (await streamCount(jsm, EVENTS_STREAM)) - beforeLatency;
     const l = latency.result;
     log(`    achieved ${fmt(l.achievedRate)}/s; p50 ${l.fromSchedule.p50} ms, p90 ${l.fromSchedule.p90} ms, p99 ${l.fromSchedule.p99} ms, p99.9 ${l.fromSchedule.p999} ms, max ${l.fromSchedule.max} ms; statuses ${JSON.stringify(l.statuses)}`);

@@ -5,6 +5,7 @@ import { spawn, execFileSync, type ChildProcess } from "node:child_process";
 import { copyFileSync, mkdirSync, mkdtempSync, readFileSync, readdirSync, rmSync, writeFileSync } from "node:fs";
 import { cpus, loadavg, tmpdir } from "node:os";
 import { join } from "node:path";
+import { monitorEventLoopDelay } from "node:perf_hooks";
 import { fileURLToPath } from "node:url";
 import { LocalNatsServer } from "../dataplane/nats/mod.ts";
 
@@ -447,4 +448,53 @@ export function keepProfile(name: string, profDir: string | undefined, windows: 
   const kept = join(RESULTS_DIR, `${name}-latest.cpuprofile`);
   copyFileSync(join(profDir, file), kept);
   return summarizeProfile(kept, windows, ours);
+}
+
+/** What an open-loop run measured of itself: how fast it really sent and whether it kept up. */
+export interface OpenLoopRun {
+  sent: number;
+  achievedRate: number;
+  /** This process's own event-loop delay, ms: high values would mean the load generator, not the server, adds latency. */
+  benchLoopDelay: { p99: number; max: number };
+  /** Most requests outstanding at once. */
+  maxInFlight: number;
+}
+
+/**
+ * Open loop: request i is due at start + i/rate whatever happened to the others (no coordinated
+ * omission). `send` gets its scheduled time and returns a promise that settles when the request is
+ * done; the run ends when every one has.
+ */
+export async function openLoop(rate: number, durationMs: number, send: (scheduled: number) => Promise<unknown>): Promise<OpenLoopRun> {
+  const interval = 1000 / rate;
+  const total = Math.max(1, Math.floor((rate * durationMs) / 1000));
+  const inFlight = new Set<Promise<unknown>>();
+  let maxInFlight = 0;
+  const loop = monitorEventLoopDelay({ resolution: 1 });
+  loop.enable();
+  const start = performance.now() + 20;
+  let next = 0;
+  await new Promise<void>((resolve) => {
+    const tick = () => {
+      const now = performance.now();
+      while (next < total && start + next * interval <= now) {
+        const p: Promise<unknown> = send(start + next++ * interval).finally(() => inFlight.delete(p));
+        inFlight.add(p);
+        if (inFlight.size > maxInFlight) maxInFlight = inFlight.size;
+      }
+      if (next >= total) return resolve();
+      setTimeout(tick, Math.max(0, start + next * interval - performance.now()));
+    };
+    setTimeout(tick, 20);
+  });
+  const lastScheduled = start + (total - 1) * interval;
+  await Promise.all(inFlight);
+  loop.disable();
+  return {
+    sent: total,
+    achievedRate: round(total / ((lastScheduled - start + interval) / 1000), 0),
+    // The histogram counts the 1 ms sampling interval in every value.
+    benchLoopDelay: { p99: round(Math.max(0, loop.percentile(99) / 1e6 - 1), 2), max: round(Math.max(0, loop.max / 1e6 - 1), 2) },
+    maxInFlight,
+  };
 }
