@@ -1,6 +1,5 @@
 // Delivery's Prometheus metrics, on a registry of its own.
 import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from "prom-client";
-import type { AttemptOutcome } from "./outcome.ts";
 
 /** Per-destination figures read from JetStream when metrics are scraped. */
 export interface DeliveryBacklog {
@@ -43,10 +42,8 @@ export class DeliveryMetrics {
     this.deliveries.inc({ destination, outcome, reason });
   }
 
-  /** One HTTP attempt: counted by status class and error code, and timed. */
-  countAttempt(destination: string, outcome: AttemptOutcome, latencyMs: number): void {
-    const status = "status" in outcome ? outcome.status : undefined;
-    const error = "error" in outcome ? outcome.error : undefined;
+  /** One HTTP attempt: counted by status class (or "error") and error code, and timed. */
+  countAttempt(destination: string, status: number | undefined, error: string | undefined, latencyMs: number): void {
     this.attempts.inc({ destination, status_class: status ? `${Math.floor(status / 100)}xx` : "error", error: error ?? "" });
     this.attemptDuration.observe({ destination }, latencyMs / 1000);
   }

@@ -85,7 +85,8 @@ export class DestinationWorker {
   readonly #inFlight = new Set<Promise<void>>();
   /** URLs that failed for good, per stream sequence: not tried again on a retry (in memory only). */
   readonly #deadUrls = new Map<number, Set<string>>();
-  readonly #redacted = new Map<string, string>();
+  /** The destination's URLs as attempt records show them, redacted once. */
+  readonly #redactedUrls: Map<string, string>;
   #messages: ConsumerMessages | undefined;
   #stopping = false;
   #loop: Promise<void> | undefined;
@@ -100,6 +101,7 @@ export class DestinationWorker {
     this.#share = deps.share;
     this.#turn = deps.turn;
     this.#label = `${destination.namespace}/${destination.name}`;
+    this.#redactedUrls = new Map(destination.urls.map((url) => [url, redactUrl(url)]));
     this.#log = deps.log.child({ destination: this.#label });
   }
 
@@ -206,13 +208,6 @@ export class DestinationWorker {
     this.#turn.add(() => m.nak(delay));
   }
 
-  /** Attempt records name URLs as redactUrl shows them; the destination's few URLs are redacted once. */
-  #redactedUrl(url: string): string {
-    let redacted = this.#redacted.get(url);
-    if (redacted === undefined) this.#redacted.set(url, (redacted = redactUrl(url)));
-    return redacted;
-  }
-
   #headersFor(message: DeliverableMessage, body: Uint8Array): Record<string, string> {
     const headers: Record<string, string> = {};
     for (const { name, value } of this.destination.headers) headers[name.toLowerCase()] = value;
@@ -237,9 +232,9 @@ export class DestinationWorker {
       const o = r.outcome;
       const status = "status" in o ? o.status : undefined;
       const error = "error" in o ? o.error : undefined;
-      this.#metrics.countAttempt(this.#label, o, r.latencyMs);
+      this.#metrics.countAttempt(this.#label, status, error, r.latencyMs);
       const record: AttemptRecord = {
-        destination: this.#label, url: this.#redactedUrl(r.url), messageId: message.messageId, streamSequence: m.seq, attempt,
+        destination: this.#label, url: this.#redactedUrls.get(r.url) ?? redactUrl(r.url), messageId: message.messageId, streamSequence: m.seq, attempt,
         outcome: o.kind, latencyMs: Math.round(r.latencyMs), at: new Date().toISOString(),
         ...(status !== undefined ? { status } : {}), ...(error ? { error } : {}), ...(r.responseSnippet ? { response: r.responseSnippet } : {}),
       };

@@ -93,7 +93,7 @@ export async function buildIngestApp(deps: IngestAppDeps, input: IngestOptionsIn
 
   // A client that goes away mid-request gets no answer, so onResponse never runs for it.
   app.addHook("onRequestAbort", async (request) => {
-    metrics.requests.inc({ route: request.routeOptions.url ?? "unmatched", status: "499", code: "client_aborted" });
+    metrics.countRequest(request.routeOptions.url ?? "unmatched", 499, "client_aborted");
   });
 
   app.setErrorHandler((err: FastifyError | IngestError, request, reply) => {
