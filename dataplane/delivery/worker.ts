@@ -85,6 +85,8 @@ export class DestinationWorker {
   readonly #inFlight = new Set<Promise<void>>();
   /** URLs that failed for good, per stream sequence: not tried again on a retry (in memory only). */
   readonly #deadUrls = new Map<number, Set<string>>();
+  /** The destination's own headers, names lower-cased once. */
+  readonly #customHeaders: Record<string, string>;
   /** The destination's URLs as attempt records show them, redacted once. */
   readonly #redactedUrls: Map<string, string>;
   #messages: ConsumerMessages | undefined;
@@ -101,6 +103,7 @@ export class DestinationWorker {
     this.#share = deps.share;
     this.#turn = deps.turn;
     this.#label = `${destination.namespace}/${destination.name}`;
+    this.#customHeaders = Object.fromEntries(destination.headers.map(({ name, value }) => [name.toLowerCase(), value]));
     this.#redactedUrls = new Map(destination.urls.map((url) => [url, redactUrl(url)]));
     this.#log = deps.log.child({ destination: this.#label });
   }
@@ -203,14 +206,14 @@ export class DestinationWorker {
       await this.#deadLetter(m, "retry_window_exhausted", attempt, outcome);
       return;
     }
-    this.#deadUrls.set(m.seq, dead);
+    // Kept only when some URL failed for good: a message that is merely retried leaves no entry.
+    if (dead.size > 0) this.#deadUrls.set(m.seq, dead);
     this.#metrics.countDelivery(this.#label, "retry", outcome.error ?? String(outcome.status ?? ""));
     this.#turn.add(() => m.nak(delay));
   }
 
   #headersFor(message: DeliverableMessage, body: Uint8Array): Record<string, string> {
-    const headers: Record<string, string> = {};
-    for (const { name, value } of this.destination.headers) headers[name.toLowerCase()] = value;
+    const headers: Record<string, string> = { ...this.#customHeaders };
     // Encoded: a messageId may hold characters a header value cannot.
     const deliveryId = `${this.destination.namespace}/${this.destination.name}/${encodeURIComponent(message.messageId)}`;
     headers[DELIVERY_ID_HEADER] = deliveryId;
