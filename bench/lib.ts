@@ -13,7 +13,7 @@ import { connect, type NatsConnection } from "@nats-io/transport-node";
 import type { JetStreamManager } from "@nats-io/jetstream";
 
 export const ROOT = fileURLToPath(new URL("..", import.meta.url));
-export const RESULTS_DIR = join(ROOT, "bench", "results");
+const RESULTS_DIR = join(ROOT, "bench", "results");
 
 /** Wall-clock milliseconds with sub-millisecond resolution, comparable between processes of one machine. */
 export const wallMs = () => performance.timeOrigin + performance.now();
@@ -21,9 +21,9 @@ export const wallMs = () => performance.timeOrigin + performance.now();
 // ---------------------------------------------------------------------------------------------
 // Process accounting from /proc.
 
-export const CLK_TCK = 100; // `getconf CLK_TCK`: 100 on Linux
+const CLK_TCK = 100; // `getconf CLK_TCK`: 100 on Linux
 
-export function cpuTicks(pid: number | undefined): number | undefined {
+function cpuTicks(pid: number | undefined): number | undefined {
   if (!pid) return undefined;
   try {
     const stat = readFileSync(`/proc/${pid}/stat`, "utf8");
@@ -45,7 +45,7 @@ export function procStatusKB(pid: number | undefined, field: "VmRSS" | "VmHWM" |
 }
 
 /** Busy jiffies of the whole machine (all cores), from /proc/stat. */
-export function hostBusyTicks(): number | undefined {
+function hostBusyTicks(): number | undefined {
   try {
     const fields = readFileSync("/proc/stat", "utf8").split("\n")[0]!.trim().split(/\s+/).slice(1).map(Number);
     const total = fields.slice(0, 8).reduce((a, b) => a + b, 0);
@@ -189,7 +189,7 @@ export async function stopChild(child: ChildProcess, timeoutMs = 10_000): Promis
   clearTimeout(timer);
 }
 
-export async function cleanup(): Promise<void> {
+async function cleanup(): Promise<void> {
   for (const child of [...children]) await stopChild(child).catch(() => {});
   for (const server of natsServers) await server.stop().catch(() => {});
   for (const dir of tempDirs) rmSync(dir, { recursive: true, force: true });
@@ -306,7 +306,7 @@ function packageOf(node: ProfileNode): string {
 }
 
 /** Self time by package and frame, and inclusive time of the frames whose URL matches `inclusive`, per phase. */
-export function summarizeProfile(file: string, windows: PhaseWindow[], inclusive: RegExp): ProfileSummary[] {
+function summarizeProfile(file: string, windows: PhaseWindow[], inclusive: RegExp): ProfileSummary[] {
   const profile = JSON.parse(readFileSync(file, "utf8")) as { nodes: ProfileNode[]; samples: number[]; timeDeltas: number[]; startTime: number };
   const byId = new Map(profile.nodes.map((n) => [n.id, n]));
   const parent = new Map<number, number>();
