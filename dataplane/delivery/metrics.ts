@@ -51,7 +51,12 @@ export class DeliveryMetrics {
   constructor(options: { defaultMetrics?: boolean } = {}) {
     if (options.defaultMetrics ?? true) collectDefaultMetrics({ register: this.registry });
     // collect() runs with `this` bound to the gauge; the arrow keeps the metrics object at hand.
-    const readBacklog = () => this.#backlog().catch(() => []);
+    // A scrape collects the three gauges at once: they share one read of JetStream.
+    let reading: Promise<DeliveryBacklog[]> | undefined;
+    const readBacklog = () =>
+      (reading ??= this.#backlog()
+        .catch(() => [])
+        .finally(() => (reading = undefined)));
     const gauge = (name: string, help: string, pick: (b: DeliveryBacklog) => number) =>
       new Gauge({
         name,

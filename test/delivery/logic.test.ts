@@ -1,9 +1,10 @@
 // The pure rules of webhook delivery: routing by integrations, the body and its signatures, how
-// an HTTP answer is classified, how URLs combine, and the backoff.
+// an HTTP answer is classified, how URLs combine, the backoff, and the backlog gauges.
 import { createHmac } from "node:crypto";
 import { describe, expect, it } from "vitest";
 import { routesTo } from "../../dataplane/delivery/routing.ts";
 import { standardWebhookHeaders, webhookBody, xSignature, type DeliverableMessage } from "../../dataplane/delivery/payload.ts";
+import { DeliveryMetrics } from "../../dataplane/delivery/metrics.ts";
 import { redactUrl } from "../../dataplane/delivery/worker.ts";
 import { RETRY_AFTER_BOUNDS_MS, backoffMs, classifyStatus, combine, parseRetryAfter } from "../../dataplane/delivery/outcome.ts";
 
@@ -116,4 +117,22 @@ describe("backoff", () => {
     expect(backoffMs(20, Infinity, () => 0.5)).toBe(30 * 60_000);
   });
   it("never waits past the end of the retry window", () => expect(backoffMs(10, 1_234, () => 0.5)).toBe(1_234));
+});
+
+describe("delivery metrics", () => {
+  it("one scrape reads the backlog from JetStream once for its three gauges", async () => {
+    const metrics = new DeliveryMetrics({ defaultMetrics: false });
+    let reads = 0;
+    metrics.readBacklogFrom(async () => {
+      reads++;
+      return [{ destination: "shop/crm", pending: 3, inFlight: 2, deadLetters: 1 }];
+    });
+    const text = await metrics.registry.metrics();
+    expect(reads).toBe(1);
+    expect(text).toContain('trackhook_delivery_consumer_pending_messages{destination="shop/crm"} 3');
+    expect(text).toContain('trackhook_delivery_in_flight_messages{destination="shop/crm"} 2');
+    expect(text).toContain('trackhook_delivery_dead_letters{destination="shop/crm"} 1');
+    await metrics.registry.metrics();
+    expect(reads, "the next scrape reads again").toBe(2);
+  });
 });
