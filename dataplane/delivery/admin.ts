@@ -5,7 +5,8 @@ import { DeliverPolicy, jetstream, jetstreamManager, type Consumer, type JetStre
 import { headers as natsHeaders, type NatsConnection } from "@nats-io/transport-node";
 import { DNS_LABEL, type StoredMessage } from "../../schema/mod.ts";
 import {
-  ATTEMPTS_STREAM, DLQ_STREAM, EVENTS_STREAM, EVENTS_SUBJECTS, attemptsSubject, consumerName, dlqSubject, replaySubject, sourceSubjects,
+  ATTEMPTS_STREAM, DLQ_STREAM, EVENTS_STREAM, EVENTS_SUBJECTS, attemptsSubject, consumerName, dlqSubject, isConsumerNotFound, isStreamNotFound,
+  replaySubject, sourceSubjects,
 } from "../nats/mod.ts";
 import type { AttemptRecord } from "./worker.ts";
 
@@ -90,7 +91,7 @@ async function streamLastSeq(nc: NatsConnection, stream: string): Promise<number
   try {
     return (await jsm.streams.info(stream)).state.last_seq;
   } catch (err) {
-    if (/stream not found/i.test((err as Error).message)) return undefined;
+    if (isStreamNotFound(err)) return undefined;
     throw err;
   }
 }
@@ -113,7 +114,7 @@ export async function replayDeadLetters(nc: NatsConnection, options: ReplayOptio
   // A replay subject nobody consumes would take the messages out of the DLQ and deliver nothing.
   const durable = consumerName(namespace, destination);
   const consumer = await jsm.consumers.info(EVENTS_STREAM, durable).catch((err: Error) => {
-    if (/consumer not found|stream not found/i.test(err.message)) return undefined;
+    if (isConsumerNotFound(err) || isStreamNotFound(err)) return undefined;
     throw err;
   });
   const replay = replaySubject(namespace, destination);

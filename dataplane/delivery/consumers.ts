@@ -4,7 +4,7 @@
 import { AckPolicy, DeliverPolicy, type ConsumerConfig, type JetStreamManager } from "@nats-io/jetstream";
 import { nanos } from "@nats-io/transport-node";
 import type { CompiledDestination } from "../../schema/mod.ts";
-import { EVENTS_STREAM, consumerName, replaySubject, sourceSubjects } from "../nats/mod.ts";
+import { EVENTS_STREAM, consumerName, isConsumerNotFound, replaySubject, sourceSubjects } from "../nats/mod.ts";
 
 /**
  * ack_wait must outlast the worst delivery round (all URLs in parallel, each bounded by the
@@ -35,7 +35,7 @@ export function destinationConsumerConfig(destination: CompiledDestination): Par
 export async function ensureDestinationConsumer(jsm: JetStreamManager, destination: CompiledDestination): Promise<string> {
   const config = destinationConsumerConfig(destination);
   const existing = await jsm.consumers.info(EVENTS_STREAM, config.durable_name).catch((err: Error) => {
-    if (/consumer not found/i.test(err.message)) return undefined;
+    if (isConsumerNotFound(err)) return undefined;
     throw err;
   });
   if (!existing) {
@@ -55,7 +55,7 @@ export async function removeDestinationConsumers(jsm: JetStreamManager, names: I
   const removed: string[] = [];
   for (const name of names) {
     await jsm.consumers.delete(EVENTS_STREAM, name).catch((err: Error) => {
-      if (!/consumer not found/i.test(err.message)) throw err;
+      if (!isConsumerNotFound(err)) throw err;
     });
     removed.push(name);
   }

@@ -6,7 +6,7 @@ import type { NatsConnection } from "@nats-io/transport-node";
 import type { CompiledConfig } from "../../schema/mod.ts";
 import type { ConfigProvider } from "../config/mod.ts";
 import type { Logger } from "../logging.ts";
-import { DLQ_STREAM, EVENTS_STREAM, TurnBatch, attemptsStreamConfig, consumerName, dlqStreamConfig, dlqSubject, ensureStream, type SideStreamSettings } from "../nats/mod.ts";
+import { DLQ_STREAM, EVENTS_STREAM, TurnBatch, attemptsStreamConfig, consumerName, dlqStreamConfig, dlqSubject, ensureStream, isStreamNotFound, type SideStreamSettings } from "../nats/mod.ts";
 import { ensureDestinationConsumer, removeDestinationConsumers } from "./consumers.ts";
 import type { DeliveryBacklog, DeliveryMetrics } from "./metrics.ts";
 import { DestinationWorker, type WebhookSending } from "./worker.ts";
@@ -159,7 +159,7 @@ async function waitForEventsStream(jsm: JetStreamManager, log: Logger): Promise<
     try {
       return await jsm.streams.info(EVENTS_STREAM);
     } catch (err) {
-      if (!/stream not found/i.test((err as Error).message)) throw err;
+      if (!isStreamNotFound(err)) throw err;
       if (!warned) log.warn(`waiting for stream ${EVENTS_STREAM} (the ingest creates it at start)`);
       await new Promise((r) => setTimeout(r, 1000));
     }

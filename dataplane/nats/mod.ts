@@ -2,7 +2,7 @@ export {
   EVENTS_STREAM, EVENTS_SUBJECTS, REPLAY_SUBJECTS, DLQ_STREAM, ATTEMPTS_STREAM, CONSUMER_PREFIX,
   eventSubject, eventMsgId, sourceSubjects, replaySubject, dlqSubject, attemptsSubject, consumerName, parseConsumerName,
 } from "./subjects.ts";
-export { eventsStreamConfig, dlqStreamConfig, attemptsStreamConfig, ensureStream, isStreamNotFound, DEFAULT_SIDE_STREAM, type EventsStreamSettings, type SideStreamSettings } from "./streams.ts";
+export { eventsStreamConfig, dlqStreamConfig, attemptsStreamConfig, ensureStream, isStreamNotFound, isConsumerNotFound, DEFAULT_SIDE_STREAM, type EventsStreamSettings, type SideStreamSettings } from "./streams.ts";
 export { connectNats, type ConnectOptions } from "./connect.ts";
 export { TurnBatch } from "./turn-batch.ts";
 export { LocalNatsServer, NatsServerNotFoundError, findNatsServer, type LocalNatsServerOptions } from "./local-server.ts";

@@ -92,3 +92,8 @@ export async function ensureStream(jsm: JetStreamManager, config: Partial<Stream
 export function isStreamNotFound(err: unknown): boolean {
   return err instanceof Error && (err.name === "StreamNotFoundError" || /stream not found/i.test(err.message));
 }
+
+/** A JetStream error saying the consumer does not exist. */
+export function isConsumerNotFound(err: unknown): boolean {
+  return err instanceof Error && (err.name === "ConsumerNotFoundError" || /consumer not found/i.test(err.message));
+}

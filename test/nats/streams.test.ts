@@ -1,7 +1,7 @@
 // TRACKHOOK_EVENTS is created with the settings of DESIGN.md, and updated in place when an
 // existing stream's settings differ (a new max_bytes, say), keeping its messages.
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { EVENTS_STREAM, ensureStream, eventsStreamConfig } from "../../dataplane/nats/mod.ts";
+import { EVENTS_STREAM, ensureStream, eventsStreamConfig, isConsumerNotFound, isStreamNotFound } from "../../dataplane/nats/mod.ts";
 import { startNats, type NatsHarness } from "../harness/nats.ts";
 
 let nats: NatsHarness;
@@ -47,5 +47,17 @@ describe("events stream", () => {
     const after = await nats.jsm.streams.info(EVENTS_STREAM);
     expect(after.config).toEqual(before.config);
     expect(after.created).toBe(before.created);
+  });
+});
+
+describe("not-found errors", () => {
+  it("tell a missing stream from a missing consumer, as nats-server reports them", async () => {
+    await ensureStream(nats.jsm, eventsStreamConfig(settings));
+    const noStream = await nats.jsm.streams.info("TRACKHOOK_NO_SUCH_STREAM").catch((err: unknown) => err);
+    expect(isStreamNotFound(noStream)).toBe(true);
+    expect(isConsumerNotFound(noStream)).toBe(false);
+    const noConsumer = await nats.jsm.consumers.info(EVENTS_STREAM, "no-such-consumer").catch((err: unknown) => err);
+    expect(isConsumerNotFound(noConsumer)).toBe(true);
+    expect(isStreamNotFound(noConsumer)).toBe(false);
   });
 });
