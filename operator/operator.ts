@@ -5,7 +5,7 @@ import { hostname } from "node:os";
 import { randomBytes } from "node:crypto";
 import { jetstream, jetstreamManager } from "@nats-io/jetstream";
 import type { NatsConnection } from "@nats-io/transport-node";
-import { ConfigWriter, ensureConfigBucket, secretNamesOf } from "../dataplane/config/mod.ts";
+import { ConfigWriter, ensureConfigBucket, parseConfigKey, secretNamesOf } from "../dataplane/config/mod.ts";
 import { removeDestinationConsumers } from "../dataplane/delivery/mod.ts";
 import type { Logger } from "../dataplane/logging.ts";
 import { EVENTS_STREAM, parseConsumerName } from "../dataplane/nats/mod.ts";
@@ -193,9 +193,10 @@ export class Operator {
     const inScope = (ns: string) => !this.#options.watchNamespace || ns === this.#options.watchNamespace;
     try {
       for await (const key of await ctx.config.kv.keys()) {
-        const [kind, ns, name] = key.split(".");
-        if (!ns || !name || !inScope(ns)) continue;
-        const gone = kind === "source" ? !ctx.sources.get(ns, name) : kind === "destination" ? !ctx.destinations.get(ns, name) : false;
+        const parsed = parseConfigKey(key);
+        if (!parsed || !inScope(parsed.namespace)) continue;
+        const { kind, namespace: ns, name } = parsed;
+        const gone = kind === "source" ? !ctx.sources.get(ns, name) : !ctx.destinations.get(ns, name);
         if (!gone) continue;
         await ctx.config.delete(key);
         this.#log.info({ key }, "removed a config entry whose resource no longer exists");

@@ -20,6 +20,13 @@ export const CONFIG_BUCKET = "trackhook-config";
 export const sourceKey = (namespace: string, name: string) => `source.${namespace}.${name}`;
 export const destinationKey = (namespace: string, name: string) => `destination.${namespace}.${name}`;
 
+/** The kind, namespace and name a key of sourceKey or destinationKey names; undefined for any other key. */
+export function parseConfigKey(key: string): { kind: "source" | "destination"; namespace: string; name: string } | undefined {
+  const [kind, namespace, name, ...rest] = key.split(".");
+  if ((kind !== "source" && kind !== "destination") || !namespace || !name || rest.length > 0) return undefined;
+  return { kind, namespace, name };
+}
+
 export interface ConfigBucketOptions {
   /** JetStream replicas of the bucket's stream (1 locally, 3 in production). */
   replicas?: number;
@@ -173,13 +180,14 @@ export class KvConfigProvider extends ConfigHolder {
 
   /** Returns whether the entry changed the config. */
   #apply(entry: KvEntry): boolean {
-    const [kind, namespace, name, ...rest] = entry.key.split(".");
-    const id = `${namespace}/${name}`;
-    const map = kind === "source" ? this.#sources : kind === "destination" ? this.#destinations : undefined;
-    if (!map || !namespace || !name || rest.length > 0) {
+    const key = parseConfigKey(entry.key);
+    if (!key) {
       this.#log.warn({ key: entry.key }, "ignoring an unknown key in the config bucket");
       return false;
     }
+    const { kind, namespace, name } = key;
+    const id = `${namespace}/${name}`;
+    const map = kind === "source" ? this.#sources : this.#destinations;
     if (entry.operation !== "PUT") return map.delete(id);
     let value: unknown;
     try {

@@ -1,6 +1,6 @@
 // --config-from nats: the data plane follows the trackhook-config bucket the operator writes.
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { ConfigWriter, KvConfigProvider, destinationKey, ensureConfigBucket, sha256Hex, sourceKey } from "../../dataplane/config/mod.ts";
+import { ConfigWriter, KvConfigProvider, destinationKey, ensureConfigBucket, parseConfigKey, sha256Hex, sourceKey } from "../../dataplane/config/mod.ts";
 import { createLogger } from "../../dataplane/logging.ts";
 import type { CompiledConfig, CompiledDestination, CompiledSource } from "../../schema/mod.ts";
 import { startNats, type NatsHarness } from "../harness/nats.ts";
@@ -26,6 +26,14 @@ function nextConfig(provider: KvConfigProvider): Promise<CompiledConfig> {
     });
   });
 }
+
+describe("config keys", () => {
+  it("parse back into what sourceKey and destinationKey were given; other keys are not config", () => {
+    expect(parseConfigKey(sourceKey("shop", "web"))).toEqual({ kind: "source", namespace: "shop", name: "web" });
+    expect(parseConfigKey(destinationKey("shop", "hook"))).toEqual({ kind: "destination", namespace: "shop", name: "hook" });
+    for (const key of ["secret.shop.keys", "source.shop", "source.shop.web.extra", "source..web"]) expect(parseConfigKey(key), key).toBeUndefined();
+  });
+});
 
 describe("KvConfigProvider", () => {
   it("waits for the bucket, loads what is there, then follows puts and deletes", async () => {
