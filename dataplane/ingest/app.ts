@@ -8,13 +8,13 @@ import { Registry } from "prom-client";
 import type { ConfigProvider } from "../config/mod.ts";
 import type { Logger } from "../logging.ts";
 import { EVENTS_STREAM } from "../nats/mod.ts";
+import { opsRoutes } from "../ops/server.ts";
 import { SourceDirectory } from "./auth.ts";
 import { IngestError, errors } from "./errors.ts";
 import { IngestMetrics } from "./metrics.ts";
 import { resolveIngestOptions, type IngestOptionsInput } from "./options.ts";
 import { EventPublisher } from "./publish.ts";
 import { corsRoutes } from "./routes/cors.ts";
-import { healthRoutes } from "./routes/health.ts";
 import { messageRoutes } from "./routes/messages.ts";
 import { settingsRoutes } from "./routes/settings.ts";
 import type { IngestState } from "./state.ts";
@@ -114,7 +114,7 @@ export async function buildIngestApp(deps: IngestAppDeps, input: IngestOptionsIn
   corsRoutes(app, state);
   messageRoutes(app, state);
   settingsRoutes(app, state);
-  healthRoutes(app, state);
+  opsRoutes(app, state);
   return app;
 }
 

@@ -1,5 +1,5 @@
-// The operations endpoints of a component without an HTTP API of its own (deliver, and later the
-// operator): /healthz (the process runs), /readyz (its dependencies answer), /metrics.
+// The operations endpoints: /healthz (the process runs), /readyz (its dependencies answer),
+// /metrics. Components without an HTTP API of their own (deliver, the operator) serve them alone.
 import Fastify, { type FastifyInstance } from "fastify";
 import type { Registry } from "prom-client";
 
@@ -8,8 +8,14 @@ export interface OpsServerOptions {
   ready(): Promise<{ ready: boolean; reason?: string }>;
 }
 
-export function buildOpsServer({ registry, ready }: OpsServerOptions): FastifyInstance {
+export function buildOpsServer(options: OpsServerOptions): FastifyInstance {
   const app = Fastify({ logger: false });
+  opsRoutes(app, options);
+  return app;
+}
+
+/** The three routes, on any Fastify app (the ingest serves them beside the Tracking API). */
+export function opsRoutes(app: FastifyInstance, { registry, ready }: OpsServerOptions): void {
   app.get("/healthz", async () => ({ status: "ok" }));
   app.get("/readyz", async (_request, reply) => {
     const state = await ready();
@@ -20,5 +26,4 @@ export function buildOpsServer({ registry, ready }: OpsServerOptions): FastifyIn
     reply.header("content-type", registry.contentType);
     return registry.metrics();
   });
-  return app;
 }
