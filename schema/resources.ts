@@ -10,6 +10,9 @@ export const API_VERSION = `${GROUP}/${VERSION}`;
 
 /** RFC 1123 label: Source and destination names become NATS subject tokens, so no dots. */
 export const DNS_LABEL = "^[a-z0-9]([-a-z0-9]*[a-z0-9])?$";
+const DNS_LABEL_RE = new RegExp(DNS_LABEL);
+/** A name the schemas would take as a DNS label (at most 63 characters): safe as a subject token. */
+export const isDnsLabel = (name: string): boolean => name.length <= 63 && DNS_LABEL_RE.test(name);
 const DNS_SUBDOMAIN = "^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$";
 const SECRET_KEY = "^[-._a-zA-Z0-9]+$";
 const HEADER_NAME = "^[!#$%&'*+.^_`|~0-9A-Za-z-]+$";

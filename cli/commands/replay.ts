@@ -3,20 +3,18 @@
 import { connect, type NatsConnection } from "@nats-io/transport-node";
 import { ReplayInterruptedError, ReplayTargetError, replayDeadLetters } from "../../dataplane/delivery/admin.ts";
 import { assertNoCredentialsInUrl, natsAuthOptions } from "../../dataplane/nats/mod.ts";
-import { DNS_LABEL } from "../../schema/mod.ts";
+import { DEFAULT_NAMESPACE } from "../../dataplane/config/mod.ts";
+import { isDnsLabel } from "../../schema/mod.ts";
 import { UsageError, durationFlag, integerFlag } from "../args.ts";
 import type { Command } from "./types.ts";
 import { NATS_AUTH_HELP } from "./nats-help.ts";
-
-const LABEL = new RegExp(DNS_LABEL);
 
 /** `<namespace>/<name>` or `<name>` (namespace `default`), both DNS labels. */
 export function qualifiedName(flag: string, text: string | undefined): { namespace: string; name: string } {
   if (text === undefined || text === "") throw new UsageError(`--${flag} <namespace/name> is required`);
   const parts = text.split("/");
-  const [namespace, name] = parts.length === 1 ? ["default", parts[0]!] : [parts[0]!, parts[1] ?? ""];
-  const valid = (s: string) => s.length > 0 && s.length <= 63 && LABEL.test(s);
-  if (parts.length > 2 || !valid(namespace) || !valid(name)) {
+  const [namespace, name] = parts.length === 1 ? [DEFAULT_NAMESPACE, parts[0]!] : [parts[0]!, parts[1] ?? ""];
+  if (parts.length > 2 || !isDnsLabel(namespace) || !isDnsLabel(name)) {
     throw new UsageError(`--${flag}: "${text}" is not <namespace>/<name> or <name> (lowercase letters, digits and "-")`);
   }
   return { namespace, name };

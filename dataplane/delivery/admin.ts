@@ -3,7 +3,8 @@
 // when the read ends (and expire on their own if the process dies), so nothing lingers.
 import { DeliverPolicy, jetstream, jetstreamManager, type Consumer, type JetStreamClient, type JsMsg, type OrderedConsumerOptions } from "@nats-io/jetstream";
 import { headers as natsHeaders, type NatsConnection } from "@nats-io/transport-node";
-import { DNS_LABEL, type StoredMessage } from "../../schema/mod.ts";
+import { isDnsLabel, type StoredMessage } from "../../schema/mod.ts";
+import { DEFAULT_NAMESPACE } from "../config/mod.ts";
 import {
   ATTEMPTS_STREAM, DLQ_STREAM, EVENTS_STREAM, EVENTS_SUBJECTS, attemptsSubject, consumerName, dlqSubject, isConsumerNotFound, isStreamNotFound,
   replaySubject, sourceSubjects,
@@ -37,11 +38,9 @@ export class ReplayTargetError extends Error {
   override name = "ReplayTargetError";
 }
 
-const LABEL = new RegExp(DNS_LABEL);
-
 /** Names go into subjects: a "." or a wildcard would address other destinations' messages. */
 function checkName(what: string, name: string): void {
-  if (name.length === 0 || name.length > 63 || !LABEL.test(name)) throw new TypeError(`${what} "${name}" is not a DNS label (lowercase letters, digits and "-")`);
+  if (!isDnsLabel(name)) throw new TypeError(`${what} "${name}" is not a DNS label (lowercase letters, digits and "-")`);
 }
 
 /** Messages per pull request. */
@@ -189,7 +188,7 @@ export interface TailedMessage {
 /** The subject filter of `tail`. */
 export function tailFilter(options: { namespace?: string; source?: string }): string {
   if (options.source !== undefined) {
-    const namespace = options.namespace ?? "default";
+    const namespace = options.namespace ?? DEFAULT_NAMESPACE;
     checkName("namespace", namespace);
     checkName("source", options.source);
     return sourceSubjects(namespace, options.source);
