@@ -13,15 +13,11 @@ import { standardWebhookHeaders, webhookBody, xSignature, type DeliverableMessag
 import { routesTo } from "./routing.ts";
 import type { DeliveryMetrics } from "./metrics.ts";
 import type { ConcurrencyLimit } from "./limit.ts";
+import type { SendRequest, SendResult } from "./sender.ts";
 
 /** What the worker needs of an HTTP sender (dataplane/delivery/sender.ts). */
 export interface WebhookSending {
-  send(request: { url: string; body: Uint8Array; headers: Record<string, string>; timeoutMs: number }): Promise<{
-    url: string;
-    outcome: AttemptOutcome;
-    latencyMs: number;
-    responseSnippet?: string;
-  }>;
+  send(request: SendRequest): Promise<SendResult>;
 }
 
 /** The header receivers can use to drop a retried duplicate: the same for every attempt of a message. */
@@ -85,6 +81,7 @@ export class DestinationWorker {
   readonly #inFlight = new Set<Promise<void>>();
   /** URLs that failed for good, per stream sequence: not tried again on a retry (in memory only). */
   readonly #deadUrls = new Map<number, Set<string>>();
+  readonly #attemptsSubject: string;
   /** The destination's own headers, names lower-cased once. */
   readonly #customHeaders: Record<string, string>;
   /** The destination's URLs as attempt records show them, redacted once. */
@@ -103,6 +100,7 @@ export class DestinationWorker {
     this.#share = deps.share;
     this.#turn = deps.turn;
     this.#label = `${destination.namespace}/${destination.name}`;
+    this.#attemptsSubject = attemptsSubject(destination.namespace, destination.name);
     this.#customHeaders = Object.fromEntries(destination.headers.map(({ name, value }) => [name.toLowerCase(), value]));
     this.#redactedUrls = new Map(destination.urls.map((url) => [url, redactUrl(url)]));
     this.#log = deps.log.child({ destination: this.#label });
@@ -215,7 +213,7 @@ export class DestinationWorker {
   #headersFor(message: DeliverableMessage, body: Uint8Array): Record<string, string> {
     const headers: Record<string, string> = { ...this.#customHeaders };
     // Encoded: a messageId may hold characters a header value cannot.
-    const deliveryId = `${this.destination.namespace}/${this.destination.name}/${encodeURIComponent(message.messageId)}`;
+    const deliveryId = `${this.#label}/${encodeURIComponent(message.messageId)}`;
     headers[DELIVERY_ID_HEADER] = deliveryId;
     const secret = this.destination.sharedSecret;
     if (secret) {
@@ -229,8 +227,7 @@ export class DestinationWorker {
    * Attempt records are published without waiting for a PubAck: a lost record only loses
    * history, and waiting cost a round trip per message. They leave with the turn's other traffic.
    */
-  #record(m: JsMsg, message: DeliverableMessage, attempt: number, results: Awaited<ReturnType<WebhookSending["send"]>>[]): void {
-    const subject = attemptsSubject(this.destination.namespace, this.destination.name);
+  #record(m: JsMsg, message: DeliverableMessage, attempt: number, results: SendResult[]): void {
     for (const r of results) {
       const o = r.outcome;
       const status = "status" in o ? o.status : undefined;
@@ -244,7 +241,7 @@ export class DestinationWorker {
       const payload = JSON.stringify(record);
       this.#turn.add(() => {
         try {
-          this.#nc.publish(subject, payload);
+          this.#nc.publish(this.#attemptsSubject, payload);
         } catch (err) {
           this.#log.warn({ err: (err as Error).message }, "attempt record not published");
         }
