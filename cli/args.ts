@@ -33,3 +33,10 @@ export function integerFlag(flag: string, text: string, min = 0, max = Number.MA
 
 export const listFlag = (text: string | undefined): string[] | undefined =>
   text === undefined ? undefined : text.split(",").map((s) => s.trim()).filter(Boolean);
+
+/** --nats, or TRACKHOOK_NATS_URL. */
+export function natsUrl(values: { nats?: string | undefined }): string {
+  const url = values.nats ?? process.env.TRACKHOOK_NATS_URL;
+  if (!url) throw new UsageError("--nats <url> is required (or set TRACKHOOK_NATS_URL)");
+  return url;
+}

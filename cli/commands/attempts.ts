@@ -1,7 +1,8 @@
 // `trackhook attempts`: a destination's delivery attempts (every URL of every try), oldest first.
 import { readAttempts } from "../../dataplane/delivery/admin.ts";
 import type { AttemptRecord } from "../../dataplane/delivery/worker.ts";
-import { connectAdmin, natsUrl, qualifiedName } from "./replay.ts";
+import { natsUrl } from "../args.ts";
+import { connectAdmin, qualifiedName } from "./replay.ts";
 import type { Command } from "./types.ts";
 import { NATS_AUTH_HELP } from "./nats-help.ts";
 

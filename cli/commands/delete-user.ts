@@ -4,8 +4,8 @@ import { randomUUID } from "node:crypto";
 import { jetstream } from "@nats-io/jetstream";
 import { loadConfigFile } from "../../dataplane/config/mod.ts";
 import { hasEnabledDestination, publishDeleteNotifications } from "../../dataplane/deletion/mod.ts";
-import { UsageError } from "../args.ts";
-import { connectAdmin, fail, natsUrl, qualifiedName } from "./replay.ts";
+import { UsageError, natsUrl } from "../args.ts";
+import { connectAdmin, fail, qualifiedName } from "./replay.ts";
 import type { Command } from "./types.ts";
 import { NATS_AUTH_HELP } from "./nats-help.ts";
 

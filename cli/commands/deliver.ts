@@ -1,13 +1,13 @@
 // `trackhook deliver`: delivery workers for the destinations in the config.
 import type { ConfigProvider } from "../../dataplane/config/mod.ts";
 import { configFrom, configSourceFlags, configSourceHelp, openConfig, openConfigFiles } from "./config-source.ts";
-import { DeliveryMetrics, DeliveryService, WebhookSender } from "../../dataplane/delivery/mod.ts";
+import { DEFAULT_PROCESS_MAX_IN_FLIGHT, DeliveryMetrics, DeliveryService, WebhookSender } from "../../dataplane/delivery/mod.ts";
 import { createLogger, type Logger } from "../../dataplane/logging.ts";
-import { connectNats, type SideStreamSettings } from "../../dataplane/nats/mod.ts";
+import { DEFAULT_SIDE_STREAM, connectNats, type SideStreamSettings } from "../../dataplane/nats/mod.ts";
 import type { NatsConnection } from "@nats-io/transport-node";
 import { VERSION } from "../../dataplane/version.ts";
 import { buildOpsServer } from "../../dataplane/ops/server.ts";
-import { UsageError, integerFlag, parseBytes } from "../args.ts";
+import { integerFlag, natsUrl, parseBytes } from "../args.ts";
 import { onShutdown } from "../shutdown.ts";
 import type { Command } from "./types.ts";
 import { NATS_AUTH_HELP } from "./nats-help.ts";
@@ -67,14 +67,13 @@ ${configSourceHelp}
     "stream-replicas": { type: "string" }, "stream-max-bytes": { type: "string" },
   },
   async run(values) {
-    const natsUrl = values.nats ?? process.env.TRACKHOOK_NATS_URL;
     const from = configFrom(values);
-    if (!natsUrl) throw new UsageError("--nats <url> is required (or set TRACKHOOK_NATS_URL)");
+    const nats = natsUrl(values);
     const port = integerFlag("port", values.port ?? "8081", 0, 65535);
-    const maxInFlight = integerFlag("max-in-flight", values["max-in-flight"] ?? "1000", 1, 100_000);
+    const maxInFlight = integerFlag("max-in-flight", values["max-in-flight"] ?? String(DEFAULT_PROCESS_MAX_IN_FLIGHT), 1, 100_000);
     const sideStreams = {
-      replicas: integerFlag("stream-replicas", values["stream-replicas"] ?? "1", 1, 5),
-      maxBytes: parseBytes("stream-max-bytes", values["stream-max-bytes"] ?? "1GiB"),
+      replicas: integerFlag("stream-replicas", values["stream-replicas"] ?? String(DEFAULT_SIDE_STREAM.replicas), 1, 5),
+      maxBytes: values["stream-max-bytes"] === undefined ? DEFAULT_SIDE_STREAM.maxBytes : parseBytes("stream-max-bytes", values["stream-max-bytes"]),
     };
     const log = createLogger({ level: values["log-level"], name: "deliver" });
     const files = openConfigFiles(from, log); // invalid config fails here, before connecting
@@ -95,7 +94,7 @@ ${configSourceHelp}
       running.config?.close();
       await running.nc?.drain();
     });
-    const nc = (running.nc = await connectNats({ servers: natsUrl, name: "trackhook-deliver", log }));
+    const nc = (running.nc = await connectNats({ servers: nats, name: "trackhook-deliver", log }));
     waitingFor = from.kind === "nats" ? "the trackhook-config bucket" : "the events stream";
     const config = (running.config = await openConfig(files, nc, log));
     waitingFor = "the events stream";

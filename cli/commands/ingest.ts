@@ -6,7 +6,7 @@ import type { ConfigProvider } from "../../dataplane/config/mod.ts";
 import { buildIngestApp, type IngestOptionsInput } from "../../dataplane/ingest/mod.ts";
 import { createLogger, type Logger } from "../../dataplane/logging.ts";
 import { connectNats, ensureStream, eventsStreamConfig, type EventsStreamSettings } from "../../dataplane/nats/mod.ts";
-import { UsageError, integerFlag } from "../args.ts";
+import { UsageError, integerFlag, natsUrl } from "../args.ts";
 import { onShutdown } from "../shutdown.ts";
 import { configFrom, configSourceFlags, configSourceHelp, openConfig, openConfigFiles } from "./config-source.ts";
 import { ingestFlags, ingestFlagsHelp, ingestOptions, streamSettings } from "./shared-flags.ts";
@@ -55,14 +55,13 @@ export const ingestCommand: Command = {
   --nats <url>               NATS server URL(s), comma-separated (or TRACKHOOK_NATS_URL)${NATS_AUTH_HELP}${configSourceHelp}${ingestFlagsHelp}`,
   flags: { ...ingestFlags, ...configSourceFlags, nats: { type: "string" } },
   async run(values) {
-    const natsUrl = values.nats ?? process.env.TRACKHOOK_NATS_URL;
     const from = configFrom(values);
-    if (!natsUrl) throw new UsageError("--nats <url> is required (or set TRACKHOOK_NATS_URL)");
+    const nats = natsUrl(values);
     const log = createLogger({ level: values["log-level"], name: "ingest" });
     const stream = streamSettings(values);
     const options = ingestOptions(values);
     const files = openConfigFiles(from, log); // invalid config fails here, before connecting
-    const nc = await connectNats({ servers: natsUrl, name: "trackhook-ingest", log });
+    const nc = await connectNats({ servers: nats, name: "trackhook-ingest", log });
     const config = await openConfig(files, nc, log);
     const ingest = await startIngest({
       nc, config, log, stream, options,

@@ -4,7 +4,7 @@ import { connectNats } from "../../dataplane/nats/mod.ts";
 import { buildOpsServer } from "../../dataplane/ops/server.ts";
 import type { NatsConnection } from "@nats-io/transport-node";
 import type { Operator } from "../../operator/mod.ts";
-import { UsageError, durationFlag, integerFlag } from "../args.ts";
+import { UsageError, durationFlag, integerFlag, natsUrl } from "../args.ts";
 import { onShutdown } from "../shutdown.ts";
 import type { Command } from "./types.ts";
 import { NATS_AUTH_HELP } from "./nats-help.ts";
@@ -34,8 +34,7 @@ export const operatorCommand: Command = {
     // Loaded here, not at the top: @kubernetes/client-node costs every other command ~50 MB of
     // RSS and ~0.4 s of start-up (measured with `trackhook --help`).
     const { Operator, OperatorMetrics, kubeClients, loadKubeConfig, operatorOptions } = await import("../../operator/mod.ts");
-    const natsUrl = values.nats ?? process.env.TRACKHOOK_NATS_URL;
-    if (!natsUrl) throw new UsageError("--nats <url> is required (or set TRACKHOOK_NATS_URL)");
+    const nats = natsUrl(values);
     const leaseDurationMs = durationFlag("lease-duration", values["lease-duration"] ?? "15s");
     if (leaseDurationMs < 2000) throw new UsageError("--lease-duration must be at least 2s");
     const options = operatorOptions({
@@ -71,7 +70,7 @@ export const operatorCommand: Command = {
       await running.operator?.stop(); // finishes running reconciles and hands the lease over
       await running.nc?.drain();
     });
-    const nc = (running.nc = await connectNats({ servers: natsUrl, name: "trackhook-operator", log }));
+    const nc = (running.nc = await connectNats({ servers: nats, name: "trackhook-operator", log }));
     const operator = (running.operator = new Operator({ kube, nc, log, metrics }, options));
     // Losing the lease means another replica may act now: stop at once, as controller-runtime does.
     await operator.run(() => process.exit(1));

@@ -5,7 +5,7 @@ import { ReplayInterruptedError, ReplayTargetError, replayDeadLetters } from "..
 import { assertNoCredentialsInUrl, natsAuthOptions } from "../../dataplane/nats/mod.ts";
 import { DEFAULT_NAMESPACE } from "../../dataplane/config/mod.ts";
 import { isDnsLabel } from "../../schema/mod.ts";
-import { UsageError, durationFlag, integerFlag } from "../args.ts";
+import { UsageError, durationFlag, integerFlag, natsUrl } from "../args.ts";
 import type { Command } from "./types.ts";
 import { NATS_AUTH_HELP } from "./nats-help.ts";
 
@@ -18,13 +18,6 @@ export function qualifiedName(flag: string, text: string | undefined): { namespa
     throw new UsageError(`--${flag}: "${text}" is not <namespace>/<name> or <name> (lowercase letters, digits and "-")`);
   }
   return { namespace, name };
-}
-
-/** --nats, or TRACKHOOK_NATS_URL. */
-export function natsUrl(values: Record<string, string | undefined>): string {
-  const url = values.nats ?? process.env.TRACKHOOK_NATS_URL;
-  if (!url) throw new UsageError("--nats <url> is required (or set TRACKHOOK_NATS_URL)");
-  return url;
 }
 
 /** One connection attempt: an admin command fails at once (exit 1, no stack) when NATS is not there. */

@@ -1,7 +1,8 @@
 // `trackhook tail`: prints the messages stored from now on, one JSON line each, until Ctrl-C.
 import { once } from "node:events";
 import { tail } from "../../dataplane/delivery/admin.ts";
-import { connectAdmin, natsUrl, qualifiedName } from "./replay.ts";
+import { natsUrl } from "../args.ts";
+import { connectAdmin, qualifiedName } from "./replay.ts";
 import type { Command } from "./types.ts";
 import { NATS_AUTH_HELP } from "./nats-help.ts";
 
