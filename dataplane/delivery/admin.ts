@@ -7,7 +7,7 @@ import { isDnsLabel, type StoredMessage } from "../../schema/mod.ts";
 import { DEFAULT_NAMESPACE } from "../config/mod.ts";
 import {
   ATTEMPTS_STREAM, DLQ_STREAM, EVENTS_STREAM, EVENTS_SUBJECTS, attemptsSubject, consumerName, dlqSubject, isConsumerNotFound, isStreamNotFound,
-  replaySubject, sourceSubjects,
+  namespaceSubjects, replaySubject, sourceSubjects,
 } from "../nats/mod.ts";
 import type { AttemptRecord } from "./worker.ts";
 
@@ -195,7 +195,7 @@ export function tailFilter(options: { namespace?: string; source?: string }): st
   }
   if (options.namespace !== undefined) {
     checkName("namespace", options.namespace);
-    return `trackhook.events.${options.namespace}.>`;
+    return namespaceSubjects(options.namespace);
   }
   return EVENTS_SUBJECTS;
 }

@@ -6,7 +6,7 @@ import type { NatsConnection } from "@nats-io/transport-node";
 import type { CompiledConfig } from "../../schema/mod.ts";
 import type { ConfigProvider } from "../config/mod.ts";
 import type { Logger } from "../logging.ts";
-import { DLQ_STREAM, EVENTS_STREAM, TurnBatch, attemptsStreamConfig, consumerName, dlqStreamConfig, dlqSubject, ensureStream, isStreamNotFound, type SideStreamSettings } from "../nats/mod.ts";
+import { DLQ_STREAM, DLQ_SUBJECTS, EVENTS_STREAM, TurnBatch, attemptsStreamConfig, consumerName, dlqStreamConfig, dlqSubject, ensureStream, isStreamNotFound, type SideStreamSettings } from "../nats/mod.ts";
 import { ensureDestinationConsumer, removeDestinationConsumers } from "./consumers.ts";
 import type { DeliveryBacklog, DeliveryMetrics } from "./metrics.ts";
 import { DestinationWorker, type WebhookSending } from "./worker.ts";
@@ -72,7 +72,7 @@ export class DeliveryService {
 
   /** Lag, in-flight and dead-letter counts per destination, from JetStream. */
   async backlog(): Promise<DeliveryBacklog[]> {
-    const dlq = await this.#jsm.streams.info(DLQ_STREAM, { subjects_filter: "trackhook.dlq.>" });
+    const dlq = await this.#jsm.streams.info(DLQ_STREAM, { subjects_filter: DLQ_SUBJECTS });
     const perSubject = (dlq.state.subjects ?? {}) as Record<string, number>;
     return Promise.all(
       [...this.#workers.values()].map(async ({ destination: d }) => {

@@ -1,7 +1,7 @@
 // Creates or updates the streams the data plane needs, with the settings of DESIGN.md.
 import { DiscardPolicy, RetentionPolicy, StorageType, type JetStreamManager, type StreamConfig } from "@nats-io/jetstream";
 import { nanos } from "@nats-io/transport-node";
-import { ATTEMPTS_STREAM, DLQ_STREAM, EVENTS_STREAM, EVENTS_SUBJECTS, REPLAY_SUBJECTS } from "./subjects.ts";
+import { ATTEMPTS_STREAM, ATTEMPTS_SUBJECTS, DLQ_STREAM, DLQ_SUBJECTS, EVENTS_STREAM, EVENTS_SUBJECTS, REPLAY_SUBJECTS } from "./subjects.ts";
 
 export interface EventsStreamSettings {
   /** How long messages are kept; must exceed the longest retry window (default 72h). */
@@ -44,7 +44,7 @@ export function dlqStreamConfig({ maxBytes, replicas }: SideStreamSettings = DEF
   return {
     num_replicas: replicas,
     name: DLQ_STREAM,
-    subjects: ["trackhook.dlq.>"],
+    subjects: [DLQ_SUBJECTS],
     retention: RetentionPolicy.Limits,
     storage: StorageType.File,
     discard: DiscardPolicy.New,
@@ -59,7 +59,7 @@ export function attemptsStreamConfig({ maxBytes, replicas }: SideStreamSettings 
   return {
     num_replicas: replicas,
     name: ATTEMPTS_STREAM,
-    subjects: ["trackhook.attempts.>"],
+    subjects: [ATTEMPTS_SUBJECTS],
     retention: RetentionPolicy.Limits,
     storage: StorageType.File,
     discard: DiscardPolicy.Old,

@@ -6,7 +6,14 @@ export const EVENTS_SUBJECTS = "trackhook.events.>";
 /** Replayed dead letters, one subject per destination, in the events stream so its consumer sees them. */
 export const REPLAY_SUBJECTS = "trackhook.replay.>";
 export const DLQ_STREAM = "TRACKHOOK_DLQ";
+export const DLQ_SUBJECTS = "trackhook.dlq.>";
 export const ATTEMPTS_STREAM = "TRACKHOOK_ATTEMPTS";
+export const ATTEMPTS_SUBJECTS = "trackhook.attempts.>";
+
+/** Every source's events in one namespace. */
+export function namespaceSubjects(namespace: string): string {
+  return `trackhook.events.${namespace}.>`;
+}
 
 /** `trackhook.events.<namespace>.<source>.<type>`; namespace and source are DNS labels. */
 export function eventSubject(namespace: string, source: string, type: StoredType): string {
