@@ -51,13 +51,10 @@ export async function ensureDestinationConsumer(jsm: JetStreamManager, destinati
 }
 
 /** Deletes the named destination consumers; one already gone counts as deleted. */
-export async function removeDestinationConsumers(jsm: JetStreamManager, names: Iterable<string>): Promise<string[]> {
-  const removed: string[] = [];
+export async function removeDestinationConsumers(jsm: JetStreamManager, names: Iterable<string>): Promise<void> {
   for (const name of names) {
     await jsm.consumers.delete(EVENTS_STREAM, name).catch((err: Error) => {
       if (!isConsumerNotFound(err)) throw err;
     });
-    removed.push(name);
   }
-  return removed;
 }

@@ -138,7 +138,8 @@ export class DeliveryService {
     // Only consumers this process managed: another deliver (or dev) on the same NATS with another
     // config keeps its own. A destination removed while no process ran keeps its consumer until
     // the operator, or someone with `nats consumer rm`, cleans it up.
-    const removed = await removeDestinationConsumers(this.#jsm, [...this.#managed].filter((name) => !keep.has(name)));
+    const removed = [...this.#managed].filter((name) => !keep.has(name));
+    await removeDestinationConsumers(this.#jsm, removed);
     for (const name of removed) this.#managed.delete(name);
     if (removed.length > 0) log.info({ consumers: removed }, "removed consumers of destinations no longer enabled");
     if (failed.length > 0) throw new Error(`destinations not started: ${failed.join(", ")}`);

@@ -89,10 +89,11 @@ async function sendNotifications(ctx: OperatorContext, namespace: string, name: 
 /** Decides once which sources get notifications, and records it before anything is sent. */
 async function plan(ctx: OperatorContext, request: DeletionResource): Promise<DeletionResource> {
   const { namespace } = request.metadata;
-  const names = request.spec.sources ?? ctx.sources.list(namespace).filter((s) => !s.metadata.deletionTimestamp).map((s) => s.metadata.name).sort();
+  const namespaceSources = ctx.sources.list(namespace);
+  const names = request.spec.sources ?? namespaceSources.filter((s) => !isDeleting(s)).map((s) => s.metadata.name).sort();
   // From the resources, not the bucket: a destination applied together with the request may not
   // be reconciled yet, and the plan is final.
-  const inNamespace = ctx.sources.list(namespace).map((s) => ({ name: s.metadata.name, labels: s.metadata.labels }));
+  const inNamespace = namespaceSources.map((s) => ({ name: s.metadata.name, labels: s.metadata.labels }));
   const receiving = new Set(
     ctx.destinations
       .list(namespace)

@@ -2,6 +2,7 @@
 // whose key cannot be read is taken out of the bucket: its old key must stop working.
 import { compileSource, secretNamesOf, sourceKey } from "../../dataplane/config/mod.ts";
 import type { SourceDocument } from "../../schema/mod.ts";
+import { readyOf } from "../conditions.ts";
 import type { ReconcileResult } from "../queue.ts";
 import { addFinalizer, isDeleting, readSecrets, removeFinalizer, setReady, type OperatorContext } from "./context.ts";
 
@@ -61,7 +62,7 @@ export async function reconcileSource(ctx: OperatorContext, namespace: string, n
 function requeueRefused(ctx: OperatorContext, except: string): void {
   for (const s of ctx.sources.list()) {
     const id = `${s.metadata.namespace}/${s.metadata.name}`;
-    if (id !== except && s.status?.conditions?.some((c) => c.type === "Ready" && c.reason === "DuplicateWriteKey")) {
+    if (id !== except && readyOf(s.status?.conditions)?.reason === "DuplicateWriteKey") {
       ctx.requeue("Source", s.metadata.namespace, s.metadata.name);
     }
   }
