@@ -1,7 +1,7 @@
 // The operations behind `trackhook replay`, `trackhook attempts` and `trackhook tail`, as plain
 // functions over a NATS connection. Reads go through short-lived ordered consumers that are deleted
 // when the read ends (and expire on their own if the process dies), so nothing lingers.
-import { DeliverPolicy, jetstream, jetstreamManager, type Consumer, type JetStreamClient, type JsMsg, type OrderedConsumerOptions } from "@nats-io/jetstream";
+import { DeliverPolicy, jetstream, jetstreamManager, type Consumer, type JetStreamClient, type JetStreamManager, type JsMsg, type OrderedConsumerOptions } from "@nats-io/jetstream";
 import { headers as natsHeaders, type NatsConnection } from "@nats-io/transport-node";
 import { isDnsLabel, type StoredMessage } from "../../schema/mod.ts";
 import { DEFAULT_NAMESPACE } from "../config/mod.ts";
@@ -85,8 +85,7 @@ async function* readStored(js: JetStreamClient, stream: string, filter: string, 
   }
 }
 
-async function streamLastSeq(nc: NatsConnection, stream: string): Promise<number | undefined> {
-  const jsm = await jetstreamManager(nc);
+async function streamLastSeq(jsm: JetStreamManager, stream: string): Promise<number | undefined> {
   try {
     return (await jsm.streams.info(stream)).state.last_seq;
   } catch (err) {
@@ -125,7 +124,7 @@ export async function replayDeadLetters(nc: NatsConnection, options: ReplayOptio
     throw new ReplayTargetError(`the consumer of ${namespace}/${destination} does not read ${replay}; restart \`trackhook deliver\` to update it; nothing was replayed`);
   }
 
-  const lastSeq = await streamLastSeq(nc, DLQ_STREAM);
+  const lastSeq = await streamLastSeq(jsm, DLQ_STREAM);
   if (lastSeq === undefined) return { replayed: 0 };
   const startTime = options.sinceMs !== undefined ? new Date(Date.now() - options.sinceMs) : undefined;
   let replayed = 0;
@@ -157,7 +156,7 @@ export interface AttemptsOptions extends DestinationRef {
 export async function* readAttempts(nc: NatsConnection, options: AttemptsOptions): AsyncGenerator<AttemptRecord> {
   checkName("namespace", options.namespace);
   checkName("destination", options.destination);
-  if ((await streamLastSeq(nc, ATTEMPTS_STREAM)) === undefined) return;
+  if ((await streamLastSeq(await jetstreamManager(nc), ATTEMPTS_STREAM)) === undefined) return;
   for await (const m of readStored(jetstream(nc), ATTEMPTS_STREAM, attemptsSubject(options.namespace, options.destination))) {
     let record: AttemptRecord;
     try {
