@@ -131,6 +131,38 @@ describe("answers from the receiver", () => {
   });
 });
 
+describe("the connection after an answer", () => {
+  // A dedicated receiver that counts the connections it accepted.
+  async function counting(size: number): Promise<{ url: string; connections: () => number }> {
+    let connections = 0;
+    const server = createServer((req, res) => {
+      req.resume();
+      req.on("end", () => res.end(Buffer.alloc(size, "y")));
+    });
+    server.on("connection", () => connections++);
+    const p = await listen(server);
+    return { url: `http://127.0.0.1:${p}/`, connections: () => connections };
+  }
+
+  it("an answer past the snippet but within the drain limit is read to its end, and the connection reused", async () => {
+    const receiver = await counting(20 * 1024);
+    const single = sender(true, undefined, 1);
+    for (let i = 0; i < 3; i++) {
+      const result = await single.send(post(receiver.url));
+      expect(result.outcome).toEqual({ kind: "delivered", status: 200 });
+      expect(result.responseSnippet).toBe("y".repeat(512));
+    }
+    expect(receiver.connections()).toBe(1);
+  });
+
+  it("an answer past the drain limit costs its connection, not the next attempt", async () => {
+    const receiver = await counting(1024 * 1024);
+    const single = sender(true, undefined, 1);
+    for (let i = 0; i < 2; i++) expect((await single.send(post(receiver.url))).outcome).toEqual({ kind: "delivered", status: 200 });
+    expect(receiver.connections()).toBe(2);
+  });
+});
+
 describe("failures on the way", () => {
   it("an answer after 6 s with a 5 s timeout is a retryable timeout, given up at 5 s", async () => {
     const result = await sender().send(post(`${base}/slow`, { timeoutMs: 5_000 }));
