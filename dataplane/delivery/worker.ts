@@ -5,8 +5,9 @@
 import { headers as natsHeaders, type NatsConnection } from "@nats-io/transport-node";
 import { jetstream, type ConsumerMessages, type JetStreamClient, type JsMsg } from "@nats-io/jetstream";
 import type { CompiledDestination } from "../../schema/mod.ts";
+import { isoTimestamp } from "../iso-time.ts";
 import type { Logger } from "../logging.ts";
-import type { TurnBatch} from "../nats/mod.ts";
+import type { TurnBatch } from "../nats/mod.ts";
 import { EVENTS_STREAM, attemptsSubject, consumerName, dlqSubject } from "../nats/mod.ts";
 import { type AttemptOutcome, backoffMs, combine } from "./outcome.ts";
 import { standardWebhookHeaders, webhookBody, xSignature, type DeliverableMessage } from "./payload.ts";
@@ -168,8 +169,9 @@ export class DestinationWorker {
     }
     const body = webhookBody(message, m.data);
     const headers = this.#headersFor(message, body);
-    const dead = this.#deadUrls.get(m.seq) ?? new Set<string>();
-    const urls = this.destination.urls.filter((url) => !dead.has(url));
+    // Most messages have no URL that failed for good: they use the destination's list as it is.
+    const dead = this.#deadUrls.get(m.seq);
+    const urls = dead ? this.destination.urls.filter((url) => !dead.has(url)) : this.destination.urls;
     const sends = urls.map((url) => this.#sender.send({ url, body, headers, timeoutMs: this.destination.timeoutMs }));
     // One 2xx delivers the message: ack it then, without waiting for slower URLs (which are
     // still awaited below, for their records and so they keep counting against the limits).
@@ -186,7 +188,8 @@ export class DestinationWorker {
 
     const attempt = m.info.deliveryCount;
     this.#record(m, message, attempt, results);
-    for (const r of results) if (r.outcome.kind === "permanent") dead.add(r.url);
+    let deadNow = dead;
+    for (const r of results) if (r.outcome.kind === "permanent") (deadNow ??= new Set()).add(r.url);
 
     const outcome = combine(results.map((r) => r.outcome));
     if (outcome.kind === "delivered") {
@@ -205,7 +208,7 @@ export class DestinationWorker {
       return;
     }
     // Kept only when some URL failed for good: a message that is merely retried leaves no entry.
-    if (dead.size > 0) this.#deadUrls.set(m.seq, dead);
+    if (deadNow) this.#deadUrls.set(m.seq, deadNow);
     this.#metrics.countDelivery(this.#label, "retry", outcome.error ?? String(outcome.status ?? ""));
     this.#turn.add(() => m.nak(delay));
   }
@@ -235,7 +238,7 @@ export class DestinationWorker {
       this.#metrics.countAttempt(this.#label, status, error, r.latencyMs);
       const record: AttemptRecord = {
         destination: this.#label, url: this.#redactedUrls.get(r.url) ?? redactUrl(r.url), messageId: message.messageId, streamSequence: m.seq, attempt,
-        outcome: o.kind, latencyMs: Math.round(r.latencyMs), at: new Date().toISOString(),
+        outcome: o.kind, latencyMs: Math.round(r.latencyMs), at: isoTimestamp(Date.now()),
         ...(status !== undefined ? { status } : {}), ...(error ? { error } : {}), ...(r.responseSnippet ? { response: r.responseSnippet } : {}),
       };
       const payload = JSON.stringify(record);

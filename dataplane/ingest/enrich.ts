@@ -1,6 +1,7 @@
 // Fields the Tracking API adds or normalises on every accepted message (segment.md §1.7-1.9).
 import { randomUUID } from "node:crypto";
 import type { MessageType, StoredMessage } from "../../schema/mod.ts";
+import { isoTimestamp } from "../iso-time.ts";
 
 export interface BatchDefaults {
   context?: Record<string, unknown>;
@@ -28,12 +29,19 @@ function parseDate(value: unknown): number | undefined {
 const isObject = (value: unknown): value is Record<string, unknown> =>
   value !== null && typeof value === "object" && !Array.isArray(value);
 
+/**
+ * Adds and normalises the Tracking API's fields. Takes ownership of `message` (judge() hands over
+ * a fresh copy of what was sent) and returns it: copying it again cost more than the rest.
+ */
 export function enrich(message: Record<string, unknown>, type: MessageType, ctx: EnrichContext): StoredMessage {
   const receivedAt = ctx.receivedAt.getTime();
   const batch = ctx.batch;
 
   // Batch-level context and integrations apply to every item; the item's own keys win.
-  const context: Record<string, unknown> = { ...(isObject(batch?.context) ? batch.context : {}), ...(isObject(message.context) ? message.context : {}) };
+  const batchContext = isObject(batch?.context) ? batch.context : undefined;
+  const ownContext = isObject(message.context) ? message.context : undefined;
+  // Without a batch context the item's own object is used as it is: it too belongs to this request.
+  const context: Record<string, unknown> = batchContext ? { ...batchContext, ...ownContext } : (ownContext ?? {});
   const integrations = isObject(batch?.integrations) || isObject(message.integrations)
     ? { ...(isObject(batch?.integrations) ? batch.integrations : {}), ...(isObject(message.integrations) ? message.integrations : {}) }
     : undefined;
@@ -52,17 +60,18 @@ export function enrich(message: Record<string, unknown>, type: MessageType, ctx:
   // Absurd inputs (year 275760 minus year 2000) can leave the range of a Date.
   if (!(Math.abs(timestamp) <= MAX_DATE_MS)) timestamp = receivedAt;
 
-  const stored: Record<string, unknown> = { ...message, type };
+  const stored = message;
+  stored.type = type;
   delete stored.writeKey; // a credential: never stored, never forwarded
   for (const field of ID_FIELDS) {
     if (typeof stored[field] === "number") stored[field] = String(stored[field]);
   }
-  stored.messageId = typeof message.messageId === "string" ? message.messageId : `th-${randomUUID()}`;
+  if (typeof stored.messageId !== "string") stored.messageId = `th-${randomUUID()}`;
   stored.context = context;
   if (integrations) stored.integrations = integrations;
-  stored.receivedAt = ctx.receivedAt.toISOString();
+  stored.receivedAt = isoTimestamp(receivedAt);
   if (typeof sentAtValue === "string") stored.sentAt = sentAtValue;
   stored.originalTimestamp = typeof originalValue === "string" && original !== undefined ? originalValue : stored.receivedAt;
-  stored.timestamp = new Date(timestamp).toISOString();
+  stored.timestamp = isoTimestamp(timestamp);
   return stored as StoredMessage;
 }

@@ -1,15 +1,15 @@
 // Stores accepted messages in TRACKHOOK_EVENTS. A request is answered 200 only after every one of
 // its messages has a PubAck; anything else is a 503 so the SDK retries (safe: Nats-Msg-Id dedup).
 //
-// Why not js.publish(): a JetStream publish is a core request to the stream's subject with
-// Nats-Msg-Id and Nats-Expected-Stream headers, answered by a PubAck. @nats-io/jetstream 3.4 does
+// Why not js.publish(): a JetStream publish is a core request to the stream's subject with a
+// Nats-Msg-Id header, answered by a PubAck. @nats-io/jetstream 3.4 does
 // it with one request object, timer and (on every success) a stack-captured Error per message,
 // which the benchmark measured at ~18 µs of CPU per message, more than the rest of the ingest.
 // Here every message of a request is published with a reply subject on one shared subscription,
 // one timer covers the request, and the publishes of one event-loop turn leave in one write.
 import { createInbox, headers, type Msg, type NatsConnection, type Subscription } from "@nats-io/transport-node";
 import type { CompiledSource, StoredMessage } from "../../schema/mod.ts";
-import { EVENTS_STREAM, TurnBatch, eventMsgId, eventSubject } from "../nats/mod.ts";
+import { TurnBatch, eventMsgId, eventSubject } from "../nats/mod.ts";
 import { errors, type IngestError } from "./errors.ts";
 import type { IngestMetrics } from "./metrics.ts";
 
@@ -86,9 +86,10 @@ export class EventPublisher {
             const token = (this.#nextToken++).toString(36);
             request.tokens.push(token);
             this.#pending.set(token, { request, index, startedAt });
+            // No Nats-Expected-Stream: streams cannot share subjects, so only TRACKHOOK_EVENTS can
+            // store this one, and the header would be stored with every message.
             const h = headers();
             h.set("Nats-Msg-Id", eventMsgId(source.namespace, source.name, message.messageId));
-            h.set("Nats-Expected-Stream", EVENTS_STREAM);
             this.#nc.publish(eventSubject(source.namespace, source.name, message.type), payload, { reply: this.#inbox + token, headers: h });
           }
         } catch (err) {

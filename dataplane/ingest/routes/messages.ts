@@ -79,7 +79,7 @@ async function handle(state: IngestState, request: FastifyRequest) {
   const notAccepted = (reason: RejectReason, detail: string, item: unknown) => {
     state.metrics.countMessages(sourceId, "not_accepted", reason);
     const messageId = (item as { messageId?: unknown } | null)?.messageId;
-    request.log.info({ source: sourceId, reason, detail, messageId }, "message not accepted");
+    request.log.info({ reqId: request.id, source: sourceId, reason, detail, messageId }, "message not accepted");
   };
 
   const receivedAt = new Date();
