@@ -10,7 +10,7 @@
 //   A  raw JetStream ceiling: js.publish of the same ~300-byte events, pipelined, one process
 //   1  POST /v1/batch (100 events/request) against `trackhook ingest`, then checks the stream count
 //   B  bare Fastify ceiling: one POST route that JSON.parses the body and answers {"success":true}
-//   2  POST /v1/track against the ingest and against B at the same concurrencies (16, 32, 128);
+//   2  POST /v1/track against the ingest and against B at the same concurrencies (16, 32, 128, 256);
 //      the ratio compares each one's peak, and the ratio at each concurrency is reported too
 //   3  /v1/track latency (p50/p99) at half the measured peak, open-loop (fixed schedule)
 //   4  peak RSS of the ingest process (VmHWM, and the max of sampled VmRSS)
@@ -41,7 +41,7 @@ const { values: flags } = parseArgs({
     window: { type: "string", default: "256" },
     "batch-concurrency": { type: "string", default: "8" },
     "batch-size": { type: "string", default: "100" },
-    "track-concurrency": { type: "string", default: "16,32,128" },
+    "track-concurrency": { type: "string", default: "16,32,128,256" },
     "cpu-prof": { type: "boolean", default: false },
     "ingest-node-options": { type: "string", default: "" },
     "ingest-cli": { type: "string", default: "" },
@@ -50,7 +50,7 @@ const { values: flags } = parseArgs({
 });
 if (flags.help) {
   process.stdout.write(`Usage: node bench/ingest.ts [--measure-s 8] [--warmup-s 2] [--latency-s 10] [--window 256]
-       [--batch-concurrency 8] [--batch-size 100] [--track-concurrency 16,32,128] [--cpu-prof]
+       [--batch-concurrency 8] [--batch-size 100] [--track-concurrency 16,32,128,256] [--cpu-prof]
        [--ingest-node-options="--max-old-space-size=128"]   (extra node flags for the ingest process)
        [--ingest-cli <path to cli/main.js>]                (another build of the ingest; default dist/cli/main.js)\n`);
   process.exit(0);

@@ -14,6 +14,13 @@ export class ConcurrencyLimit {
     return this.#inUse;
   }
 
+  /** Takes a slot if one is free, without waiting (and without a promise); pair a `true` with one release. */
+  tryAcquire(): boolean {
+    if (this.#inUse >= this.max) return false;
+    this.#inUse++;
+    return true;
+  }
+
   /** Resolves when a slot is free; pair every acquire with one release. */
   acquire(): Promise<void> {
     if (this.#inUse < this.max) {

@@ -24,6 +24,21 @@ describe("ConcurrencyLimit", () => {
     expect(limit.inUse).toBe(0);
   });
 
+  it("tryAcquire takes a free slot at once and refuses when none is free; a released slot goes to a waiter first", async () => {
+    const limit = new ConcurrencyLimit(1);
+    expect(limit.tryAcquire()).toBe(true);
+    expect(limit.tryAcquire()).toBe(false);
+    let waiterRan = false;
+    const waiter = limit.acquire().then(() => (waiterRan = true));
+    limit.release();
+    await waiter;
+    expect(waiterRan).toBe(true);
+    expect(limit.tryAcquire()).toBe(false); // the waiter holds it now
+    limit.release();
+    expect(limit.inUse).toBe(0);
+    expect(limit.tryAcquire()).toBe(true);
+  });
+
   it("refuses a bound that is not a positive integer", () => {
     expect(() => new ConcurrencyLimit(0)).toThrow(RangeError);
   });

@@ -26,6 +26,8 @@ const SINGLE: Record<string, MessageType> = {
 // /v1/import (analytics-ruby, classic Android) and /v1/b (analytics.js batching, mobile SDKs).
 const BATCH = ["batch", "import", "b"];
 
+type RouteConfig = { endpoint: "single"; type: MessageType } | { endpoint: "batch"; type?: undefined };
+
 export function messageRoutes(app: FastifyInstance, state: IngestState): void {
   const { limits } = state.options;
 
@@ -43,16 +45,18 @@ export function messageRoutes(app: FastifyInstance, state: IngestState): void {
     return parseJsonObject(body);
   });
 
+  // The handler is handed its route's config: request.routeOptions builds a new object per read.
   for (const [path, type] of Object.entries(SINGLE)) {
-    app.post(`/v1/${path}`, { config: { endpoint: "single", type } }, (req) => handle(state, req));
+    const config: RouteConfig = { endpoint: "single", type };
+    app.post(`/v1/${path}`, { config }, (req) => handle(state, req, config));
   }
   for (const path of BATCH) {
-    app.post(`/v1/${path}`, { config: { endpoint: "batch" } }, (req) => handle(state, req));
+    const config: RouteConfig = { endpoint: "batch" };
+    app.post(`/v1/${path}`, { config }, (req) => handle(state, req, config));
   }
 }
 
-async function handle(state: IngestState, request: FastifyRequest) {
-  const config = request.routeOptions.config;
+async function handle(state: IngestState, request: FastifyRequest, config: RouteConfig) {
   const { limits } = state.options;
   const body = request.body as Record<string, unknown> | undefined;
   if (!body) throw errors.invalidJson();
