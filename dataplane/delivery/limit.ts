@@ -23,10 +23,7 @@ export class ConcurrencyLimit {
 
   /** Resolves when a slot is free; pair every acquire with one release. */
   acquire(): Promise<void> {
-    if (this.#inUse < this.max) {
-      this.#inUse++;
-      return Promise.resolve();
-    }
+    if (this.tryAcquire()) return Promise.resolve();
     return new Promise((resolve) => this.#waiting.push(resolve));
   }
 

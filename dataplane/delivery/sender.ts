@@ -173,7 +173,7 @@ class Exchange implements Dispatcher.DispatchHandler {
     this.#received += chunk.length;
     // Enough for the record: the attempt is over for the worker; the rest is drained for reuse
     // of the connection, up to a limit past which the connection is dropped instead.
-    if (this.#received >= SNIPPET_BYTES) this.#done(this.#outcome!, this.#snippet());
+    if (this.#received >= SNIPPET_BYTES && !this.#settled) this.#done(this.#outcome!, this.#snippet());
     if (this.#received > SNIPPET_BYTES + DRAIN_LIMIT_BYTES) controller.abort(new Error("answer too long to drain"));
   }
 

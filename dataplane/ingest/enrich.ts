@@ -60,18 +60,17 @@ export function enrich(message: Record<string, unknown>, type: MessageType, ctx:
   // Absurd inputs (year 275760 minus year 2000) can leave the range of a Date.
   if (!(Math.abs(timestamp) <= MAX_DATE_MS)) timestamp = receivedAt;
 
-  const stored = message;
-  stored.type = type;
-  delete stored.writeKey; // a credential: never stored, never forwarded
+  message.type = type;
+  delete message.writeKey; // a credential: never stored, never forwarded
   for (const field of ID_FIELDS) {
-    if (typeof stored[field] === "number") stored[field] = String(stored[field]);
+    if (typeof message[field] === "number") message[field] = String(message[field]);
   }
-  if (typeof stored.messageId !== "string") stored.messageId = `th-${randomUUID()}`;
-  stored.context = context;
-  if (integrations) stored.integrations = integrations;
-  stored.receivedAt = isoTimestamp(receivedAt);
-  if (typeof sentAtValue === "string") stored.sentAt = sentAtValue;
-  stored.originalTimestamp = typeof originalValue === "string" && original !== undefined ? originalValue : stored.receivedAt;
-  stored.timestamp = isoTimestamp(timestamp);
-  return stored as StoredMessage;
+  if (typeof message.messageId !== "string") message.messageId = `th-${randomUUID()}`;
+  message.context = context;
+  if (integrations) message.integrations = integrations;
+  message.receivedAt = isoTimestamp(receivedAt);
+  if (typeof sentAtValue === "string") message.sentAt = sentAtValue;
+  message.originalTimestamp = typeof originalValue === "string" && original !== undefined ? originalValue : message.receivedAt;
+  message.timestamp = isoTimestamp(timestamp);
+  return message as StoredMessage;
 }

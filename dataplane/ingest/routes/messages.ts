@@ -1,5 +1,5 @@
 // The Tracking API: single-message endpoints, their browser aliases, and the batch endpoints.
-import type { FastifyInstance, FastifyRequest } from "fastify";
+import type { FastifyContextConfig, FastifyInstance, FastifyRequest } from "fastify";
 import { describeErrors, validateBatchBody, type MessageType } from "../../../schema/mod.ts";
 import { judge, type RejectReason } from "../accept.ts";
 import { authenticate } from "../auth.ts";
@@ -26,7 +26,8 @@ const SINGLE: Record<string, MessageType> = {
 // /v1/import (analytics-ruby, classic Android) and /v1/b (analytics.js batching, mobile SDKs).
 const BATCH = ["batch", "import", "b"];
 
-type RouteConfig = { endpoint: "single"; type: MessageType } | { endpoint: "batch"; type?: undefined };
+/** What a message route is told of itself: the fields state.ts declares on Fastify's route config. */
+type RouteConfig = Pick<FastifyContextConfig, "endpoint" | "type">;
 
 export function messageRoutes(app: FastifyInstance, state: IngestState): void {
   const { limits } = state.options;

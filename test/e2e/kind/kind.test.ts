@@ -128,28 +128,23 @@ describe("test/e2e/kind without kind", () => {
       throw new Error(`${err.message}\n${output.join("")}`);
     });
 
-    const result = await run(process.execPath, [join(here, "send-and-verify.ts")], {
-      ...process.env,
-      INGEST_URL: `http://127.0.0.1:${ingestPort}`,
-      RECEIVER_URL: `http://127.0.0.1:${receiverPort}`,
-      WRITE_KEY: "e2e-local-write-key",
-      SHARED_SECRET: "e2e-local-secret",
-      EVENTS: "12",
-      DELIVERY_TIMEOUT_MS: "20000",
-    });
+    // send-and-verify.ts against this dev process, checking signatures with `secret`.
+    const sendAndVerify = (secret: string, events: number) =>
+      run(process.execPath, [join(here, "send-and-verify.ts")], {
+        ...process.env,
+        INGEST_URL: `http://127.0.0.1:${ingestPort}`,
+        RECEIVER_URL: `http://127.0.0.1:${receiverPort}`,
+        WRITE_KEY: "e2e-local-write-key",
+        SHARED_SECRET: secret,
+        EVENTS: String(events),
+        DELIVERY_TIMEOUT_MS: "20000",
+      });
+    const result = await sendAndVerify("e2e-local-secret", 12);
     expect(result.code, `${result.stdout}${result.stderr}\n${output.join("")}`).toBe(0);
     expect(result.stdout).toContain("the receiver got all 12 messages, each with a valid X-Signature");
 
     // And it notices a wrong signature: the same deliveries checked with another secret fail.
-    const wrong = await run(process.execPath, [join(here, "send-and-verify.ts")], {
-      ...process.env,
-      INGEST_URL: `http://127.0.0.1:${ingestPort}`,
-      RECEIVER_URL: `http://127.0.0.1:${receiverPort}`,
-      WRITE_KEY: "e2e-local-write-key",
-      SHARED_SECRET: "not-the-secret",
-      EVENTS: "2",
-      DELIVERY_TIMEOUT_MS: "20000",
-    });
+    const wrong = await sendAndVerify("not-the-secret", 2);
     expect(wrong.code).toBe(1);
     expect(wrong.stderr).toContain("bad X-Signature");
   });
