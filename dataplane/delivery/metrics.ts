@@ -1,5 +1,6 @@
 // Delivery's Prometheus metrics, on a registry of its own.
-import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from "prom-client";
+import { Gauge, Histogram, Registry, collectDefaultMetrics } from "prom-client";
+import { TalliedCounter } from "../ops/tally.ts";
 
 /** Per-destination figures read from JetStream when metrics are scraped. */
 export interface DeliveryBacklog {
@@ -11,22 +12,28 @@ export interface DeliveryBacklog {
   deadLetters: number;
 }
 
+/** The labels for the usual classes, built once. */
+const STATUS_CLASS: Record<number, string> = { 1: "1xx", 2: "2xx", 3: "3xx", 4: "4xx", 5: "5xx" };
+
 export class DeliveryMetrics {
   readonly registry = new Registry();
 
-  readonly deliveries = new Counter({
+  // Both are counted per message or attempt: tallied, and added to prom-client when collected.
+  readonly #deliveries = new TalliedCounter({
     name: "trackhook_delivery_messages_total",
     help: "Messages handled per destination, by outcome (delivered, retry, dead_lettered, skipped) and reason",
     labelNames: ["destination", "outcome", "reason"] as const,
     registers: [this.registry],
   });
-
-  readonly attempts = new Counter({
+  readonly #attempts = new TalliedCounter({
     name: "trackhook_delivery_attempts_total",
     help: "HTTP attempts per destination, by status class (2xx, 4xx, 5xx, error) and error code",
     labelNames: ["destination", "status_class", "error"] as const,
     registers: [this.registry],
   });
+
+  readonly deliveries = this.#deliveries.counter;
+  readonly attempts = this.#attempts.counter;
 
   readonly attemptDuration = new Histogram({
     name: "trackhook_delivery_attempt_duration_seconds",
@@ -39,12 +46,12 @@ export class DeliveryMetrics {
   #backlog: () => Promise<DeliveryBacklog[]> = async () => [];
 
   countDelivery(destination: string, outcome: "delivered" | "retry" | "dead_lettered" | "skipped", reason = ""): void {
-    this.deliveries.inc({ destination, outcome, reason });
+    this.#deliveries.add(destination, outcome, reason);
   }
 
   /** One HTTP attempt: counted by status class (or "error") and error code, and timed. */
   countAttempt(destination: string, status: number | undefined, error: string | undefined, latencyMs: number): void {
-    this.attempts.inc({ destination, status_class: status ? `${Math.floor(status / 100)}xx` : "error", error: error ?? "" });
+    this.#attempts.add(destination, status ? (STATUS_CLASS[Math.floor(status / 100)] ?? `${Math.floor(status / 100)}xx`) : "error", error ?? "");
     this.attemptDuration.observe({ destination }, latencyMs / 1000);
   }
 

@@ -1,7 +1,7 @@
 // The ingest app factory: a Fastify instance with the Tracking API, CORS, settings, health and
 // metrics. The entrypoint (cli/commands/ingest.ts) connects NATS, builds this, and listens;
 // tests build it the same way and use inject() or listen on port 0.
-import Fastify, { LogController, type FastifyBaseLogger, type FastifyError, type FastifyInstance } from "fastify";
+import Fastify, { LogController, type FastifyBaseLogger, type FastifyError, type FastifyInstance, type onResponseHookHandler } from "fastify";
 import { jetstreamManager } from "@nats-io/jetstream";
 import type { NatsConnection } from "@nats-io/transport-node";
 import { Registry } from "prom-client";
@@ -89,10 +89,16 @@ export async function buildIngestApp(deps: IngestAppDeps, input: IngestOptionsIn
     unsubscribe();
     publisher.close();
   });
-  // Per-request hooks take a callback rather than returning a promise: one less allocation per request.
-  app.addHook("onResponse", (request, reply, done) => {
-    metrics.countRequest(request.routeOptions.url ?? "unmatched", reply.statusCode, request.errorCode ?? (reply.statusCode < 400 ? "ok" : "error"));
-    done();
+  // Every route counts its answers with a hook of its own that knows the route's URL: reading it
+  // per request from request.routeOptions would build a new object each time. The hook takes a
+  // callback rather than returning a promise: one less allocation per request.
+  app.addHook("onRoute", (route) => {
+    const url = route.url;
+    const count: onResponseHookHandler = (request, reply, done) => {
+      metrics.countRequest(url, reply.statusCode, request.errorCode ?? (reply.statusCode < 400 ? "ok" : "error"));
+      done();
+    };
+    route.onResponse = [...[route.onResponse ?? []].flat(), count];
   });
 
   // A client that goes away mid-request gets no answer, so onResponse never runs for it.
@@ -112,6 +118,7 @@ export async function buildIngestApp(deps: IngestAppDeps, input: IngestOptionsIn
   });
   app.setNotFoundHandler((request, reply) => {
     request.errorCode = "not_found";
+    metrics.countRequest("unmatched", 404, "not_found");
     reply.code(404).send(errors.notFound(`No route for ${request.method} ${request.url.split("?")[0]}`).toJSON());
   });
 

@@ -1,24 +1,28 @@
 // The ingest's Prometheus metrics, on a registry of its own (no global state between app instances).
-import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from "prom-client";
+import { Gauge, Histogram, Registry, collectDefaultMetrics } from "prom-client";
+import { TalliedCounter } from "../ops/tally.ts";
 
 export class IngestMetrics {
   readonly registry = new Registry();
 
-  /** Every HTTP answer, by route, status and error code ("ok" for 2xx). */
-  readonly requests = new Counter({
+  // Both are counted on every request: tallied, and added to prom-client when collected.
+  readonly #requests = new TalliedCounter({
     name: "trackhook_ingest_requests_total",
     help: "HTTP requests answered by the ingest, by route, status and code",
     labelNames: ["route", "status", "code"] as const,
     registers: [this.registry],
   });
-
-  /** Every message of every request: accepted, or not accepted with its reason. */
-  readonly messages = new Counter({
+  readonly #messages = new TalliedCounter({
     name: "trackhook_ingest_messages_total",
     help: "Messages received, by source, outcome (accepted, not_accepted, failed) and reason",
     labelNames: ["source", "outcome", "reason"] as const,
     registers: [this.registry],
   });
+
+  /** Every HTTP answer, by route, status and error code ("ok" for 2xx). */
+  readonly requests = this.#requests.counter;
+  /** Every message of every request: accepted, or not accepted with its reason. */
+  readonly messages = this.#messages.counter;
 
   readonly publishDuration = new Histogram({
     name: "trackhook_ingest_publish_duration_seconds",
@@ -38,10 +42,10 @@ export class IngestMetrics {
   }
 
   countRequest(route: string, status: number, code: string): void {
-    this.requests.inc({ route, status: String(status), code });
+    this.#requests.add(route, status, code);
   }
 
   countMessages(source: string, outcome: "accepted" | "not_accepted" | "failed", reason: string, count = 1): void {
-    this.messages.inc({ source, outcome, reason }, count);
+    this.#messages.add(source, outcome, reason, count);
   }
 }

@@ -1,6 +1,5 @@
 // What the routes share: options, the live source directory, the publisher, metrics.
 import type { Registry } from "prom-client";
-import type { MessageType } from "../../schema/mod.ts";
 import type { IngestMetrics } from "./metrics.ts";
 import type { IngestOptions } from "./options.ts";
 import type { EventPublisher } from "./publish.ts";
@@ -19,15 +18,7 @@ export interface IngestState {
 }
 
 declare module "fastify" {
-  interface FastifyContextConfig {
-    /** Which body limit and shape a message route takes. */
-    endpoint?: "single" | "batch";
-    /** Set for single-message endpoints: the type the path implies. */
-    type?: MessageType;
-  }
   interface FastifyRequest {
-    /** Decompressed size of the request body. */
-    bodyBytes?: number;
     /** The error code the request was answered with, for metrics. */
     errorCode?: string;
   }

@@ -126,9 +126,11 @@ describe("other answers", () => {
   it("counts every answer in trackhook_ingest_requests_total by route, status and code", async () => {
     await post(`${env.ingest.url}/v1/track`, undefined, { headers: auth, raw: "{" });
     await send("/v1/track", { userId: "u1", event: "Counted" });
+    await send("/v1/nowhere", { userId: "u1" });
     const metric = await env.ingest.metrics.requests.get();
     const find = (code: string) => metric.values.find((v) => v.labels.code === code);
     expect(find("invalid_json")?.labels).toMatchObject({ route: "/v1/track", status: "400" });
     expect(find("ok")?.value).toBeGreaterThan(0);
+    expect(find("not_found")?.labels).toMatchObject({ route: "unmatched", status: "404" });
   });
 });

@@ -1,5 +1,6 @@
 // The Tracking API: single-message endpoints, their browser aliases, and the batch endpoints.
-import type { FastifyContextConfig, FastifyInstance, FastifyRequest } from "fastify";
+import type { Readable } from "node:stream";
+import type { FastifyInstance, FastifyRequest } from "fastify";
 import { describeErrors, validateBatchBody, type MessageType } from "../../../schema/mod.ts";
 import { judge, type RejectReason } from "../accept.ts";
 import { authenticate } from "../auth.ts";
@@ -26,41 +27,42 @@ const SINGLE: Record<string, MessageType> = {
 // /v1/import (analytics-ruby, classic Android) and /v1/b (analytics.js batching, mobile SDKs).
 const BATCH = ["batch", "import", "b"];
 
-/** What a message route is told of itself: the fields state.ts declares on Fastify's route config. */
-type RouteConfig = Pick<FastifyContextConfig, "endpoint" | "type">;
+/** What a message route's handler is told of its route. */
+interface RouteConfig {
+  /** Which body limit and shape the route takes. */
+  endpoint: "single" | "batch";
+  /** For single-message routes: the type the path implies. */
+  type?: MessageType;
+}
 
 export function messageRoutes(app: FastifyInstance, state: IngestState): void {
-  const { limits } = state.options;
-
-  // Bodies are read here rather than by Fastify's JSON parser: the limit depends on the route,
-  // applies after decompression, and SDKs send JSON as text/plain or with no Content-Type.
+  // Bodies are read by the handler rather than by Fastify's JSON parser: the limit depends on
+  // the route, applies after decompression, and SDKs send JSON as text/plain or with no
+  // Content-Type. The parser hands the unread stream on as the body.
   app.removeAllContentTypeParsers();
-  app.addContentTypeParser("*", async (request: FastifyRequest, payload: NodeJS.ReadableStream) => {
-    const config = request.routeOptions.config;
-    const batch = config.endpoint === "batch";
-    const limit = batch ? limits.batchBytes : limits.singleBytes;
-    const body = await readBoundedBody(payload as never, request.headers, limit, () =>
-      batch ? errors.batchTooLarge(limit) : errors.requestTooLarge(limit),
-    );
-    request.bodyBytes = body.length;
-    return parseJsonObject(body);
-  });
+  app.addContentTypeParser("*", (_request, payload, done) => done(null, payload));
 
-  // The handler is handed its route's config: request.routeOptions builds a new object per read.
+  // The handler is handed its route's config by closure: request.routeOptions builds a new
+  // object per read.
   for (const [path, type] of Object.entries(SINGLE)) {
     const config: RouteConfig = { endpoint: "single", type };
-    app.post(`/v1/${path}`, { config }, (req) => handle(state, req, config));
+    app.post(`/v1/${path}`, (req) => handle(state, req, config));
   }
   for (const path of BATCH) {
     const config: RouteConfig = { endpoint: "batch" };
-    app.post(`/v1/${path}`, { config }, (req) => handle(state, req, config));
+    app.post(`/v1/${path}`, (req) => handle(state, req, config));
   }
 }
 
 async function handle(state: IngestState, request: FastifyRequest, config: RouteConfig) {
   const { limits } = state.options;
-  const body = request.body as Record<string, unknown> | undefined;
-  if (!body) throw errors.invalidJson();
+  const stream = request.body as Readable | undefined;
+  if (!stream) throw errors.invalidJson();
+  const limit = config.endpoint === "batch" ? limits.batchBytes : limits.singleBytes;
+  const raw = await readBoundedBody(stream, request.headers, limit, () =>
+    config.endpoint === "batch" ? errors.batchTooLarge(limit) : errors.requestTooLarge(limit),
+  );
+  const body = parseJsonObject(raw);
   const source = authenticate(state.directory, request.headers.authorization, body.writeKey);
   const sourceId = `${source.namespace}/${source.name}`;
 
@@ -70,7 +72,7 @@ async function handle(state: IngestState, request: FastifyRequest, config: Route
     if (!validateBatchBody(body)) throw errors.invalidBody(`Invalid batch body: ${describeErrors(validateBatchBody.errors).join("; ")}`);
     if (body.batch.length > limits.batchItems) throw errors.tooManyBatchItems(body.batch.length, limits.batchItems);
     // Only a body larger than the item limit can hold an item over it.
-    if ((request.bodyBytes ?? 0) > limits.itemBytes) {
+    if (raw.length > limits.itemBytes) {
       body.batch.forEach((item, index) => {
         if (Buffer.byteLength(JSON.stringify(item) ?? "") > limits.itemBytes) throw errors.batchItemTooLarge(index, limits.itemBytes);
       });
