@@ -10,8 +10,9 @@
 //   A  raw JetStream ceiling: js.publish of the same ~300-byte events, pipelined, one process
 //   1  POST /v1/batch (100 events/request) against `trackhook ingest`, then checks the stream count
 //   B  bare Fastify ceiling: one POST route that JSON.parses the body and answers {"success":true}
-//   2  POST /v1/track against the ingest and against B at the same concurrencies (16, 32, 128, 256);
-//      the ratio compares each one's peak, and the ratio at each concurrency is reported too
+//   2  POST /v1/track against the ingest and against B at the same concurrencies (16, 32, 128, 256),
+//      the two in alternating 1-second slices at each; the ratio compares each one's peak, and
+//      the ratio at each concurrency is reported too
 //   3  /v1/track latency (p50/p99) at half the measured peak, open-loop (fixed schedule)
 //   4  peak RSS of the ingest process (VmHWM, and the max of sampled VmRSS)
 // CPU use of every process is sampled per phase from /proc, to show who is the bottleneck, and the
@@ -77,6 +78,9 @@ const P = {
 };
 
 const TARGETS = { batchRatio: 1.0, trackRatio: 0.5, rssMB: 200 };
+/** /v1/track against the ingest and bare Fastify alternates in slices this long, of which the first TRACK_SETTLE_MS are not counted. */
+const TRACK_SLICE_MS = 1000;
+const TRACK_SETTLE_MS = 200;
 /** Before starting, wait up to QUIET_WAIT_S seconds for the machine to be under QUIET_BUSY_PCT CPU. */
 const QUIET_WAIT_S = 60;
 const QUIET_BUSY_PCT = 20;
@@ -113,7 +117,12 @@ interface ClosedLoopResult {
   firstError?: string;
 }
 
-/** `concurrency` workers, each sending the next request when its previous one is answered. */
+const trackPool = (origin: string, concurrency: number) => new Pool(origin, { connections: concurrency, pipelining: 1, keepAliveTimeout: 60_000 });
+
+/**
+ * `concurrency` workers, each sending the next request when its previous one is answered. With
+ * `pool`, its connections are used and left open; otherwise the loop opens and closes its own.
+ */
 async function closedLoop(opts: {
   origin: string;
   path: string;
@@ -122,8 +131,9 @@ async function closedLoop(opts: {
   eventsPerRequest: number;
   warmupMs: number;
   measureMs: number;
+  pool?: Pool;
 }): Promise<ClosedLoopResult> {
-  const pool = new Pool(opts.origin, { connections: opts.concurrency, pipelining: 1, keepAliveTimeout: 60_000 });
+  const pool = opts.pool ?? trackPool(opts.origin, opts.concurrency);
   const headers = { "content-type": "application/json", authorization: AUTH };
   const start = performance.now();
   const measureFrom = start + opts.warmupMs;
@@ -153,11 +163,80 @@ async function closedLoop(opts: {
     }
   };
   await Promise.all(Array.from({ length: opts.concurrency }, worker));
-  await pool.close();
+  if (!opts.pool) await pool.close();
   r.perSecond = r.ok / (opts.measureMs / 1000);
   r.eventsPerSecond = r.perSecond * opts.eventsPerRequest;
   return r;
 }
+
+/** One side of an alternating run: its counts, CPU and measured time summed over its slices. */
+interface SideTotals {
+  requests: number;
+  ok: number;
+  totalRequests: number;
+  totalOkEvents: number;
+  statuses: Record<string, number>;
+  failures: number;
+  firstError?: string;
+  measuredMs: number;
+  /** Process name -> CPU seconds over this side's slices, the slices' wall seconds, and the requests answered in them. */
+  cpuSeconds: Record<string, number>;
+  seconds: number;
+  sliceRequests: number;
+}
+
+/**
+ * Closed-loop /v1/track load on two servers in alternating slices (A B B A A B ...), each on
+ * connections of its own that stay open. A shared VM's speed drifts by tens of percent within
+ * a minute; measured slice by slice, in an order that cancels a steady drift, both servers see
+ * the same machine. Each slice's first `settleMs` are not counted.
+ */
+async function alternating(opts: {
+  sides: Array<{ name: string; origin: string; pids: Pids }>;
+  path: string;
+  concurrency: number;
+  body: () => string;
+  warmupMs: number;
+  slices: number;
+  sliceMs: number;
+  settleMs: number;
+}): Promise<Record<string, SideTotals>> {
+  const pools = opts.sides.map((side) => trackPool(side.origin, opts.concurrency));
+  const totals = opts.sides.map((): SideTotals => ({ requests: 0, ok: 0, totalRequests: 0, totalOkEvents: 0, statuses: {}, failures: 0, measuredMs: 0, cpuSeconds: {}, seconds: 0, sliceRequests: 0 }));
+  const run = (i: number, warmupMs: number, measureMs: number) =>
+    closedLoop({ origin: opts.sides[i]!.origin, path: opts.path, concurrency: opts.concurrency, body: opts.body, eventsPerRequest: 1, warmupMs, measureMs, pool: pools[i] });
+  const add = (t: SideTotals, r: ClosedLoopResult) => {
+    t.totalRequests += r.totalRequests;
+    t.totalOkEvents += r.totalOkEvents;
+    t.failures += r.failures;
+    t.firstError ??= r.firstError;
+    for (const [status, n] of Object.entries(r.statuses)) t.statuses[status] = (t.statuses[status] ?? 0) + n;
+  };
+  try {
+    for (let i = 0; i < opts.sides.length; i++) add(totals[i]!, await run(i, opts.warmupMs, 0));
+    for (let slice = 0; slice < opts.slices; slice++) {
+      const order = opts.sides.map((_, i) => i);
+      if (slice % 2 === 1) order.reverse();
+      for (const i of order) {
+        const t = totals[i]!;
+        const { result, cpu, seconds } = await withCpu(opts.sides[i]!.pids, () => run(i, opts.settleMs, opts.sliceMs));
+        add(t, result);
+        t.requests += result.requests;
+        t.ok += result.ok;
+        t.measuredMs += opts.sliceMs;
+        t.seconds += seconds;
+        t.sliceRequests += result.totalRequests;
+        for (const [name, pct] of Object.entries(cpu)) t.cpuSeconds[name] = (t.cpuSeconds[name] ?? 0) + (pct / 100) * seconds;
+      }
+    }
+  } finally {
+    await Promise.all(pools.map((pool) => pool.close()));
+  }
+  return Object.fromEntries(opts.sides.map((side, i) => [side.name, totals[i]!]));
+}
+
+/** CPU % of one core per process over a side's slices. */
+const cpuShare = (t: SideTotals): CpuShare => Object.fromEntries(Object.entries(t.cpuSeconds).map(([name, s]) => [name, round((s / t.seconds) * 100, 0)]));
 
 interface LatencyResult {
   targetRate: number;
@@ -401,40 +480,42 @@ async function main(): Promise<void> {
     log(`    stream check: sent ${fmt(batch.result.totalOkEvents)} events in 200 responses, stream holds ${fmt(batchStored)} new messages: ${batchCheck ? "OK" : "MISMATCH"}`);
     if (batch.result.firstError) log(`    first error: ${batch.result.firstError.slice(0, 300)}`);
 
-    // 2: /v1/track, ingest then bare Fastify, at the same concurrencies; each is rated at its peak.
+    // 2: /v1/track, ingest and bare Fastify at the same concurrencies; each is rated at its peak.
     // The ingest answers after a JetStream round trip, so it needs more requests in flight than
     // bare Fastify to be busy; the load generator, which shares the two cores, slows bare Fastify
-    // down as concurrency rises. One concurrency would favour one of them.
+    // down as concurrency rises. One concurrency would favour one of them. At each concurrency
+    // the two take turns in short slices (see alternating()).
+    const slices = Math.max(1, Math.round(P.measureMs / TRACK_SLICE_MS));
     const trackRuns: Array<{ concurrency: number; perSecond: number; statuses: Record<string, number>; okEvents: number; stored: number; check: boolean; cpu: Record<string, number>; us: number; ingest: IngestDiagnostics & { rssMaxMB: number } }> = [];
-    for (const concurrency of P.trackConcurrency) {
-      log(`\n[2] POST /v1/track (concurrency ${concurrency}) against the ingest ...`);
-      const beforeTrack = await streamCount(jsm, EVENTS_STREAM);
-      const track = await ingestPhase(`track@${concurrency}`, ingestUrl, pids, () =>
-        closedLoop({ origin: ingestUrl, path: "/v1/track", concurrency, body: () => trackEvent(nextMessageId()), eventsPerRequest: 1, warmupMs: P.warmupMs, measureMs: P.measureMs }),
-      );
-      const stored = (await streamCount(jsm, EVENTS_STREAM)) - beforeTrack;
-      const run = {
-        concurrency, perSecond: track.result.perSecond, statuses: track.result.statuses, okEvents: track.result.totalOkEvents, stored,
-        check: stored === track.result.totalOkEvents, cpu: track.cpu, us: usPer(track.cpu.ingest, track.seconds, track.result.totalRequests), ingest: track.ingest,
-      };
-      trackRuns.push(run);
-      log(`    ${fmt(run.perSecond)} requests/s; statuses ${JSON.stringify(run.statuses)}`);
-      log(`    CPU ${cpuText(run.cpu)}; ingest ${run.us} us CPU per request`);
-      log(`    ingest: ${diagText(run.ingest)}`);
-      log(`    stream check: ${fmt(run.okEvents)} accepted, stream holds ${fmt(stored)} new messages: ${run.check ? "OK" : "MISMATCH"}`);
-      if (track.result.firstError) log(`    first error: ${track.result.firstError.slice(0, 300)}`);
-    }
-
     const bareRuns: Array<{ concurrency: number; perSecond: number; statuses: Record<string, number>; cpu: Record<string, number>; us: number }> = [];
     for (const concurrency of P.trackConcurrency) {
-      log(`[B] POST /v1/track (concurrency ${concurrency}) against bare Fastify ...`);
-      const bareRun = await withCpu({ bare: bare.child.pid }, () =>
-        closedLoop({ origin: bareUrl, path: "/v1/track", concurrency, body: () => trackEvent(nextMessageId()), eventsPerRequest: 1, warmupMs: P.warmupMs, measureMs: P.measureMs }),
+      log(`\n[2/B] POST /v1/track (concurrency ${concurrency}), the ingest and bare Fastify in turns of ${TRACK_SLICE_MS / 1000}s, ${slices} each ...`);
+      const beforeTrack = await streamCount(jsm, EVENTS_STREAM);
+      const phase = await ingestPhase(`track@${concurrency}`, ingestUrl, {}, () =>
+        alternating({
+          sides: [{ name: "ingest", origin: ingestUrl, pids }, { name: "bare", origin: bareUrl, pids: { bare: bare.child.pid } }],
+          path: "/v1/track", concurrency, body: () => trackEvent(nextMessageId()),
+          warmupMs: P.warmupMs, slices, sliceMs: TRACK_SLICE_MS, settleMs: TRACK_SETTLE_MS,
+        }),
       );
-      const run = { concurrency, perSecond: bareRun.result.perSecond, statuses: bareRun.result.statuses, cpu: bareRun.cpu, us: usPer(bareRun.cpu.bare, bareRun.seconds, bareRun.result.totalRequests) };
-      bareRuns.push(run);
-      log(`    ${fmt(run.perSecond)} requests/s; statuses ${JSON.stringify(run.statuses)}`);
-      log(`    CPU ${cpuText(run.cpu)}; bare server ${run.us} us CPU per request`);
+      const { ingest: t, bare: b } = phase.result as { ingest: SideTotals; bare: SideTotals };
+      const stored = (await streamCount(jsm, EVENTS_STREAM)) - beforeTrack;
+      const tCpu = cpuShare(t);
+      const run = {
+        concurrency, perSecond: t.ok / (t.measuredMs / 1000), statuses: t.statuses, okEvents: t.totalOkEvents, stored,
+        check: stored === t.totalOkEvents, cpu: tCpu, us: round(((t.cpuSeconds.ingest ?? NaN) * 1e6) / t.sliceRequests, 1), ingest: phase.ingest,
+      };
+      trackRuns.push(run);
+      log(`    ingest: ${fmt(run.perSecond)} requests/s; statuses ${JSON.stringify(run.statuses)}`);
+      log(`      CPU ${cpuText(run.cpu)}; ingest ${run.us} us CPU per request`);
+      log(`      ${diagText(run.ingest)}`);
+      log(`      stream check: ${fmt(run.okEvents)} accepted, stream holds ${fmt(stored)} new messages: ${run.check ? "OK" : "MISMATCH"}`);
+      if (t.firstError) log(`      first error: ${t.firstError.slice(0, 300)}`);
+      const bareRun = { concurrency, perSecond: b.ok / (b.measuredMs / 1000), statuses: b.statuses, cpu: cpuShare(b), us: round(((b.cpuSeconds.bare ?? NaN) * 1e6) / b.sliceRequests, 1) };
+      bareRuns.push(bareRun);
+      log(`    bare:   ${fmt(bareRun.perSecond)} requests/s; statuses ${JSON.stringify(bareRun.statuses)}`);
+      log(`      CPU ${cpuText(bareRun.cpu)}; bare server ${bareRun.us} us CPU per request`);
+      log(`    ingest / bare at ${concurrency}: ${round(run.perSecond / bareRun.perSecond, 3).toFixed(3)}`);
     }
     const bareRssMB = round((procStatusKB(bare.child.pid, "VmHWM") ?? NaN) / 1024, 1);
     log(`    bare server peak RSS ${bareRssMB} MB`);
