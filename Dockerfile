@@ -48,5 +48,5 @@ COPY package.json ./
 USER 1000:1000
 # ingest, deliver and operator (health, readiness and metrics) ports.
 EXPOSE 8080 8081 8082
-ENTRYPOINT ["/usr/bin/tini", "--", "node", "--max-semi-space-size=16", "--no-allocation-site-pretenuring", "dist/cli/main.js"]
+ENTRYPOINT ["/usr/bin/tini", "--", "node", "--max-semi-space-size=16", "--no-allocation-site-pretenuring", "--heap-growing-percent=50", "dist/cli/main.js"]
 CMD ["--help"]
