@@ -11,8 +11,8 @@
 //   1  POST /v1/batch (100 events/request) against `trackhook ingest`, then checks the stream count
 //   B  bare Fastify ceiling: one POST route that JSON.parses the body and answers {"success":true}
 //   2  POST /v1/track against the ingest and against B at the same concurrencies (16, 32, 128, 256),
-//      the two in alternating 1-second slices at each; the ratio compares each one's peak, and
-//      the ratio at each concurrency is reported too
+//      the two in alternating 1-second slices at each; then each at its peak concurrency, again
+//      in alternating slices: the ratio. The ratio at each concurrency is reported too.
 //   3  /v1/track latency (p50/p99) at half the measured peak, open-loop (fixed schedule)
 //   4  peak RSS of the ingest process (VmHWM, and the max of sampled VmRSS)
 // CPU use of every process is sampled per phase from /proc, to show who is the bottleneck, and the
@@ -192,19 +192,18 @@ interface SideTotals {
  * the same machine. Each slice's first `settleMs` are not counted.
  */
 async function alternating(opts: {
-  sides: Array<{ name: string; origin: string; pids: Pids }>;
+  sides: Array<{ name: string; origin: string; pids: Pids; concurrency: number }>;
   path: string;
-  concurrency: number;
   body: () => string;
   warmupMs: number;
   slices: number;
   sliceMs: number;
   settleMs: number;
 }): Promise<Record<string, SideTotals>> {
-  const pools = opts.sides.map((side) => trackPool(side.origin, opts.concurrency));
+  const pools = opts.sides.map((side) => trackPool(side.origin, side.concurrency));
   const totals = opts.sides.map((): SideTotals => ({ requests: 0, ok: 0, totalRequests: 0, totalOkEvents: 0, statuses: {}, failures: 0, measuredMs: 0, cpuSeconds: {}, seconds: 0, sliceRequests: 0 }));
   const run = (i: number, warmupMs: number, measureMs: number) =>
-    closedLoop({ origin: opts.sides[i]!.origin, path: opts.path, concurrency: opts.concurrency, body: opts.body, eventsPerRequest: 1, warmupMs, measureMs, pool: pools[i] });
+    closedLoop({ origin: opts.sides[i]!.origin, path: opts.path, concurrency: opts.sides[i]!.concurrency, body: opts.body, eventsPerRequest: 1, warmupMs, measureMs, pool: pools[i] });
   const add = (t: SideTotals, r: ClosedLoopResult) => {
     t.totalRequests += r.totalRequests;
     t.totalOkEvents += r.totalOkEvents;
@@ -493,8 +492,8 @@ async function main(): Promise<void> {
       const beforeTrack = await streamCount(jsm, EVENTS_STREAM);
       const phase = await ingestPhase(`track@${concurrency}`, ingestUrl, {}, () =>
         alternating({
-          sides: [{ name: "ingest", origin: ingestUrl, pids }, { name: "bare", origin: bareUrl, pids: { bare: bare.child.pid } }],
-          path: "/v1/track", concurrency, body: () => trackEvent(nextMessageId()),
+          sides: [{ name: "ingest", origin: ingestUrl, pids, concurrency }, { name: "bare", origin: bareUrl, pids: { bare: bare.child.pid }, concurrency }],
+          path: "/v1/track", body: () => trackEvent(nextMessageId()),
           warmupMs: P.warmupMs, slices, sliceMs: TRACK_SLICE_MS, settleMs: TRACK_SETTLE_MS,
         }),
       );
@@ -517,13 +516,34 @@ async function main(): Promise<void> {
       log(`      CPU ${cpuText(bareRun.cpu)}; bare server ${bareRun.us} us CPU per request`);
       log(`    ingest / bare at ${concurrency}: ${round(run.perSecond / bareRun.perSecond, 3).toFixed(3)}`);
     }
+    const peak = <T extends { perSecond: number }>(runs: T[]) => runs.reduce((best, r) => (r.perSecond > best.perSecond ? r : best));
+    const sweepTrack = peak(trackRuns);
+    const sweepBare = peak(bareRuns);
+
+    // The two peaks were found at different moments of the sweep; the ratio is measured with
+    // both at their peak concurrency, head to head in alternating slices.
+    log(`\n[2/B] at their peaks: the ingest at ${sweepTrack.concurrency} and bare Fastify at ${sweepBare.concurrency} in flight, in turns of ${TRACK_SLICE_MS / 1000}s, ${slices} each ...`);
+    const beforePeaks = await streamCount(jsm, EVENTS_STREAM);
+    const peaks = await ingestPhase("track@peak", ingestUrl, {}, () =>
+      alternating({
+        sides: [
+          { name: "ingest", origin: ingestUrl, pids, concurrency: sweepTrack.concurrency },
+          { name: "bare", origin: bareUrl, pids: { bare: bare.child.pid }, concurrency: sweepBare.concurrency },
+        ],
+        path: "/v1/track", body: () => trackEvent(nextMessageId()),
+        warmupMs: P.warmupMs, slices, sliceMs: TRACK_SLICE_MS, settleMs: TRACK_SETTLE_MS,
+      }),
+    );
+    const { ingest: pt, bare: pb } = peaks.result as { ingest: SideTotals; bare: SideTotals };
+    const peaksStored = (await streamCount(jsm, EVENTS_STREAM)) - beforePeaks;
+    const track = { concurrency: sweepTrack.concurrency, perSecond: pt.ok / (pt.measuredMs / 1000), check: peaksStored === pt.totalOkEvents };
+    const bareRun = { concurrency: sweepBare.concurrency, perSecond: pb.ok / (pb.measuredMs / 1000) };
+    log(`    ingest: ${fmt(track.perSecond)} requests/s (CPU ${cpuText(cpuShare(pt))}); bare: ${fmt(bareRun.perSecond)} requests/s (CPU ${cpuText(cpuShare(pb))})`);
+    log(`    stream check: ${fmt(pt.totalOkEvents)} accepted, stream holds ${fmt(peaksStored)} new messages: ${track.check ? "OK" : "MISMATCH"}`);
     const bareRssMB = round((procStatusKB(bare.child.pid, "VmHWM") ?? NaN) / 1024, 1);
     log(`    bare server peak RSS ${bareRssMB} MB`);
     await stopChild(bare.child);
-    const peak = <T extends { perSecond: number }>(runs: T[]) => runs.reduce((best, r) => (r.perSecond > best.perSecond ? r : best));
-    const track = peak(trackRuns);
-    const bareRun = peak(bareRuns);
-    const trackCheck = trackRuns.every((r) => r.check);
+    const trackCheck = track.check && trackRuns.every((r) => r.check);
 
     // 3: latency at half the peak, open loop.
     const rate = Math.max(1, track.perSecond / 2);
@@ -558,8 +578,9 @@ async function main(): Promise<void> {
       ["   batch stream check", `${fmt(batchStored)} / ${fmt(batch.result.totalOkEvents)}`, "equal", verdict(batchCheck)],
       ...bareRuns.map((b, i): [string, string, string, string] => [`${i === 0 ? "B" : " "}  bare Fastify POST, ${b.concurrency} concurrent`, `${fmt(b.perSecond)} req/s`, "", ""]),
       ...trackRuns.map((t, i): [string, string, string, string] => [`   ingest POST /v1/track, ${t.concurrency} concurrent`, `${fmt(t.perSecond)} req/s`, `(${round(t.perSecond / bareRuns[i]!.perSecond, 3).toFixed(3)} of B there)`, ""]),
+      [`   ingest at ${track.concurrency} / bare at ${bareRun.concurrency}, head to head`, `${fmt(track.perSecond)} / ${fmt(bareRun.perSecond)}`, "", ""],
       [`   track / B, each at its peak (${track.concurrency} / ${bareRun.concurrency})`, round(trackRatio, 3).toFixed(3), `>= ${TARGETS.trackRatio.toFixed(1)}`, verdict(trackRatio >= TARGETS.trackRatio)],
-      ["   track stream checks", `${fmt(trackRuns.reduce((a, r) => a + r.stored, 0))} / ${fmt(trackRuns.reduce((a, r) => a + r.okEvents, 0))}`, "equal", verdict(trackCheck)],
+      ["   track stream checks", `${fmt(trackRuns.reduce((a, r) => a + r.stored, 0) + peaksStored)} / ${fmt(trackRuns.reduce((a, r) => a + r.okEvents, 0) + pt.totalOkEvents)}`, "equal", verdict(trackCheck)],
       [`   /v1/track p50 @ ${fmt(l.achievedRate)}/s`, `${l.fromSchedule.p50} ms`, "", ""],
       [`   /v1/track p99 @ ${fmt(l.achievedRate)}/s`, `${l.fromSchedule.p99} ms`, "", ""],
       ["   ingest peak RSS (VmHWM)", `${rssMB.toFixed(1)} MB`, `< ${TARGETS.rssMB} MB`, verdict(rssMB < TARGETS.rssMB)],
@@ -589,6 +610,8 @@ async function main(): Promise<void> {
       ratios: {
         batchOverRaw: round(batchRatio, 3),
         trackPeakOverBarePeak: round(trackRatio, 3),
+        /** The same from the sweep, where the two peaks were measured at different moments. */
+        sweepTrackPeakOverBarePeak: round(sweepTrack.perSecond / sweepBare.perSecond, 3),
         trackOverBareAtConcurrency: Object.fromEntries(trackRuns.map((t, i) => [t.concurrency, round(t.perSecond / bareRuns[i]!.perSecond, 3)])),
       },
       targets: {
