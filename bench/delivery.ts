@@ -15,7 +15,8 @@
 //   S  diagnostic: trackhook's WebhookSender alone (same requests, this process, no NATS)
 //   1  delivery throughput: `trackhook deliver` (maxInFlight = concurrency) drains a backlog of
 //      `backlog` messages published straight to TRACKHOOK_EVENTS while it was paused (SIGSTOP);
-//      messages/s = first-to-last arrival at the receiver, which must see each message once
+//      messages/s = first-to-last arrival at the receiver, which must see each message once.
+//      C and the drain are each measured `rounds` times, alternating, and compared in sum
 //   2  end-to-end latency: `trackhook ingest` takes single /v1/track requests open loop at `rate`/s;
 //      latency = the receiver's arrival time minus the moment the bench got the ingest's 200
 //   3  peak RSS of the deliver process (VmHWM, and the max of sampled VmRSS)
@@ -45,10 +46,11 @@ const RECEIVER = join(ROOT, "bench", "receiver.ts");
 const { values: flags } = parseArgs({
   options: {
     backlog: { type: "string", default: "20000" },
-    warmup: { type: "string", default: "3000" },
+    warmup: { type: "string", default: "20000" },
     concurrency: { type: "string", default: "100" },
     rate: { type: "string", default: "500" },
     "latency-s": { type: "string", default: "10" },
+    rounds: { type: "string", default: "3" },
     "publish-live": { type: "boolean", default: false },
     "cpu-prof": { type: "boolean", default: false },
     "deliver-node-options": { type: "string", default: "" },
@@ -57,7 +59,8 @@ const { values: flags } = parseArgs({
   },
 });
 if (flags.help) {
-  process.stdout.write(`Usage: node bench/delivery.ts [--backlog 20000] [--warmup 3000] [--concurrency 100] [--rate 500] [--latency-s 10]
+  process.stdout.write(`Usage: node bench/delivery.ts [--backlog 20000] [--warmup 20000] [--concurrency 100] [--rate 500] [--latency-s 10] [--rounds 3]
+       [--rounds N]            measure C and the backlog drain N times each, alternating (C D, D C, C D, ...)
        [--publish-live]        publish the backlog while deliver runs (default: deliver is paused with SIGSTOP meanwhile)
        [--cpu-prof]            profile the deliver process (bench/results/delivery-latest.cpuprofile, top frames per phase)
        [--deliver-node-options="--max-old-space-size=128"]   (extra node flags for the deliver process)
@@ -71,6 +74,7 @@ const P = {
   concurrency: Math.floor(num("concurrency")),
   rate: num("rate"),
   latencyMs: num("latency-s") * 1000,
+  rounds: Math.floor(num("rounds")),
   publishLive: flags["publish-live"] === true,
   cpuProf: flags["cpu-prof"] === true,
   cli: flags.cli || join(ROOT, "dist", "cli", "main.js"),
@@ -214,6 +218,7 @@ class ReceiverClient {
 }
 
 /** Messages per second from first to last arrival (the first one opens the interval). */
+const arrivalSeconds = (s: ReceiverStats) => (s.first !== null && s.last !== null ? (s.last - s.first) / 1000 : NaN);
 const arrivalRate = (s: ReceiverStats) => (s.first !== null && s.last !== null && s.count > 1 ? ((s.count - 1) / (s.last - s.first)) * 1000 : NaN);
 
 // ---------------------------------------------------------------------------------------------
@@ -431,28 +436,22 @@ async function main(): Promise<void> {
   const receiver = new ReceiverClient(receiverSpawn.child, `${receiverSpawn.match[1]!}/hook`);
   log(`    receiver ${receiver.url} (pid ${receiverSpawn.child.pid})`);
 
-  // C: the ceiling, bare undici with the same bodies and headers.
-  log(`\n[C] bare undici POST ceiling (${P.concurrency} in flight, keep-alive) ...`);
+  // C is measured in rounds alternating with delivery (below). The receiver, bare undici and the
+  // sender are warmed up here: the receiver alone takes tens of thousands of requests to reach its
+  // speed (a first C of 3,000 warm-up requests measured ~30k/s; later ones ~50k/s).
   const ceilingWarm = backlogMessages(P.warmup).map((m) => webhookRequest(m.data));
-  const ceilingRequests = backlogMessages(P.backlog).map((m) => webhookRequest(m.data));
   await ceiling(receiver, ceilingWarm);
-  await receiver.reset();
-  const ceil = await withCpu({ receiver: receiverSpawn.child.pid }, () => ceiling(receiver, ceilingRequests));
-  const ceilStats = await receiver.stats();
-  const ceilingRate = arrivalRate(ceilStats);
-  log(`    ${fmt(ceilingRate)} requests/s at the receiver (first to last arrival); ${fmt(ceil.result.clientPerSecond)}/s at the client; ${fmt(ceil.result.ok)} of ${fmt(ceil.result.sent)} answered 200, ${ceil.result.failures} failures`);
-  log(`    CPU ${cpuText(ceil.cpu)}; receiver ${usPer(ceil.cpu.receiver, ceil.seconds, ceil.result.sent)} us, client ${usPer(ceil.cpu.bench, ceil.seconds, ceil.result.sent)} us CPU per request`);
-  if (ceil.result.firstError) log(`    first error: ${ceil.result.firstError}`);
+  await ceiling(receiver, ceilingWarm);
 
-  log(`[S] trackhook's WebhookSender alone, same requests (${P.concurrency} in flight, no NATS) ...`);
+  log(`\n[S] trackhook's WebhookSender alone, same requests (${P.concurrency} in flight, no NATS) ...`);
   const senderRequests = backlogMessages(P.backlog).map((m) => webhookRequest(m.data));
   await senderAlone(receiver, ceilingWarm);
   await receiver.reset();
   const snd = await withCpu({ receiver: receiverSpawn.child.pid }, () => senderAlone(receiver, senderRequests));
   const senderRate = arrivalRate(await receiver.stats());
   const senderUs = usPer(snd.cpu.bench, snd.seconds, snd.result.sent);
-  log(`    ${fmt(senderRate)} requests/s at the receiver = ${round(senderRate / ceilingRate, 3)} of C; ${fmt(snd.result.delivered)} of ${fmt(snd.result.sent)} delivered${snd.result.firstOutcome ? ` (first other outcome ${snd.result.firstOutcome})` : ""}`);
-  log(`    CPU ${cpuText(snd.cpu)}; sender ${senderUs} us CPU per request (bare undici ${usPer(ceil.cpu.bench, ceil.seconds, ceil.result.sent)} us)`);
+  log(`    ${fmt(senderRate)} requests/s at the receiver; ${fmt(snd.result.delivered)} of ${fmt(snd.result.sent)} delivered${snd.result.firstOutcome ? ` (first other outcome ${snd.result.firstOutcome})` : ""}`);
+  log(`    CPU ${cpuText(snd.cpu)}; sender ${senderUs} us CPU per request`);
 
   // nats-server, ingest (creates the stream) and deliver, all with one config.
   const nats = await startNats("trackhook-bench-store-");
@@ -508,8 +507,10 @@ async function main(): Promise<void> {
   const phaseWindows: PhaseWindow[] = [];
 
   try {
-    // 1: delivery of a backlog.
-    log(`\n[1] trackhook deliver: warm-up with ${fmt(P.warmup)} messages, then a backlog of ${fmt(P.backlog)} (${P.publishLive ? "published while deliver runs" : "published while deliver is paused"}) ...`);
+    // 1: delivery of a backlog, against C. A shared VM's speed drifts by tens of percent within a
+    // minute, and one drain lasts about a second: C and the drain are measured `rounds` times
+    // each, alternating (C D, D C, ...) so that both see the same machine, and compared in sum.
+    log(`\n[1] trackhook deliver: warm-up with ${fmt(P.warmup)} messages, then ${P.rounds} rounds of C and a backlog of ${fmt(P.backlog)} (${P.publishLive ? "published while deliver runs" : "published while deliver is paused"}) ...`);
     let from = monotonicUs();
     await receiver.reset();
     const warm = await publishAll(js, backlogMessages(P.warmup));
@@ -520,36 +521,66 @@ async function main(): Promise<void> {
     const warmRssMB = phaseRssMB();
     // Others' work that started meanwhile would skew the comparison with the ceiling.
     await waitForQuiet(QUIET_PHASE_WAIT_S, QUIET_BUSY_PCT, true);
-
-    await receiver.reset();
-    const attemptsBefore = await streamCount(jsm, ATTEMPTS_STREAM);
     const metricsBefore = await scrape(deliverOps);
-    const eventsBefore = await streamCount(jsm, EVENTS_STREAM);
-    const messages = backlogMessages(P.backlog);
-    if (!P.publishLive) deliver.kill("SIGSTOP");
-    const pub = await publishAll(js, messages).finally(() => deliver.kill("SIGCONT"));
-    const stored = (await streamCount(jsm, EVENTS_STREAM)) - eventsBefore;
-    from = monotonicUs();
-    const drain = await withCpu(pids, () => receiver.waitFor(pub.published));
-    phaseWindows.push({ phase: "backlog", fromUs: from, toUs: monotonicUs() });
-    const backlogStats = await receiver.stats();
+
+    /** C once: bare undici, fresh bodies of the same shape. */
+    const ceilingRound = async () => {
+      await receiver.reset();
+      const run = await withCpu({ receiver: receiverSpawn.child.pid }, () => ceiling(receiver, backlogMessages(P.backlog).map((m) => webhookRequest(m.data))));
+      const stats = await receiver.stats();
+      return { ...run, stats, rate: arrivalRate(stats), arrivalSeconds: arrivalSeconds(stats) };
+    };
+    /** A backlog published while deliver is paused, then drained. */
+    const drainRound = async (round: number) => {
+      await receiver.reset();
+      const attemptsBefore = await streamCount(jsm, ATTEMPTS_STREAM);
+      const eventsBefore = await streamCount(jsm, EVENTS_STREAM);
+      if (!P.publishLive) deliver.kill("SIGSTOP");
+      const pub = await publishAll(js, backlogMessages(P.backlog)).finally(() => deliver.kill("SIGCONT"));
+      const stored = (await streamCount(jsm, EVENTS_STREAM)) - eventsBefore;
+      const start = monotonicUs();
+      const drain = await withCpu(pids, () => receiver.waitFor(pub.published));
+      phaseWindows.push({ phase: `backlog ${round + 1}`, fromUs: start, toUs: monotonicUs() });
+      const stats = await receiver.stats();
+      const settled = await consumerSettled(jsm);
+      const attempts = (await streamCount(jsm, ATTEMPTS_STREAM)) - attemptsBefore;
+      const check = stats.distinct === P.backlog && pub.published === P.backlog;
+      return { pub, stored, drain, stats, settled, attempts, check, rate: arrivalRate(stats), arrivalSeconds: arrivalSeconds(stats) };
+    };
+    const ceilings: Array<Awaited<ReturnType<typeof ceilingRound>>> = [];
+    const drains: Array<Awaited<ReturnType<typeof drainRound>>> = [];
+    for (let r = 0; r < P.rounds; r++) {
+      for (const side of r % 2 === 0 ? ["C", "D"] : ["D", "C"]) {
+        if (side === "C") {
+          const c = await ceilingRound();
+          ceilings.push(c);
+          log(`    round ${r + 1} C:       ${fmt(c.rate)} requests/s at the receiver (${round(c.arrivalSeconds, 2)} s); ${fmt(c.result.ok)} of ${fmt(c.result.sent)} answered 200, ${c.result.failures} failures; CPU ${cpuText(c.cpu)}${c.result.firstError ? `; first error: ${c.result.firstError}` : ""}`);
+        } else {
+          const d = await drainRound(r);
+          drains.push(d);
+          log(`    round ${r + 1} deliver: ${fmt(d.rate)} messages/s at the receiver (${round(d.arrivalSeconds, 2)} s); ${fmt(d.stats.distinct)} distinct of ${fmt(P.backlog)}: ${d.check ? "OK" : "MISMATCH"}; CPU ${cpuText(d.drain.cpu)}${d.drain.result.complete ? "" : `; gave up waiting: ${fmt(d.drain.result.count)} of ${fmt(d.pub.published)} arrived`}`);
+        }
+      }
+    }
     const backlogRssMB = phaseRssMB();
     const backlogDiag = diagnostics(metricsBefore, await scrape(deliverOps));
-    const settled = await consumerSettled(jsm);
-    const attempts = (await streamCount(jsm, ATTEMPTS_STREAM)) - attemptsBefore;
     const dlq = await streamCount(jsm, DLQ_STREAM);
-    const deliveryRate = arrivalRate(backlogStats);
+    const sum = (values: number[]) => values.reduce((a, b) => a + b, 0);
+    // Rates in sum: all arrivals over all first-to-last arrival time.
+    const ceilingRate = sum(ceilings.map((c) => c.stats.count - 1)) / sum(ceilings.map((c) => c.arrivalSeconds));
+    const deliveryRate = sum(drains.map((d) => d.stats.count - 1)) / sum(drains.map((d) => d.arrivalSeconds));
     const ratio = deliveryRate / ceilingRate;
-    const backlogCheck = backlogStats.distinct === P.backlog && pub.published === P.backlog;
-    const arrivalSeconds = backlogStats.first !== null && backlogStats.last !== null ? (backlogStats.last - backlogStats.first) / 1000 : NaN;
-    log(`    published ${fmt(pub.published)} at ${fmt(pub.perSecond)}/s (${pub.failures} failures${pub.firstError ? `: ${pub.firstError}` : ""}); stream holds ${fmt(stored)} new`);
-    log(`    ${fmt(deliveryRate)} messages/s at the receiver (first to last arrival, ${round(arrivalSeconds, 2)} s) = ${round(ratio, 3)} of the ceiling`);
-    log(`    receiver saw ${fmt(backlogStats.count)} requests, ${fmt(backlogStats.distinct)} distinct of ${fmt(P.backlog)}${backlogStats.unlabelled ? `, ${backlogStats.unlabelled} without X-Delivery-Id` : ""}: ${backlogCheck ? "OK" : "MISMATCH"}`);
-    log(`    consumer after: ${settled.pending} pending, ${settled.ackPending} unacknowledged, ${settled.redelivered} redelivered; ${fmt(attempts)} attempt records; DLQ ${fmt(dlq)}`);
-    log(`    CPU ${cpuText(drain.cpu)}; deliver ${usPer(drain.cpu.deliver, drain.seconds, backlogStats.count)} us, nats-server ${usPer(drain.cpu.nats, drain.seconds, backlogStats.count)} us, receiver ${usPer(drain.cpu.receiver, drain.seconds, backlogStats.count)} us CPU per message`);
-    log(`    deliver RSS max: ${warmRssMB} MB in the warm-up, ${backlogRssMB} MB draining the backlog`);
-    log(`    deliver: ${diagText(backlogDiag)}${P.publishLive ? "" : " (the delay max includes the pause)"}`);
-    if (!drain.result.complete) log(`    gave up waiting: ${fmt(drain.result.count)} of ${fmt(pub.published)} arrived`);
+    const backlogCheck = drains.every((d) => d.check);
+    const drainCpuSeconds = (name: string) => sum(drains.map((d) => ((d.drain.cpu[name] ?? NaN) / 100) * d.drain.seconds));
+    const delivered = sum(drains.map((d) => d.stats.count));
+    const usPerMessage = (name: string) => round((drainCpuSeconds(name) * 1e6) / delivered, 1);
+    const ceilingUs = round((sum(ceilings.map((c) => ((c.cpu.bench ?? NaN) / 100) * c.seconds)) * 1e6) / sum(ceilings.map((c) => c.result.sent)), 1);
+    const last = drains[drains.length - 1]!;
+    log(`    in sum: C ${fmt(ceilingRate)} requests/s, deliver ${fmt(deliveryRate)} messages/s = ${round(ratio, 3)} of the ceiling (per round: ${drains.map((d, i) => round(d.rate / ceilings[i]!.rate, 3)).join(", ")})`);
+    log(`    every round: each message arrived once ${backlogCheck ? "OK" : "MISMATCH"}; last round's consumer after: ${last.settled.pending} pending, ${last.settled.ackPending} unacknowledged, ${last.settled.redelivered} redelivered; ${fmt(last.attempts)} attempt records; DLQ ${fmt(dlq)}`);
+    log(`    CPU per message: deliver ${usPerMessage("deliver")} us, nats-server ${usPerMessage("nats")} us, receiver ${usPerMessage("receiver")} us; bare undici ${ceilingUs} us per request`);
+    log(`    deliver RSS max: ${warmRssMB} MB in the warm-up, ${backlogRssMB} MB over the rounds`);
+    log(`    deliver: ${diagText(backlogDiag)}${P.publishLive ? "" : " (the delay max includes the pauses)"}`);
 
     // 2: end-to-end latency through ingest and deliver.
     log(`\n[2] end to end: POST /v1/track open loop at ${fmt(P.rate)}/s for ${P.latencyMs / 1000}s, ingest's 200 -> receiver ...`);
@@ -604,11 +635,11 @@ async function main(): Promise<void> {
 
     // Report.
     const rows: Array<[string, string, string, string]> = [
-      [`C  bare undici POST (${P.concurrency} in flight)`, `${fmt(ceilingRate)} msg/s`, "", ""],
       [`S  WebhookSender alone (no NATS)`, `${fmt(senderRate)} msg/s`, "", ""],
-      [`1  trackhook deliver, backlog (maxInFlight ${P.concurrency})`, `${fmt(deliveryRate)} msg/s`, "", ""],
+      [`C  bare undici POST (${P.concurrency} in flight), ${P.rounds} rounds`, `${fmt(ceilingRate)} msg/s`, "", ""],
+      [`1  trackhook deliver, backlog (maxInFlight ${P.concurrency}), ${P.rounds} rounds`, `${fmt(deliveryRate)} msg/s`, "", ""],
       ["   deliver / C", round(ratio, 3).toFixed(3), `>= ${TARGETS.ratio.toFixed(1)}`, verdict(ratio >= TARGETS.ratio)],
-      ["   backlog: distinct arrivals", `${fmt(backlogStats.distinct)} / ${fmt(P.backlog)}`, "equal", verdict(backlogCheck)],
+      ["   backlog: distinct arrivals", `${fmt(sum(drains.map((d) => d.stats.distinct)))} / ${fmt(P.backlog * P.rounds)}`, "equal", verdict(backlogCheck)],
       [`2  200 -> arrival p50 @ ${fmt(lat.result.achievedRate)}/s`, `${e2eP.p50} ms`, "", ""],
       [`   200 -> arrival p99 @ ${fmt(lat.result.achievedRate)}/s`, `${e2eP.p99} ms`, `< ${TARGETS.p99Ms} ms`, verdict(e2eP.p99 < TARGETS.p99Ms)],
       ["   latency: delivered / accepted", `${fmt(seen.size)} / ${fmt(lat.result.sent)}`, "equal", verdict(latencyCheck)],
@@ -624,15 +655,17 @@ async function main(): Promise<void> {
       machine: { cpus: cpus().length, model: cpus()[0]?.model, node: process.version, loadavgAtStart: round(quiet.load, 2), busyPctAtStart: quiet.busyPct },
       params: { ...P, eventBytes: EVENT_BYTES, storedBytes: STORED_BYTES, bodyBytes: BODY_BYTES, deliverNodeFlags: deliverFlags },
       ceiling: {
-        perSecond: round(ceilingRate, 0), clientPerSecond: round(ceil.result.clientPerSecond, 0), sent: ceil.result.sent, ok: ceil.result.ok,
-        failures: ceil.result.failures, receiverDistinct: ceilStats.distinct, cpuPct: ceil.cpu, clientCpuUsPerRequest: usPer(ceil.cpu.bench, ceil.seconds, ceil.result.sent),
+        perSecond: round(ceilingRate, 0), clientCpuUsPerRequest: ceilingUs,
+        rounds: ceilings.map((c) => ({ perSecond: round(c.rate, 0), clientPerSecond: round(c.result.clientPerSecond, 0), sent: c.result.sent, ok: c.result.ok, failures: c.result.failures, receiverDistinct: c.stats.distinct, cpuPct: c.cpu })),
       },
       senderAlone: { perSecond: round(senderRate, 0), sent: snd.result.sent, delivered: snd.result.delivered, cpuPct: snd.cpu, senderCpuUsPerRequest: senderUs },
       delivery: {
-        perSecond: round(deliveryRate, 0), arrivalSeconds: round(arrivalSeconds, 3), published: pub.published, publishPerSecond: round(pub.perSecond, 0),
-        publishFailures: pub.failures, stored, received: backlogStats.count, distinct: backlogStats.distinct, check: backlogCheck,
-        complete: drain.result.complete, consumer: settled, attemptRecords: attempts, dlq, cpuPct: drain.cpu, deliver: backlogDiag,
-        cpuUsPerMessage: { deliver: usPer(drain.cpu.deliver, drain.seconds, backlogStats.count), nats: usPer(drain.cpu.nats, drain.seconds, backlogStats.count), receiver: usPer(drain.cpu.receiver, drain.seconds, backlogStats.count) },
+        perSecond: round(deliveryRate, 0), check: backlogCheck, dlq, deliver: backlogDiag,
+        cpuUsPerMessage: { deliver: usPerMessage("deliver"), nats: usPerMessage("nats"), receiver: usPerMessage("receiver") },
+        rounds: drains.map((d) => ({
+          perSecond: round(d.rate, 0), arrivalSeconds: round(d.arrivalSeconds, 3), published: d.pub.published, publishPerSecond: round(d.pub.perSecond, 0), publishFailures: d.pub.failures,
+          stored: d.stored, received: d.stats.count, distinct: d.stats.distinct, check: d.check, complete: d.drain.result.complete, consumer: d.settled, attemptRecords: d.attempts, cpuPct: d.drain.cpu,
+        })),
       },
       latency: {
         targetRate: lat.result.targetRate, achievedRate: lat.result.achievedRate, sent: lat.result.sent, ok: lat.result.ok, statuses: lat.result.statuses,
@@ -640,7 +673,7 @@ async function main(): Promise<void> {
         arrivedBeforeOk: early, benchLoopDelay: lat.result.benchLoopDelay, cpuPct: lat.cpu, deliver: latDiag,
       },
       rss: { peakMB: round(rssMB, 1), sampledMaxMB: round(rss.maxKB / 1024, 1), endAnonMB: anonMB, endFileMB: fileMB, warmupMaxMB: warmRssMB, backlogMaxMB: backlogRssMB, latencyMaxMB: latRssMB },
-      ratios: { deliveryOverCeiling: round(ratio, 3) },
+      ratios: { deliveryOverCeiling: round(ratio, 3), perRound: drains.map((d, i) => round(d.rate / ceilings[i]!.rate, 3)) },
       targets: {
         ratio: { target: TARGETS.ratio, met: ratio >= TARGETS.ratio },
         p99Ms: { target: TARGETS.p99Ms, met: e2eP.p99 < TARGETS.p99Ms },
