@@ -1,6 +1,6 @@
 // The bytes a webhook receives and the headers that authenticate them. The body is serialised
 // once; the same bytes go to every URL and are what the signatures cover.
-import { createHmac } from "node:crypto";
+import { createHmac, type KeyObject } from "node:crypto";
 import type { StoredMessage, StoredType } from "../../schema/mod.ts";
 
 export type DeliverableMessage = (StoredMessage | { type: "delete"; userId: string; timestamp: string; messageId: string }) & {
@@ -32,8 +32,11 @@ export function webhookBody(message: DeliverableMessage, stored?: Uint8Array): B
   return Buffer.from(JSON.stringify(body));
 }
 
-/** X-Signature: hex HMAC-SHA1 of the exact body bytes, keyed by the shared secret (the spec's scheme). */
-export function xSignature(body: Uint8Array, sharedSecret: string): string {
+/**
+ * X-Signature: hex HMAC-SHA1 of the exact body bytes, keyed by the shared secret (the spec's
+ * scheme): its UTF-8 bytes, or a KeyObject made of them.
+ */
+export function xSignature(body: Uint8Array, sharedSecret: string | KeyObject): string {
   return createHmac("sha1", sharedSecret).update(body).digest("hex");
 }
 

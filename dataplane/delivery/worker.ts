@@ -2,6 +2,7 @@
 // parallel, records every attempt, and then acks (delivered), naks with a delay (retry) or stores
 // a dead letter and acks (permanent failure, or the retry window is over). A message is acked only
 // after it was delivered or its dead letter is stored.
+import { createSecretKey, type KeyObject } from "node:crypto";
 import { headers as natsHeaders, type NatsConnection } from "@nats-io/transport-node";
 import { jetstream, type ConsumerMessages, type JetStreamClient, type JsMsg } from "@nats-io/jetstream";
 import type { CompiledDestination } from "../../schema/mod.ts";
@@ -85,6 +86,8 @@ export class DestinationWorker {
   readonly #attemptsSubject: string;
   /** The destination's own headers, names lower-cased once. */
   readonly #customHeaders: Record<string, string>;
+  /** The shared secret as a key, made once: a string key is converted again on every signature. */
+  readonly #signingKey: KeyObject | undefined;
   /** The destination's URLs as attempt records show them, redacted once. */
   readonly #redactedUrls: Map<string, string>;
   #messages: ConsumerMessages | undefined;
@@ -104,6 +107,7 @@ export class DestinationWorker {
     this.#attemptsSubject = attemptsSubject(destination.namespace, destination.name);
     this.#customHeaders = Object.fromEntries(destination.headers.map(({ name, value }) => [name.toLowerCase(), value]));
     this.#redactedUrls = new Map(destination.urls.map((url) => [url, redactUrl(url)]));
+    this.#signingKey = destination.sharedSecret ? createSecretKey(Buffer.from(destination.sharedSecret, "utf8")) : undefined;
     this.#log = deps.log.child({ destination: this.#label });
   }
 
@@ -145,6 +149,8 @@ export class DestinationWorker {
   }
 
   async #handle(m: JsMsg): Promise<void> {
+    // Read once: each read of m.info parses the message's reply subject again.
+    const info = m.info;
     let message: DeliverableMessage | undefined;
     try {
       message = m.json<DeliverableMessage>();
@@ -153,14 +159,14 @@ export class DestinationWorker {
     }
     if (!isDeliverable(message)) {
       // Nothing can be sent for it, and retrying cannot help: keep it where a person can look.
-      await this.#deadLetter(m, "invalid_message", m.info.deliveryCount);
+      await this.#deadLetter(m, "invalid_message", info.deliveryCount);
       return;
     }
     // The retry window counts from when the message was stored, not from the first attempt.
-    const deadline = m.info.timestampNanos / 1e6 + this.destination.retryWindowMs;
-    if (Date.now() >= deadline && m.info.deliveryCount > 1) {
+    const deadline = info.timestampNanos / 1e6 + this.destination.retryWindowMs;
+    if (Date.now() >= deadline && info.deliveryCount > 1) {
       // Redelivered after the window closed (its dead letter could not be stored before): no more sends.
-      await this.#deadLetter(m, "retry_window_exhausted", m.info.deliveryCount);
+      await this.#deadLetter(m, "retry_window_exhausted", info.deliveryCount);
       return;
     }
     if (!routesTo(message, this.destination.name)) {
@@ -187,7 +193,7 @@ export class DestinationWorker {
     }
     const results = await Promise.all(sends);
 
-    const attempt = m.info.deliveryCount;
+    const attempt = info.deliveryCount;
     this.#record(m, message, attempt, results);
     let deadNow = dead;
     for (const r of results) if (r.outcome.kind === "permanent") (deadNow ??= new Set()).add(r.url);
@@ -221,7 +227,7 @@ export class DestinationWorker {
     headers[DELIVERY_ID_HEADER] = deliveryId;
     const secret = this.destination.sharedSecret;
     if (secret) {
-      headers["x-signature"] = xSignature(body, secret);
+      headers["x-signature"] = xSignature(body, this.#signingKey!);
       if (this.destination.standardWebhooks) Object.assign(headers, standardWebhookHeaders(deliveryId, Math.floor(Date.now() / 1000), body, secret));
     }
     return headers;

@@ -1,6 +1,6 @@
 // The pure rules of webhook delivery: routing by integrations, the body and its signatures, how
 // an HTTP answer is classified, how URLs combine, the backoff, and the backlog gauges.
-import { createHmac } from "node:crypto";
+import { createHmac, createSecretKey } from "node:crypto";
 import { describe, expect, it } from "vitest";
 import { routesTo } from "../../dataplane/delivery/routing.ts";
 import { standardWebhookHeaders, webhookBody, xSignature, type DeliverableMessage } from "../../dataplane/delivery/payload.ts";
@@ -64,6 +64,12 @@ describe("body and signatures", () => {
     const body = Buffer.from('{"a":"ü"}');
     expect(xSignature(body, "s3cret")).toBe(createHmac("sha1", "s3cret").update(body).digest("hex"));
     expect(xSignature(body, "s3cret")).toMatch(/^[0-9a-f]{40}$/);
+  });
+
+  it("X-Signature keyed by a KeyObject of the secret's UTF-8 bytes (as the worker signs) equals the string-keyed one", () => {
+    const body = Buffer.from('{"a":"ü"}');
+    const secret = "s3cret-ключ";
+    expect(xSignature(body, createSecretKey(Buffer.from(secret, "utf8")))).toBe(createHmac("sha1", secret).update(body).digest("hex"));
   });
 
   it("Standard Webhooks signs id.timestamp.body with HMAC-SHA256, base64, v1 prefix", () => {
