@@ -74,7 +74,7 @@ const P = {
   concurrency: Math.floor(num("concurrency")),
   rate: num("rate"),
   latencyMs: num("latency-s") * 1000,
-  rounds: Math.floor(num("rounds")),
+  rounds: Math.max(1, Math.floor(num("rounds"))),
   publishLive: flags["publish-live"] === true,
   cpuProf: flags["cpu-prof"] === true,
   cli: flags.cli || join(ROOT, "dist", "cli", "main.js"),
@@ -525,8 +525,9 @@ async function main(): Promise<void> {
 
     /** C once: bare undici, fresh bodies of the same shape. */
     const ceilingRound = async () => {
+      const requests = backlogMessages(P.backlog).map((m) => webhookRequest(m.data));
       await receiver.reset();
-      const run = await withCpu({ receiver: receiverSpawn.child.pid }, () => ceiling(receiver, backlogMessages(P.backlog).map((m) => webhookRequest(m.data))));
+      const run = await withCpu({ receiver: receiverSpawn.child.pid }, () => ceiling(receiver, requests));
       const stats = await receiver.stats();
       return { ...run, stats, rate: arrivalRate(stats), arrivalSeconds: arrivalSeconds(stats) };
     };

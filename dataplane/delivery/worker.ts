@@ -149,7 +149,6 @@ export class DestinationWorker {
   }
 
   async #handle(m: JsMsg): Promise<void> {
-    // Read once: each read of m.info parses the message's reply subject again.
     const info = m.info;
     let message: DeliverableMessage | undefined;
     try {
@@ -226,8 +225,9 @@ export class DestinationWorker {
     const deliveryId = `${this.#label}/${encodeURIComponent(message.messageId)}`;
     headers[DELIVERY_ID_HEADER] = deliveryId;
     const secret = this.destination.sharedSecret;
-    if (secret) {
-      headers["x-signature"] = xSignature(body, this.#signingKey!);
+    // #signingKey is made of the secret: both are set, or neither.
+    if (secret && this.#signingKey) {
+      headers["x-signature"] = xSignature(body, this.#signingKey);
       if (this.destination.standardWebhooks) Object.assign(headers, standardWebhookHeaders(deliveryId, Math.floor(Date.now() / 1000), body, secret));
     }
     return headers;

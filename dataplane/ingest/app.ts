@@ -1,7 +1,8 @@
 // The ingest app factory: a Fastify instance with the Tracking API, CORS, settings, health and
 // metrics. The entrypoint (cli/commands/ingest.ts) connects NATS, builds this, and listens;
 // tests build it the same way and use inject() or listen on port 0.
-import Fastify, { LogController, type FastifyBaseLogger, type FastifyError, type FastifyInstance, type onResponseHookHandler } from "fastify";
+import type { Readable } from "node:stream";
+import Fastify, { LogController, type FastifyBaseLogger, type FastifyError, type FastifyInstance, type FastifyRequest, type onResponseHookHandler } from "fastify";
 import { jetstreamManager } from "@nats-io/jetstream";
 import type { NatsConnection } from "@nats-io/transport-node";
 import { Registry } from "prom-client";
@@ -10,6 +11,7 @@ import type { Logger } from "../logging.ts";
 import { EVENTS_STREAM } from "../nats/mod.ts";
 import { opsRoutes } from "../ops/server.ts";
 import { SourceDirectory } from "./auth.ts";
+import { parseJsonObject, readBoundedBody } from "./body.ts";
 import { IngestError, errors } from "./errors.ts";
 import { IngestMetrics } from "./metrics.ts";
 import { resolveIngestOptions, type IngestOptionsInput } from "./options.ts";
@@ -109,6 +111,8 @@ export async function buildIngestApp(deps: IngestAppDeps, input: IngestOptionsIn
   app.setErrorHandler((err: FastifyError | IngestError, request, reply) => {
     const error = err instanceof IngestError ? err : fromFastifyError(err);
     request.errorCode = error.code;
+    // A request to no route that fails before the not-found handler (its body) has no route hook to count it.
+    if (request.is404) metrics.countRequest("unmatched", error.statusCode, error.code);
     if (error.statusCode >= 500) request.log.error({ reqId: request.id, err, code: error.code }, error.message);
     else request.log.info({ reqId: request.id, code: error.code, route: request.routeOptions.url }, error.message);
     if (error.retryAfter) reply.header("retry-after", String(error.retryAfter));
@@ -117,10 +121,16 @@ export async function buildIngestApp(deps: IngestAppDeps, input: IngestOptionsIn
     reply.code(error.statusCode).send(error.toJSON());
   });
   app.setNotFoundHandler((request, reply) => {
-    request.errorCode = "not_found";
     metrics.countRequest("unmatched", 404, "not_found");
     reply.code(404).send(errors.notFound(`No route for ${request.method} ${request.url.split("?")[0]}`).toJSON());
   });
+
+  // Bodies sent to any other route (none takes one) are still read within the single-message
+  // limit, so a large body sent to a wrong path cannot keep a connection busy.
+  app.removeAllContentTypeParsers();
+  app.addContentTypeParser("*", async (request: FastifyRequest, payload: NodeJS.ReadableStream) =>
+    parseJsonObject(await readBoundedBody(payload as Readable, request.headers, options.limits.singleBytes, () => errors.requestTooLarge(options.limits.singleBytes))),
+  );
 
   corsRoutes(app, state);
   messageRoutes(app, state);

@@ -133,4 +133,20 @@ describe("other answers", () => {
     expect(find("ok")?.value).toBeGreaterThan(0);
     expect(find("not_found")?.labels).toMatchObject({ route: "unmatched", status: "404" });
   });
+
+  it("counts a CORS preflight under its route, and a request to no route that fails on its body as unmatched", async () => {
+    const preflight = await fetch(`${env.ingest.url}/v1/track`, { method: "OPTIONS", headers: { origin: "https://shop.example", "access-control-request-method": "POST" } });
+    expect(preflight.status).toBe(204);
+    const badType = await post(`${env.ingest.url}/v1/nowhere`, { userId: "u1" }, { headers: { "content-type": "json" } });
+    expect(badType.status).toBe(400);
+    const metric = await env.ingest.metrics.requests.get();
+    expect(metric.values.find((v) => v.labels.route === "/v1/*" && v.labels.status === "204")?.value).toBeGreaterThan(0);
+    expect(metric.values.find((v) => v.labels.route === "unmatched" && v.labels.status === "400")).toBeDefined();
+  });
+
+  it("a large body sent to a route that takes none is read only up to the single-message limit", async () => {
+    const res = await post(`${env.ingest.url}/v1/nowhere`, undefined, { headers: auth, raw: JSON.stringify({ pad: "x".repeat(40 * 1024) }) });
+    expect(res).toMatchObject({ status: 400, json: { code: "request_too_large" } });
+    expect(res.headers.get("connection")).toBe("close");
+  });
 });

@@ -36,32 +36,34 @@ interface RouteConfig {
 }
 
 export function messageRoutes(app: FastifyInstance, state: IngestState): void {
-  // Bodies are read by the handler rather than by Fastify's JSON parser: the limit depends on
-  // the route, applies after decompression, and SDKs send JSON as text/plain or with no
-  // Content-Type. The parser hands the unread stream on as the body.
-  app.removeAllContentTypeParsers();
-  app.addContentTypeParser("*", (_request, payload, done) => done(null, payload));
+  // In a context of their own: only these routes take the body unread.
+  void app.register(async (scope) => {
+    // Bodies are read by the handler rather than by Fastify's JSON parser: the limit depends on
+    // the route, applies after decompression, and SDKs send JSON as text/plain or with no
+    // Content-Type. The parser hands the unread stream on as the body.
+    scope.removeAllContentTypeParsers();
+    scope.addContentTypeParser("*", (_request, payload, done) => done(null, payload));
 
-  // The handler is handed its route's config by closure: request.routeOptions builds a new
-  // object per read.
-  for (const [path, type] of Object.entries(SINGLE)) {
-    const config: RouteConfig = { endpoint: "single", type };
-    app.post(`/v1/${path}`, (req) => handle(state, req, config));
-  }
-  for (const path of BATCH) {
-    const config: RouteConfig = { endpoint: "batch" };
-    app.post(`/v1/${path}`, (req) => handle(state, req, config));
-  }
+    // The handler is handed its route's config by closure: request.routeOptions builds a new
+    // object per read.
+    for (const [path, type] of Object.entries(SINGLE)) {
+      const config: RouteConfig = { endpoint: "single", type };
+      scope.post(`/v1/${path}`, (req) => handle(state, req, config));
+    }
+    for (const path of BATCH) {
+      const config: RouteConfig = { endpoint: "batch" };
+      scope.post(`/v1/${path}`, (req) => handle(state, req, config));
+    }
+  });
 }
 
 async function handle(state: IngestState, request: FastifyRequest, config: RouteConfig) {
   const { limits } = state.options;
   const stream = request.body as Readable | undefined;
   if (!stream) throw errors.invalidJson();
-  const limit = config.endpoint === "batch" ? limits.batchBytes : limits.singleBytes;
-  const raw = await readBoundedBody(stream, request.headers, limit, () =>
-    config.endpoint === "batch" ? errors.batchTooLarge(limit) : errors.requestTooLarge(limit),
-  );
+  const isBatch = config.endpoint === "batch";
+  const limit = isBatch ? limits.batchBytes : limits.singleBytes;
+  const raw = await readBoundedBody(stream, request.headers, limit, () => (isBatch ? errors.batchTooLarge(limit) : errors.requestTooLarge(limit)));
   const body = parseJsonObject(raw);
   const source = authenticate(state.directory, request.headers.authorization, body.writeKey);
   const sourceId = `${source.namespace}/${source.name}`;
