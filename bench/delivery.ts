@@ -219,7 +219,7 @@ class ReceiverClient {
 
 /** Messages per second from first to last arrival (the first one opens the interval). */
 const arrivalSeconds = (s: ReceiverStats) => (s.first !== null && s.last !== null ? (s.last - s.first) / 1000 : NaN);
-const arrivalRate = (s: ReceiverStats) => (s.first !== null && s.last !== null && s.count > 1 ? ((s.count - 1) / (s.last - s.first)) * 1000 : NaN);
+const arrivalRate = (s: ReceiverStats) => (s.count > 1 ? (s.count - 1) / arrivalSeconds(s) : NaN);
 
 // ---------------------------------------------------------------------------------------------
 // Phases.

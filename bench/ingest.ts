@@ -234,6 +234,10 @@ async function alternating(opts: {
   return Object.fromEntries(opts.sides.map((side, i) => [side.name, totals[i]!]));
 }
 
+/** A side's 200s per measured second, and one process's CPU µs per request answered in its slices. */
+const sideRate = (t: SideTotals) => t.ok / (t.measuredMs / 1000);
+const sideUs = (t: SideTotals, name: string) => round(((t.cpuSeconds[name] ?? NaN) * 1e6) / t.sliceRequests, 1);
+
 /** CPU % of one core per process over a side's slices. */
 const cpuShare = (t: SideTotals): CpuShare => Object.fromEntries(Object.entries(t.cpuSeconds).map(([name, s]) => [name, round((s / t.seconds) * 100, 0)]));
 
@@ -501,8 +505,8 @@ async function main(): Promise<void> {
       const stored = (await streamCount(jsm, EVENTS_STREAM)) - beforeTrack;
       const tCpu = cpuShare(t);
       const run = {
-        concurrency, perSecond: t.ok / (t.measuredMs / 1000), statuses: t.statuses, okEvents: t.totalOkEvents, stored,
-        check: stored === t.totalOkEvents, cpu: tCpu, us: round(((t.cpuSeconds.ingest ?? NaN) * 1e6) / t.sliceRequests, 1), ingest: phase.ingest,
+        concurrency, perSecond: sideRate(t), statuses: t.statuses, okEvents: t.totalOkEvents, stored,
+        check: stored === t.totalOkEvents, cpu: tCpu, us: sideUs(t, "ingest"), ingest: phase.ingest,
       };
       trackRuns.push(run);
       log(`    ingest: ${fmt(run.perSecond)} requests/s; statuses ${JSON.stringify(run.statuses)}`);
@@ -510,7 +514,7 @@ async function main(): Promise<void> {
       log(`      ${diagText(run.ingest)}`);
       log(`      stream check: ${fmt(run.okEvents)} accepted, stream holds ${fmt(stored)} new messages: ${run.check ? "OK" : "MISMATCH"}`);
       if (t.firstError) log(`      first error: ${t.firstError.slice(0, 300)}`);
-      const bareRun = { concurrency, perSecond: b.ok / (b.measuredMs / 1000), statuses: b.statuses, cpu: cpuShare(b), us: round(((b.cpuSeconds.bare ?? NaN) * 1e6) / b.sliceRequests, 1) };
+      const bareRun = { concurrency, perSecond: sideRate(b), statuses: b.statuses, cpu: cpuShare(b), us: sideUs(b, "bare") };
       bareRuns.push(bareRun);
       log(`    bare:   ${fmt(bareRun.perSecond)} requests/s; statuses ${JSON.stringify(bareRun.statuses)}`);
       log(`      CPU ${cpuText(bareRun.cpu)}; bare server ${bareRun.us} us CPU per request`);
@@ -536,8 +540,8 @@ async function main(): Promise<void> {
     );
     const { ingest: pt, bare: pb } = peaks.result as { ingest: SideTotals; bare: SideTotals };
     const peaksStored = (await streamCount(jsm, EVENTS_STREAM)) - beforePeaks;
-    const track = { concurrency: sweepTrack.concurrency, perSecond: pt.ok / (pt.measuredMs / 1000), check: peaksStored === pt.totalOkEvents };
-    const bareRun = { concurrency: sweepBare.concurrency, perSecond: pb.ok / (pb.measuredMs / 1000) };
+    const track = { concurrency: sweepTrack.concurrency, perSecond: sideRate(pt), check: peaksStored === pt.totalOkEvents };
+    const bareRun = { concurrency: sweepBare.concurrency, perSecond: sideRate(pb) };
     log(`    ingest: ${fmt(track.perSecond)} requests/s (CPU ${cpuText(cpuShare(pt))}); bare: ${fmt(bareRun.perSecond)} requests/s (CPU ${cpuText(cpuShare(pb))})`);
     log(`    stream check: ${fmt(pt.totalOkEvents)} accepted, stream holds ${fmt(peaksStored)} new messages: ${track.check ? "OK" : "MISMATCH"}`);
     const bareRssMB = round((procStatusKB(bare.child.pid, "VmHWM") ?? NaN) / 1024, 1);

@@ -18,7 +18,8 @@ const STATUS_CLASS: Record<number, string> = { 1: "1xx", 2: "2xx", 3: "3xx", 4: 
 export class DeliveryMetrics {
   readonly registry = new Registry();
 
-  // Both are counted per message or attempt: tallied, and added to prom-client when collected.
+  // Both are counted per message or attempt: tallied, and added to prom-client when collected
+  // (read them from the registry).
   readonly #deliveries = new TalliedCounter({
     name: "trackhook_delivery_messages_total",
     help: "Messages handled per destination, by outcome (delivered, retry, dead_lettered, skipped) and reason",
@@ -31,9 +32,6 @@ export class DeliveryMetrics {
     labelNames: ["destination", "status_class", "error"] as const,
     registers: [this.registry],
   });
-
-  readonly deliveries = this.#deliveries.counter;
-  readonly attempts = this.#attempts.counter;
 
   readonly attemptDuration = new Histogram({
     name: "trackhook_delivery_attempt_duration_seconds",
