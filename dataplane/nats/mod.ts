@@ -5,5 +5,6 @@ export {
 export { eventsStreamConfig, dlqStreamConfig, attemptsStreamConfig, ensureStream, isStreamNotFound, isConsumerNotFound, DEFAULT_SIDE_STREAM, type EventsStreamSettings, type SideStreamSettings } from "./streams.ts";
 export { connectNats, type ConnectOptions } from "./connect.ts";
 export { TurnBatch } from "./turn-batch.ts";
+export { msgIdHeader, InvalidMsgIdError } from "./publish-wire.ts";
 export { LocalNatsServer, NatsServerNotFoundError, findNatsServer, type LocalNatsServerOptions } from "./local-server.ts";
 export { NATS_AUTH_ENV, NatsAuthError, assertNoCredentialsInUrl, natsAuthOptions } from "./auth.ts";
