@@ -580,6 +580,12 @@ async function main(): Promise<void> {
     log(`    in sum: C ${fmt(ceilingRate)} requests/s, deliver ${fmt(deliveryRate)} messages/s = ${round(ratio, 3)} of the ceiling (per round: ${drains.map((d, i) => round(d.rate / ceilings[i]!.rate, 3)).join(", ")})`);
     log(`    every round: each message arrived once ${backlogCheck ? "OK" : "MISMATCH"}; last round's consumer after: ${last.settled.pending} pending, ${last.settled.ackPending} unacknowledged, ${last.settled.redelivered} redelivered; ${fmt(last.attempts)} attempt records; DLQ ${fmt(dlq)}`);
     log(`    CPU per message: deliver ${usPerMessage("deliver")} us, nats-server ${usPerMessage("nats")} us, receiver ${usPerMessage("receiver")} us; bare undici ${ceilingUs} us per request`);
+    // What a delivered message costs the machine: with every core busy all the time, delivery could
+    // reach at most cores × 1e6 / that messages per second, however the work were spread.
+    const machineUs = round(usPerMessage("deliver") + usPerMessage("nats") + usPerMessage("receiver"), 1);
+    const maxRate = (cpus().length * 1e6) / machineUs;
+    const bound = maxRate / ceilingRate;
+    log(`    a message costs the machine ${machineUs} us of CPU: with all ${cpus().length} cores busy, at most ${fmt(maxRate)} messages/s = ${round(bound, 3)} of C`);
     log(`    deliver RSS max: ${warmRssMB} MB in the warm-up, ${backlogRssMB} MB over the rounds`);
     log(`    deliver: ${diagText(backlogDiag)}${P.publishLive ? "" : " (the delay max includes the pauses)"}`);
 
@@ -640,6 +646,7 @@ async function main(): Promise<void> {
       [`C  bare undici POST (${P.concurrency} in flight), ${P.rounds} rounds`, `${fmt(ceilingRate)} msg/s`, "", ""],
       [`1  trackhook deliver, backlog (maxInFlight ${P.concurrency}), ${P.rounds} rounds`, `${fmt(deliveryRate)} msg/s`, "", ""],
       ["   deliver / C", round(ratio, 3).toFixed(3), `>= ${TARGETS.ratio.toFixed(1)}`, verdict(ratio >= TARGETS.ratio)],
+      ["   deliver / C if every core were busy (the bound)", round(bound, 3).toFixed(3), "", ""],
       ["   backlog: distinct arrivals", `${fmt(sum(drains.map((d) => d.stats.distinct)))} / ${fmt(P.backlog * P.rounds)}`, "equal", verdict(backlogCheck)],
       [`2  200 -> arrival p50 @ ${fmt(lat.result.achievedRate)}/s`, `${e2eP.p50} ms`, "", ""],
       [`   200 -> arrival p99 @ ${fmt(lat.result.achievedRate)}/s`, `${e2eP.p99} ms`, `< ${TARGETS.p99Ms} ms`, verdict(e2eP.p99 < TARGETS.p99Ms)],
@@ -674,7 +681,11 @@ async function main(): Promise<void> {
         arrivedBeforeOk: early, benchLoopDelay: lat.result.benchLoopDelay, cpuPct: lat.cpu, deliver: latDiag,
       },
       rss: { peakMB: round(rssMB, 1), sampledMaxMB: round(rss.maxKB / 1024, 1), endAnonMB: anonMB, endFileMB: fileMB, warmupMaxMB: warmRssMB, backlogMaxMB: backlogRssMB, latencyMaxMB: latRssMB },
-      ratios: { deliveryOverCeiling: round(ratio, 3), perRound: drains.map((d, i) => round(d.rate / ceilings[i]!.rate, 3)) },
+      ratios: {
+        deliveryOverCeiling: round(ratio, 3), perRound: drains.map((d, i) => round(d.rate / ceilings[i]!.rate, 3)),
+        /** At most, on this machine: cores / (CPU µs per message of deliver, nats-server and receiver) / C. */
+        boundOnAllCores: round(bound, 3), machineCpuUsPerMessage: machineUs,
+      },
       targets: {
         ratio: { target: TARGETS.ratio, met: ratio >= TARGETS.ratio },
         p99Ms: { target: TARGETS.p99Ms, met: e2eP.p99 < TARGETS.p99Ms },

@@ -238,6 +238,14 @@ async function alternating(opts: {
 const sideRate = (t: SideTotals) => t.ok / (t.measuredMs / 1000);
 const sideUs = (t: SideTotals, name: string) => round(((t.cpuSeconds[name] ?? NaN) * 1e6) / t.sliceRequests, 1);
 
+/**
+ * What a request of a side costs the machine: CPU µs of the named processes together. With every
+ * core busy all the time, a side can serve at most cores × 1e6 / that requests per second; in
+ * ratio to the ceiling that is the best the ratio could read on this machine, however the work
+ * were spread.
+ */
+const machineUs = (t: SideTotals, names: string[]) => round((names.reduce((total, name) => total + (t.cpuSeconds[name] ?? NaN), 0) * 1e6) / t.sliceRequests, 1);
+
 /** CPU % of one core per process over a side's slices. */
 const cpuShare = (t: SideTotals): CpuShare => Object.fromEntries(Object.entries(t.cpuSeconds).map(([name, s]) => [name, round((s / t.seconds) * 100, 0)]));
 
@@ -544,6 +552,10 @@ async function main(): Promise<void> {
     const bareRun = { concurrency: sweepBare.concurrency, perSecond: sideRate(pb) };
     log(`    ingest: ${fmt(track.perSecond)} requests/s (CPU ${cpuText(cpuShare(pt))}); bare: ${fmt(bareRun.perSecond)} requests/s (CPU ${cpuText(cpuShare(pb))})`);
     log(`    stream check: ${fmt(pt.totalOkEvents)} accepted, stream holds ${fmt(peaksStored)} new messages: ${track.check ? "OK" : "MISMATCH"}`);
+    const trackMachineUs = machineUs(pt, ["bench", "ingest", "nats"]);
+    const trackMaxRate = (cpus().length * 1e6) / trackMachineUs;
+    const trackBound = trackMaxRate / bareRun.perSecond;
+    log(`    a request costs the machine ${trackMachineUs} us of CPU (load generator, ingest, nats-server): with all ${cpus().length} cores busy, at most ${fmt(trackMaxRate)} requests/s = ${round(trackBound, 3)} of bare Fastify`);
     const bareRssMB = round((procStatusKB(bare.child.pid, "VmHWM") ?? NaN) / 1024, 1);
     log(`    bare server peak RSS ${bareRssMB} MB`);
     await stopChild(bare.child);
@@ -584,6 +596,7 @@ async function main(): Promise<void> {
       ...trackRuns.map((t, i): [string, string, string, string] => [`   ingest POST /v1/track, ${t.concurrency} concurrent`, `${fmt(t.perSecond)} req/s`, `(${round(t.perSecond / bareRuns[i]!.perSecond, 3).toFixed(3)} of B there)`, ""]),
       [`   ingest at ${track.concurrency} / bare at ${bareRun.concurrency}, head to head`, `${fmt(track.perSecond)} / ${fmt(bareRun.perSecond)}`, "", ""],
       [`   track / B, each at its peak (${track.concurrency} / ${bareRun.concurrency})`, round(trackRatio, 3).toFixed(3), `>= ${TARGETS.trackRatio.toFixed(1)}`, verdict(trackRatio >= TARGETS.trackRatio)],
+      ["   track / B if every core were busy (the bound)", round(trackBound, 3).toFixed(3), "", ""],
       ["   track stream checks", `${fmt(trackRuns.reduce((a, r) => a + r.stored, 0) + peaksStored)} / ${fmt(trackRuns.reduce((a, r) => a + r.okEvents, 0) + pt.totalOkEvents)}`, "equal", verdict(trackCheck)],
       [`   /v1/track p50 @ ${fmt(l.achievedRate)}/s`, `${l.fromSchedule.p50} ms`, "", ""],
       [`   /v1/track p99 @ ${fmt(l.achievedRate)}/s`, `${l.fromSchedule.p99} ms`, "", ""],
@@ -614,6 +627,9 @@ async function main(): Promise<void> {
       ratios: {
         batchOverRaw: round(batchRatio, 3),
         trackPeakOverBarePeak: round(trackRatio, 3),
+        /** At most, on this machine: cores / (CPU µs per request of load generator, ingest and nats-server) / bare Fastify's rate. */
+        trackBoundOnAllCores: round(trackBound, 3),
+        trackMachineCpuUsPerRequest: trackMachineUs,
         /** The same from the sweep, where the two peaks were measured at different moments. */
         sweepTrackPeakOverBarePeak: round(sweepTrack.perSecond / sweepBare.perSecond, 3),
         trackOverBareAtConcurrency: Object.fromEntries(trackRuns.map((t, i) => [t.concurrency, round(t.perSecond / bareRuns[i]!.perSecond, 3)])),
