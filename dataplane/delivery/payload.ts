@@ -1,6 +1,6 @@
 // The bytes a webhook receives and the headers that authenticate them. The body is serialised
 // once; the same bytes go to every URL and are what the signatures cover.
-import { createHmac, type KeyObject } from "node:crypto";
+import { createHmac, createSecretKey, type KeyObject } from "node:crypto";
 import type { StoredMessage, StoredType } from "../../schema/mod.ts";
 
 export type DeliverableMessage = (StoredMessage | { type: "delete"; userId: string; timestamp: string; messageId: string }) & {
@@ -40,13 +40,28 @@ export function xSignature(body: Uint8Array, sharedSecret: string | KeyObject): 
   return createHmac("sha1", sharedSecret).update(body).digest("hex");
 }
 
+/** Both schemes' keys of a shared secret, made once per destination rather than per signature. */
+export interface SigningKeys {
+  xSignature: KeyObject;
+  standardWebhooks: KeyObject;
+}
+
+export function signingKeys(sharedSecret: string): SigningKeys {
+  return { xSignature: createSecretKey(Buffer.from(sharedSecret, "utf8")), standardWebhooks: standardWebhooksKey(sharedSecret) };
+}
+
+/** The Standard Webhooks key: the secret's UTF-8 bytes (a `whsec_` secret is base64-decoded first, as Standard Webhooks libraries do). */
+function standardWebhooksKey(sharedSecret: string): KeyObject {
+  return createSecretKey(sharedSecret.startsWith("whsec_") ? Buffer.from(sharedSecret.slice(6), "base64") : Buffer.from(sharedSecret, "utf8"));
+}
+
 /**
  * Standard Webhooks headers (standardwebhooks.com): `webhook-signature` is
- * `v1,<base64 HMAC-SHA256 of "<id>.<timestamp>.<body>">`. The key is the shared secret's UTF-8
- * bytes (a `whsec_` secret is base64-decoded first, as Standard Webhooks libraries do).
+ * `v1,<base64 HMAC-SHA256 of "<id>.<timestamp>.<body>">`, keyed by the shared secret or by its
+ * key from signingKeys().
  */
-export function standardWebhookHeaders(id: string, timestampSeconds: number, body: Uint8Array, sharedSecret: string): Record<string, string> {
-  const key = sharedSecret.startsWith("whsec_") ? Buffer.from(sharedSecret.slice(6), "base64") : Buffer.from(sharedSecret, "utf8");
+export function standardWebhookHeaders(id: string, timestampSeconds: number, body: Uint8Array, sharedSecret: string | KeyObject): Record<string, string> {
+  const key = typeof sharedSecret === "string" ? standardWebhooksKey(sharedSecret) : sharedSecret;
   const signature = createHmac("sha256", key).update(`${id}.${timestampSeconds}.`).update(body).digest("base64");
   return { "webhook-id": id, "webhook-timestamp": String(timestampSeconds), "webhook-signature": `v1,${signature}` };
 }

@@ -2,7 +2,6 @@
 // parallel, records every attempt, and then acks (delivered), naks with a delay (retry) or stores
 // a dead letter and acks (permanent failure, or the retry window is over). A message is acked only
 // after it was delivered or its dead letter is stored.
-import { createSecretKey, type KeyObject } from "node:crypto";
 import { headers as natsHeaders, type NatsConnection } from "@nats-io/transport-node";
 import { jetstream, type ConsumerMessages, type JetStreamClient, type JsMsg } from "@nats-io/jetstream";
 import type { CompiledDestination } from "../../schema/mod.ts";
@@ -11,7 +10,7 @@ import type { Logger } from "../logging.ts";
 import type { TurnBatch } from "../nats/mod.ts";
 import { EVENTS_STREAM, attemptsSubject, consumerName, dlqSubject } from "../nats/mod.ts";
 import { type AttemptOutcome, backoffMs, combine } from "./outcome.ts";
-import { standardWebhookHeaders, webhookBody, xSignature, type DeliverableMessage } from "./payload.ts";
+import { signingKeys, standardWebhookHeaders, webhookBody, xSignature, type DeliverableMessage, type SigningKeys } from "./payload.ts";
 import { routesTo } from "./routing.ts";
 import type { DeliveryMetrics } from "./metrics.ts";
 import type { ConcurrencyLimit } from "./limit.ts";
@@ -86,8 +85,8 @@ export class DestinationWorker {
   readonly #attemptsSubject: string;
   /** The destination's own headers, names lower-cased once. */
   readonly #customHeaders: Record<string, string>;
-  /** The shared secret as a key, made once: a string key is converted again on every signature. */
-  readonly #signingKey: KeyObject | undefined;
+  /** The shared secret's keys, made once: a string key is converted again on every signature. */
+  readonly #signingKeys: SigningKeys | undefined;
   /** The destination's URLs as attempt records show them, redacted once. */
   readonly #redactedUrls: Map<string, string>;
   #messages: ConsumerMessages | undefined;
@@ -107,7 +106,7 @@ export class DestinationWorker {
     this.#attemptsSubject = attemptsSubject(destination.namespace, destination.name);
     this.#customHeaders = Object.fromEntries(destination.headers.map(({ name, value }) => [name.toLowerCase(), value]));
     this.#redactedUrls = new Map(destination.urls.map((url) => [url, redactUrl(url)]));
-    this.#signingKey = destination.sharedSecret ? createSecretKey(Buffer.from(destination.sharedSecret, "utf8")) : undefined;
+    this.#signingKeys = destination.sharedSecret ? signingKeys(destination.sharedSecret) : undefined;
     this.#log = deps.log.child({ destination: this.#label });
   }
 
@@ -224,11 +223,10 @@ export class DestinationWorker {
     // Encoded: a messageId may hold characters a header value cannot.
     const deliveryId = `${this.#label}/${encodeURIComponent(message.messageId)}`;
     headers[DELIVERY_ID_HEADER] = deliveryId;
-    const secret = this.destination.sharedSecret;
-    // #signingKey is made of the secret: both are set, or neither.
-    if (secret && this.#signingKey) {
-      headers["x-signature"] = xSignature(body, this.#signingKey);
-      if (this.destination.standardWebhooks) Object.assign(headers, standardWebhookHeaders(deliveryId, Math.floor(Date.now() / 1000), body, secret));
+    const keys = this.#signingKeys;
+    if (keys) {
+      headers["x-signature"] = xSignature(body, keys.xSignature);
+      if (this.destination.standardWebhooks) Object.assign(headers, standardWebhookHeaders(deliveryId, Math.floor(Date.now() / 1000), body, keys.standardWebhooks));
     }
     return headers;
   }

@@ -3,7 +3,7 @@
 import { createHmac, createSecretKey } from "node:crypto";
 import { describe, expect, it } from "vitest";
 import { routesTo } from "../../dataplane/delivery/routing.ts";
-import { standardWebhookHeaders, webhookBody, xSignature, type DeliverableMessage } from "../../dataplane/delivery/payload.ts";
+import { signingKeys, standardWebhookHeaders, webhookBody, xSignature, type DeliverableMessage } from "../../dataplane/delivery/payload.ts";
 import { DeliveryMetrics } from "../../dataplane/delivery/metrics.ts";
 import { redactUrl } from "../../dataplane/delivery/worker.ts";
 import { RETRY_AFTER_BOUNDS_MS, backoffMs, classifyStatus, combine, parseRetryAfter } from "../../dataplane/delivery/outcome.ts";
@@ -79,6 +79,15 @@ describe("body and signatures", () => {
     expect(headers).toEqual({ "webhook-id": "msg_1", "webhook-timestamp": "1700000000", "webhook-signature": `v1,${expected}` });
     const key = Buffer.from("c2VjcmV0LWJ5dGVz", "base64");
     expect(standardWebhookHeaders("m", 1, body, "whsec_c2VjcmV0LWJ5dGVz")["webhook-signature"]).toBe(`v1,${createHmac("sha256", key).update(`m.1.${body.toString()}`).digest("base64")}`);
+  });
+
+  it("the keys signingKeys() makes once per destination sign as the secret itself does, for both schemes", () => {
+    const body = Buffer.from('{"a":"ü"}');
+    for (const secret of ["s3cret-ключ", "whsec_c2VjcmV0LWJ5dGVz"]) {
+      const keys = signingKeys(secret);
+      expect(xSignature(body, keys.xSignature)).toBe(xSignature(body, secret));
+      expect(standardWebhookHeaders("m", 1, body, keys.standardWebhooks)).toEqual(standardWebhookHeaders("m", 1, body, secret));
+    }
   });
 });
 
