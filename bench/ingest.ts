@@ -234,17 +234,16 @@ async function alternating(opts: {
   return Object.fromEntries(opts.sides.map((side, i) => [side.name, totals[i]!]));
 }
 
-/** A side's 200s per measured second, and one process's CPU µs per request answered in its slices. */
+/** A side's 200s per measured second. */
 const sideRate = (t: SideTotals) => t.ok / (t.measuredMs / 1000);
-const sideUs = (t: SideTotals, name: string) => round(((t.cpuSeconds[name] ?? NaN) * 1e6) / t.sliceRequests, 1);
 
 /**
- * What a request of a side costs the machine: CPU µs of the named processes together. With every
- * core busy all the time, a side can serve at most cores × 1e6 / that requests per second; in
- * ratio to the ceiling that is the best the ratio could read on this machine, however the work
- * were spread.
+ * CPU µs per request answered in a side's slices, of the named processes together. For all the
+ * processes involved it is what a request costs the machine: with every core busy all the time, a
+ * side can serve at most cores × 1e6 / that requests per second, and in ratio to the ceiling
+ * that is the best the ratio could read on this machine, however the work were spread.
  */
-const machineUs = (t: SideTotals, names: string[]) => round((names.reduce((total, name) => total + (t.cpuSeconds[name] ?? NaN), 0) * 1e6) / t.sliceRequests, 1);
+const sideUs = (t: SideTotals, ...names: string[]) => round((names.reduce((total, name) => total + (t.cpuSeconds[name] ?? NaN), 0) * 1e6) / t.sliceRequests, 1);
 
 /** CPU % of one core per process over a side's slices. */
 const cpuShare = (t: SideTotals): CpuShare => Object.fromEntries(Object.entries(t.cpuSeconds).map(([name, s]) => [name, round((s / t.seconds) * 100, 0)]));
@@ -552,7 +551,7 @@ async function main(): Promise<void> {
     const bareRun = { concurrency: sweepBare.concurrency, perSecond: sideRate(pb) };
     log(`    ingest: ${fmt(track.perSecond)} requests/s (CPU ${cpuText(cpuShare(pt))}); bare: ${fmt(bareRun.perSecond)} requests/s (CPU ${cpuText(cpuShare(pb))})`);
     log(`    stream check: ${fmt(pt.totalOkEvents)} accepted, stream holds ${fmt(peaksStored)} new messages: ${track.check ? "OK" : "MISMATCH"}`);
-    const trackMachineUs = machineUs(pt, ["bench", "ingest", "nats"]);
+    const trackMachineUs = sideUs(pt, "bench", "ingest", "nats");
     const trackMaxRate = (cpus().length * 1e6) / trackMachineUs;
     const trackBound = trackMaxRate / bareRun.perSecond;
     log(`    a request costs the machine ${trackMachineUs} us of CPU (load generator, ingest, nats-server): with all ${cpus().length} cores busy, at most ${fmt(trackMaxRate)} requests/s = ${round(trackBound, 3)} of bare Fastify`);
