@@ -11,8 +11,11 @@ export type StoredType = (typeof STORED_TYPES)[number];
 /** An identifier: SDKs send strings, hand-written HTTP calls sometimes numbers (kept as strings). */
 const Identifier = Type.Union([Type.String({ minLength: 1, maxLength: 1024 }), Type.Number()]);
 const FreeObject = Type.Object({}, { additionalProperties: true });
-/** Date fields are kept as sent; a value that is not a date is ignored for timestamp arithmetic. */
-const DateText = Type.String({ maxLength: 64 });
+/**
+ * Date fields take any value: one that is not a date string is ignored for timestamp arithmetic
+ * (ingest's enrich), so a bad clock field (an epoch number, "yesterday") never costs the message.
+ */
+const DateText = Type.Unknown({ description: "An ISO-8601 date string; anything else is ignored" });
 
 export const Integrations = Type.Record(Type.String(), Type.Union([Type.Boolean(), FreeObject]), {
   description: "Destination switches: keys are destination names (case-sensitive), `All` is the default",

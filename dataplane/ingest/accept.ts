@@ -12,6 +12,7 @@ export const REJECT_REASONS = [
   "missing_previous_id",
   "missing_user_id",
   "invalid_field",
+  "nested_too_deep",
   "duplicate_message_id",
 ] as const;
 export type RejectReason = (typeof REJECT_REASONS)[number];

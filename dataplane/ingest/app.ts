@@ -72,7 +72,9 @@ export async function buildIngestApp(deps: IngestAppDeps, input: IngestOptionsIn
     // (2% of a /v1/track call) for a reqId binding that the few lines logged per request add
     // themselves.
     childLoggerFactory: (logger) => logger,
-    return503OnClosing: true,
+    // Requests that arrive once closing has begun get shutting_down from the hook below, in the
+    // catalogue's shape and with Retry-After and CORS headers, which Fastify's own 503 lacks.
+    return503OnClosing: false,
     keepAliveTimeout: 72_000,
   });
 
@@ -133,6 +135,10 @@ export async function buildIngestApp(deps: IngestAppDeps, input: IngestOptionsIn
   );
 
   corsRoutes(app, state);
+  // After the CORS hook, so that a browser can read the 503.
+  app.addHook("onRequest", (_request, _reply, done) => {
+    done(closing ? errors.shuttingDown(options.retryAfterSeconds) : undefined);
+  });
   messageRoutes(app, state);
   settingsRoutes(app, state);
   opsRoutes(app, state);

@@ -5,7 +5,7 @@ import type { Readable } from "node:stream";
 import { createGunzip, createInflate, type Gunzip, type Inflate } from "node:zlib";
 import { errors, type IngestError } from "./errors.ts";
 
-/** JSON deeper than this is refused: nothing in a Segment message needs it, and JSON.stringify would overflow the stack on it. */
+/** Messages nested deeper than this are not accepted: nothing in a Segment message needs it, and JSON.stringify would overflow the stack on it. */
 export const MAX_JSON_DEPTH = 64;
 
 export function readBoundedBody(raw: Readable, headers: IncomingHttpHeaders, limit: number, tooLarge: () => IngestError): Promise<Buffer> {
@@ -73,11 +73,11 @@ export function readBoundedBody(raw: Readable, headers: IncomingHttpHeaders, lim
 }
 
 /**
- * JSON.parse of a body (after a UTF-8 BOM, if any); the result must be a JSON object no deeper
- * than MAX_JSON_DEPTH. Depth is checked on the bytes first, which costs one pass over them.
+ * JSON.parse of a body (after a UTF-8 BOM, if any); the result must be a JSON object. Depth is not
+ * limited here (JSON.parse does not recurse): the message routes refuse each message nested
+ * deeper than MAX_JSON_DEPTH on its own, so one such item does not cost a batch its others.
  */
 export function parseJsonObject(body: Buffer): Record<string, unknown> {
-  if (jsonDepthExceeds(body, MAX_JSON_DEPTH)) throw errors.invalidBody(`Body is nested deeper than ${MAX_JSON_DEPTH} levels`);
   let text = body.toString("utf8");
   if (text.charCodeAt(0) === 0xfeff) text = text.slice(1);
   let parsed: unknown;
@@ -112,6 +112,23 @@ export function jsonDepthExceeds(bytes: Buffer, max: number): boolean {
     else if (b === OPEN_BRACE || b === OPEN_BRACKET) {
       if (++depth > max) return true;
     } else if (b === CLOSE_BRACE || b === CLOSE_BRACKET) depth--;
+  }
+  return false;
+}
+
+/**
+ * Whether a parsed JSON value nests objects/arrays deeper than `max` (the value itself, if an
+ * object or array, is level 1, as in jsonDepthExceeds). Iterative: the value may be deeper than
+ * the stack.
+ */
+export function nestedDeeperThan(value: unknown, max: number): boolean {
+  const stack: Array<{ value: object; depth: number }> = [];
+  if (value !== null && typeof value === "object") stack.push({ value, depth: 1 });
+  for (let top = stack.pop(); top; top = stack.pop()) {
+    if (top.depth > max) return true;
+    for (const child of Array.isArray(top.value) ? top.value : Object.values(top.value)) {
+      if (child !== null && typeof child === "object") stack.push({ value: child as object, depth: top.depth + 1 });
+    }
   }
   return false;
 }

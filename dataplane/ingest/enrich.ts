@@ -70,6 +70,7 @@ export function enrich(message: Record<string, unknown>, type: MessageType, ctx:
   if (integrations) message.integrations = integrations;
   message.receivedAt = isoTimestamp(receivedAt);
   if (typeof sentAtValue === "string") message.sentAt = sentAtValue;
+  else delete message.sentAt; // not text: receivers expect a string or nothing
   message.originalTimestamp = typeof originalValue === "string" && original !== undefined ? originalValue : message.receivedAt;
   message.timestamp = isoTimestamp(timestamp);
   return message as StoredMessage;

@@ -17,6 +17,7 @@ export type IngestErrorCode =
   | "storage_unavailable"
   | "client_aborted"
   | "storage_full"
+  | "shutting_down"
   | "internal_error";
 
 export class IngestError extends Error {
@@ -61,6 +62,8 @@ export const errors = {
     new IngestError("storage_unavailable", 503, "Messages could not be stored; retry later", { cause, retryAfter }),
   storageFull: (retryAfter: number, cause?: unknown) =>
     new IngestError("storage_full", 503, "The event stream is full; retry later", { cause, retryAfter }),
+  shuttingDown: (retryAfter: number) =>
+    new IngestError("shutting_down", 503, "This server is shutting down; retry (another replica will answer)", { retryAfter }),
   /** The client went away mid-body: nothing was read, nothing stored, nobody to answer. */
   clientAborted: (cause?: unknown) => new IngestError("client_aborted", 400, "The client closed the connection before the body was read", { cause }),
   internal: (cause?: unknown) => new IngestError("internal_error", 500, "Internal error", { cause }),

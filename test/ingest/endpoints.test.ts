@@ -67,6 +67,16 @@ describe("CORS", () => {
     expect(res.headers.get("access-control-allow-origin")).toBe("https://www.example");
   });
 
+  it("allows the extra headers a site configures in analytics-next (additionalHeaders)", async () => {
+    const res = await fetch(`${env.ingest.url}/v1/t`, {
+      method: "OPTIONS",
+      headers: { origin: "https://shop.example", "access-control-request-method": "POST", "access-control-request-headers": "content-type, x-api-key" },
+    });
+    expect(res.status).toBe(204);
+    expect(res.headers.get("access-control-allow-headers")).toBe("content-type, x-api-key");
+    expect(res.headers.get("vary")).toBe("Origin, Access-Control-Request-Headers");
+  });
+
   it("gives no CORS grant to an origin that is not configured", async () => {
     const res = await fetch(`${env.ingest.url}/v1/t`, { method: "OPTIONS", headers: { origin: "https://evil.example", "access-control-request-method": "POST" } });
     expect(res.headers.get("access-control-allow-origin")).toBeNull();
@@ -83,6 +93,13 @@ describe("settings endpoint (analytics.js CDN settings)", () => {
     expect(Object.keys(body.integrations)).toEqual(["Segment.io"]); // no legacy device-mode destinations
     expect(body.metrics.sampleRate).toBe(0); // SDK metrics would otherwise go to Segment
     expect(res.headers.get("access-control-allow-origin")).toBe("https://shop.example");
+  });
+
+  it("says https behind a TLS-terminating ingress (X-Forwarded-Proto), so browsers on HTTPS pages can send", async () => {
+    const res = await fetch(`${env.ingest.url}/v1/projects/${WRITE_KEY}/settings`, { headers: { "x-forwarded-proto": "https" } });
+    const body = (await res.json()) as { integrations: Record<string, Record<string, unknown>> };
+    expect(body.integrations["Segment.io"]).toMatchObject({ apiHost: `${new URL(env.ingest.url).host}/v1`, protocol: "https" });
+    expect(res.headers.get("cache-control")).toBe("private, max-age=60");
   });
 
   it("answers 404 for an unknown write key", async () => {

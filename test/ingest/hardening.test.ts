@@ -2,7 +2,7 @@
 // something it should not have, or answered 503/500 forever to a request that can never succeed.
 import { request } from "node:http";
 import { describe, expect, it } from "vitest";
-import { OTHER_WRITE_KEY, WRITE_KEY, basic, post, postChunked, storedMessages, uniqueId, useIngest } from "../harness/ingest.ts";
+import { OTHER_WRITE_KEY, WRITE_KEY, basic, messagesCounted, post, postChunked, storedMessages, uniqueId, useIngest } from "../harness/ingest.ts";
 
 const env = useIngest();
 
@@ -27,6 +27,23 @@ describe("limits on streamed (chunked) bodies answer 400, not a reset connection
 });
 
 describe("batch-level fields", () => {
+  it("null batch-level context, integrations and sentAt count as absent, as in items", async () => {
+    const id = uniqueId("null-envelope");
+    const res = await post(`${env.ingest.url}/v1/batch`, { context: null, integrations: null, sentAt: null, batch: [{ type: "track", userId: "u", event: "e", messageId: id }] }, { headers: auth });
+    expect(res).toMatchObject({ status: 200, json: { success: true } });
+    expect(await stored(id)).toHaveLength(1);
+  });
+
+  it("date fields that are not date strings are ignored, and the message is still stored", async () => {
+    const id = uniqueId("epoch");
+    const res = await post(`${env.ingest.url}/v1/track`, { userId: "u", event: "e", messageId: id, timestamp: 1_700_000_000_000, sentAt: { at: 1 }, originalTimestamp: true }, { headers: auth });
+    expect(res.status).toBe(200);
+    const [m] = await stored(id);
+    expect(m!.body.timestamp).toBe(m!.body.receivedAt);
+    expect(m!.body.originalTimestamp).toBe(m!.body.receivedAt);
+    expect(m!.body).not.toHaveProperty("sentAt");
+  });
+
   it("a batch context that would make merged items larger than 32KB is refused, nothing stored", async () => {
     const ids = Array.from({ length: 20 }, () => uniqueId("ctx"));
     const res = await post(`${env.ingest.url}/v1/batch`, {
@@ -63,10 +80,35 @@ describe("inputs that used to give 503/500 forever", () => {
     expect(await stored(good)).toHaveLength(1);
   });
 
-  it("JSON nested deeper than 64 levels is refused with 400 invalid_body", async () => {
-    const deep = `{"userId":"u","event":"e","properties":${"[".repeat(10_000)}${"]".repeat(10_000)}}`;
+  it("a message nested deeper than 64 levels is answered 200 and not accepted (nested_too_deep)", async () => {
+    const id = uniqueId("deep");
+    const before = await messagesCounted(env.ingest, { reason: "nested_too_deep" });
+    const deep = `{"userId":"u","event":"e","messageId":"${id}","properties":${'{"a":'.repeat(5_000)}1${"}".repeat(5_000)}}`;
     const res = await post(`${env.ingest.url}/v1/track`, undefined, { headers: auth, raw: deep });
-    expect(res).toMatchObject({ status: 400, json: { code: "invalid_body" } });
+    expect(res).toMatchObject({ status: 200, json: { success: true } });
+    expect(await stored(id)).toHaveLength(0);
+    expect(await messagesCounted(env.ingest, { reason: "nested_too_deep" })).toBe(before + 1);
+  });
+
+  it("in a batch, only the item nested too deep is not accepted; the others are stored", async () => {
+    const [good, deep] = [uniqueId("good"), uniqueId("deep")];
+    const nested = `${'{"a":'.repeat(70)}1${"}".repeat(70)}`;
+    // Over 32KB in all, so every item's own size is measured too: the deep one must not break that.
+    const padded = (id: string) => `{"type":"track","userId":"u","event":"e","messageId":"${id}","properties":{"pad":"${"x".repeat(20_000)}"}}`;
+    const raw = `{"batch":[{"type":"track","userId":"u","event":"e","messageId":"${deep}","properties":${nested}},${padded(good)},${padded(`${good}-2`)}]}`;
+    const res = await post(`${env.ingest.url}/v1/batch`, undefined, { headers: auth, raw });
+    expect(res).toMatchObject({ status: 200, json: { success: true } });
+    expect(await stored(good)).toHaveLength(1);
+    expect(await stored(`${good}-2`)).toHaveLength(1);
+    expect(await stored(deep)).toHaveLength(0);
+  });
+
+  it("a message exactly 64 levels deep is stored", async () => {
+    const id = uniqueId("deep64");
+    // The message is level 1 and properties level 2: 62 more levels inside make 64.
+    const raw = `{"userId":"u","event":"e","messageId":"${id}","properties":${"{\"a\":".repeat(62)}1${"}".repeat(62)}}`;
+    expect((await post(`${env.ingest.url}/v1/track`, undefined, { headers: auth, raw })).status).toBe(200);
+    expect(await stored(id)).toHaveLength(1);
   });
 
   it("brackets inside strings do not count as nesting", async () => {

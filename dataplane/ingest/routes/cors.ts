@@ -27,7 +27,11 @@ export function corsRoutes(app: FastifyInstance, state: IngestState): void {
   app.options("/v1/*", async (request, reply) => {
     if (allowOrigin(request, reply)) {
       reply.header("access-control-allow-methods", "GET, POST, OPTIONS");
-      reply.header("access-control-allow-headers", ALLOWED_HEADERS);
+      // The headers the browser asks for are allowed (the origin is what is checked): analytics-next
+      // sends any additionalHeaders the site configures, and a refused preflight loses every event.
+      const requested = request.headers["access-control-request-headers"];
+      reply.header("access-control-allow-headers", requested ? requested : ALLOWED_HEADERS);
+      reply.header("vary", "Origin, Access-Control-Request-Headers");
       reply.header("access-control-max-age", "86400");
     }
     reply.code(204).send();

@@ -4,7 +4,7 @@ import type { FastifyInstance, FastifyRequest } from "fastify";
 import { describeErrors, validateBatchBody, type MessageType } from "../../../schema/mod.ts";
 import { judge, type RejectReason } from "../accept.ts";
 import { authenticate } from "../auth.ts";
-import { readBoundedBody, parseJsonObject } from "../body.ts";
+import { MAX_JSON_DEPTH, jsonDepthExceeds, nestedDeeperThan, parseJsonObject, readBoundedBody } from "../body.ts";
 import { enrich, type BatchDefaults } from "../enrich.ts";
 import { errors } from "../errors.ts";
 import type { PreparedMessage } from "../publish.ts";
@@ -67,15 +67,22 @@ async function handle(state: IngestState, request: FastifyRequest, config: Route
   const body = parseJsonObject(raw);
   const source = authenticate(state.directory, request.headers.authorization, body.writeKey);
   const sourceId = `${source.namespace}/${source.name}`;
+  // A message nested deeper than MAX_JSON_DEPTH is not accepted (JSON.stringify would overflow
+  // the stack on it). Only a body deeper than that can hold one; the check on its bytes is cheap.
+  const mayNestTooDeep = jsonDepthExceeds(raw, MAX_JSON_DEPTH);
 
   let items: unknown[];
   let batch: BatchDefaults | undefined;
   if (config.endpoint === "batch") {
+    // As for each message's own fields: null stands for absent (SDKs serialise unset fields so).
+    for (const key in body) if (body[key] === null) delete body[key];
     if (!validateBatchBody(body)) throw errors.invalidBody(`Invalid batch body: ${describeErrors(validateBatchBody.errors).join("; ")}`);
     if (body.batch.length > limits.batchItems) throw errors.tooManyBatchItems(body.batch.length, limits.batchItems);
-    // Only a body larger than the item limit can hold an item over it.
+    // Only a body larger than the item limit can hold an item over it. An item too deep to
+    // serialise is not measured: it is not accepted below.
     if (raw.length > limits.itemBytes) {
       body.batch.forEach((item, index) => {
+        if (mayNestTooDeep && nestedDeeperThan(item, MAX_JSON_DEPTH)) return;
         if (Buffer.byteLength(JSON.stringify(item) ?? "") > limits.itemBytes) throw errors.batchItemTooLarge(index, limits.itemBytes);
       });
     }
@@ -101,6 +108,11 @@ async function handle(state: IngestState, request: FastifyRequest, config: Route
       continue;
     }
     const message = enrich(verdict.message, verdict.type, { receivedAt, ip: () => request.ip, batch });
+    // After enrich: a deep batch context makes every item that merges it deep too.
+    if (mayNestTooDeep && nestedDeeperThan(message, MAX_JSON_DEPTH)) {
+      notAccepted("nested_too_deep", `message is nested deeper than ${MAX_JSON_DEPTH} levels`, item);
+      continue;
+    }
     // Serialised once: these bytes are what is stored and, later, signed and delivered.
     const payload = Buffer.from(JSON.stringify(message));
     // A batch's context is merged into every item, so what is stored is bounded again here.

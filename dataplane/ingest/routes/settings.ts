@@ -44,5 +44,9 @@ function publicBase(state: IngestState, request: FastifyRequest): { host: string
     const url = new URL(state.options.publicUrl);
     return { host: url.host + url.pathname.replace(/\/$/, ""), protocol: url.protocol.replace(":", "") };
   }
-  return { host: request.host, protocol: request.protocol };
+  // Behind a TLS-terminating ingress the ingest sees plain HTTP; the proxy's X-Forwarded-Proto
+  // says what the browser used. Unlike X-Forwarded-For it is taken from any peer, as Host is:
+  // the answer goes back to that caller only (privately cached), so a false one misleads no one else.
+  const forwarded = String(request.headers["x-forwarded-proto"] ?? "").split(",")[0]!.trim().toLowerCase();
+  return { host: request.host, protocol: forwarded === "https" || forwarded === "http" ? forwarded : request.protocol };
 }
