@@ -38,17 +38,27 @@ export function parseRetryAfter(value: string | null | undefined, now = Date.now
   return Math.min(RETRY_AFTER_BOUNDS_MS.max, Math.max(RETRY_AFTER_BOUNDS_MS.min, ms));
 }
 
-/** Combines the URLs' outcomes: one delivery is enough; otherwise retry while any URL may still succeed. */
+/**
+ * Combines the URLs' outcomes: one delivery is enough; otherwise retry while any URL may still
+ * succeed (the first retryable outcome stands for the round), else permanent.
+ */
 export function combine(outcomes: AttemptOutcome[]): AttemptOutcome {
   const delivered = outcomes.find((o) => o.kind === "delivered");
   if (delivered) return delivered;
-  const retries = outcomes.filter((o): o is Extract<AttemptOutcome, { kind: "retry" }> => o.kind === "retry");
-  if (retries.length > 0) {
-    const waits = retries.map((r) => r.retryAfterMs).filter((ms): ms is number => ms !== undefined);
-    // The soonest URL that asked for a pause decides; URLs that did not ask use the backoff.
-    return waits.length === retries.length ? { ...retries[0]!, retryAfterMs: Math.min(...waits) } : { ...retries[0]!, retryAfterMs: undefined };
-  }
-  return outcomes[0] ?? { kind: "permanent", error: "network_error" };
+  return outcomes.find((o) => o.kind === "retry") ?? outcomes[0] ?? { kind: "permanent", error: "network_error" };
+}
+
+/**
+ * The wait before a message's next round: every URL still worth trying waits for its own
+ * Retry-After if it sent one (or what is left of it, for a URL sitting this round out), the
+ * backoff otherwise; the soonest decides. The worker skips a URL in any round that comes before
+ * its Retry-After ends, so every receiver's Retry-After is honoured while the others are retried
+ * on the backoff.
+ */
+export function nextRoundDelayMs(waitsMs: ReadonlyArray<number | undefined>, backoff: number): number {
+  let delay = Infinity;
+  for (const wait of waitsMs) delay = Math.min(delay, wait ?? backoff);
+  return delay === Infinity ? backoff : delay;
 }
 
 /**

@@ -9,7 +9,7 @@ import { isoTimestamp } from "../iso-time.ts";
 import type { Logger } from "../logging.ts";
 import type { TurnBatch } from "../nats/mod.ts";
 import { EVENTS_STREAM, attemptsSubject, consumerName, dlqSubject } from "../nats/mod.ts";
-import { type AttemptOutcome, backoffMs, combine } from "./outcome.ts";
+import { type AttemptOutcome, backoffMs, combine, nextRoundDelayMs } from "./outcome.ts";
 import { signingKeys, standardWebhookHeaders, webhookBody, xSignature, type DeliverableMessage, type SigningKeys } from "./payload.ts";
 import { routesTo } from "./routing.ts";
 import type { DeliveryMetrics } from "./metrics.ts";
@@ -68,6 +68,13 @@ export interface DestinationWorkerDeps {
   turn: TurnBatch;
 }
 
+interface RoundState {
+  dead: Set<string>;
+  /** URL -> epoch ms before which it is not tried (its Retry-After). */
+  notBefore: Map<string, number>;
+}
+const newRoundState = (): RoundState => ({ dead: new Set(), notBefore: new Map() });
+
 export class DestinationWorker {
   readonly destination: CompiledDestination;
   readonly #js: JetStreamClient;
@@ -80,8 +87,12 @@ export class DestinationWorker {
   readonly #nc: NatsConnection;
   readonly #turn: TurnBatch;
   readonly #inFlight = new Set<Promise<void>>();
-  /** URLs that failed for good, per stream sequence: not tried again on a retry (in memory only). */
-  readonly #deadUrls = new Map<number, Set<string>>();
+  /**
+   * Per stream sequence, what later rounds of a message must respect: URLs that failed for good
+   * (not tried again) and URLs that asked for a pause with Retry-After (not tried before it ends).
+   * In memory only, and only for messages that have any.
+   */
+  readonly #rounds = new Map<number, RoundState>();
   readonly #attemptsSubject: string;
   /** The destination's own headers, names lower-cased once. */
   readonly #customHeaders: Record<string, string>;
@@ -161,8 +172,8 @@ export class DestinationWorker {
       return;
     }
     // The retry window counts from when the message was stored, not from the first attempt.
-    const deadline = info.timestampNanos / 1e6 + this.destination.retryWindowMs;
-    if (Date.now() >= deadline && info.deliveryCount > 1) {
+    const storedAt = info.timestampNanos / 1e6;
+    if (Date.now() >= storedAt + this.destination.retryWindowMs && info.deliveryCount > 1) {
       // Redelivered after the window closed (its dead letter could not be stored before): no more sends.
       await this.#deadLetter(m, "retry_window_exhausted", info.deliveryCount);
       return;
@@ -172,11 +183,31 @@ export class DestinationWorker {
       this.#turn.add(() => m.ack());
       return;
     }
+    // Most messages carry no round state: they use the destination's list as it is.
+    const round = this.#rounds.get(m.seq);
+    const now = Date.now();
+    let urls = this.destination.urls;
+    /** What is left of the Retry-After of each URL that sits this round out. */
+    const waiting: number[] = [];
+    if (round) {
+      urls = urls.filter((url) => {
+        if (round.dead.has(url)) return false;
+        const notBefore = round.notBefore.get(url) ?? 0;
+        if (notBefore > now) waiting.push(notBefore - now);
+        return notBefore <= now;
+      });
+    }
+    const deadline = storedAt + this.destination.retryWindowMs;
+    if (urls.length === 0) {
+      // Redelivered before any URL's pause ended: wait on, within the window.
+      const wait = Math.min(...waiting);
+      if (waiting.length === 0) await this.#deadLetter(m, "permanent_failure", info.deliveryCount);
+      else if (wait >= deadline - now) await this.#deadLetter(m, "retry_window_exhausted", info.deliveryCount);
+      else this.#turn.add(() => m.nak(wait));
+      return;
+    }
     const body = webhookBody(message, m.data);
     const headers = this.#headersFor(message, body);
-    // Most messages have no URL that failed for good: they use the destination's list as it is.
-    const dead = this.#deadUrls.get(m.seq);
-    const urls = dead ? this.destination.urls.filter((url) => !dead.has(url)) : this.destination.urls;
     const sends = urls.map((url) => this.#sender.send({ url, body, headers, timeoutMs: this.destination.timeoutMs }));
     // One 2xx delivers the message: ack it then, without waiting for slower URLs (which are
     // still awaited below, for their records and so they keep counting against the limits).
@@ -193,29 +224,40 @@ export class DestinationWorker {
 
     const attempt = info.deliveryCount;
     this.#record(m, message, attempt, results);
-    let deadNow = dead;
-    for (const r of results) if (r.outcome.kind === "permanent") (deadNow ??= new Set()).add(r.url);
 
     const outcome = combine(results.map((r) => r.outcome));
     if (outcome.kind === "delivered") {
-      this.#deadUrls.delete(m.seq);
+      this.#rounds.delete(m.seq);
       return;
     }
-    if (outcome.kind === "permanent") {
+    if (outcome.kind === "permanent" && waiting.length === 0) {
       await this.#deadLetter(m, "permanent_failure", attempt, outcome);
       return;
     }
     // Whole milliseconds, as backoffMs returns: a delay capped at the window's end then counts as reaching it.
     const remaining = Math.floor(deadline - Date.now());
-    const delay = outcome.retryAfterMs ?? backoffMs(attempt, remaining);
+    const waits: Array<number | undefined> = waiting;
+    for (const r of results) if (r.outcome.kind === "retry") waits.push(r.outcome.retryAfterMs);
+    const delay = nextRoundDelayMs(waits, backoffMs(attempt, remaining));
     if (remaining <= 0 || delay >= remaining) {
       await this.#deadLetter(m, "retry_window_exhausted", attempt, outcome);
       return;
     }
-    // Kept only when some URL failed for good: a message that is merely retried leaves no entry.
-    if (deadNow) this.#deadUrls.set(m.seq, deadNow);
-    this.#metrics.countDelivery(this.#label, "retry", outcome.error ?? String(outcome.status ?? ""));
+    this.#remember(m.seq, round, results);
+    this.#metrics.countDelivery(this.#label, "retry", "error" in outcome && outcome.error ? outcome.error : String(outcome.status ?? ""));
     this.#turn.add(() => m.nak(delay));
+  }
+
+  /** Keeps what the next rounds must respect; a message that is merely retried leaves no entry. */
+  #remember(seq: number, round: RoundState | undefined, results: SendResult[]): void {
+    const now = Date.now();
+    for (const r of results) {
+      const o = r.outcome;
+      if (o.kind === "permanent") (round ??= newRoundState()).dead.add(r.url);
+      else if (o.kind === "retry" && o.retryAfterMs !== undefined) (round ??= newRoundState()).notBefore.set(r.url, now + o.retryAfterMs);
+      else round?.notBefore.delete(r.url);
+    }
+    if (round) this.#rounds.set(seq, round);
   }
 
   #headersFor(message: DeliverableMessage, body: Uint8Array): Record<string, string> {
@@ -277,7 +319,7 @@ export class DestinationWorker {
       m.nak(60_000);
       return;
     }
-    this.#deadUrls.delete(m.seq);
+    this.#rounds.delete(m.seq);
     this.#metrics.countDelivery(this.#label, "dead_lettered", reason);
     this.#log.warn({ seq: m.seq, reason, attempts }, "message moved to the dead-letter queue");
     m.ack();

@@ -128,6 +128,21 @@ describe("several URLs, retries and dead letters", () => {
     await env.receiver.waitFor("/down-b", 3);
   });
 
+  it("a URL's Retry-After is honoured while the other URLs are retried on the backoff (regression: one URL without Retry-After made every URL use the backoff)", async () => {
+    env.receiver.on("/pause-8s", answer(429, { "retry-after": "8" }));
+    env.receiver.on("/plain-500", answer(500));
+    const key = await addDestination("pause", { urls: [env.receiver.url("/pause-8s"), env.receiver.url("/plain-500")] });
+    await send(key, "/v1/track", { userId: "u1", event: "Slow down" });
+    // The 500 URL is retried after the first backoff (5 s ± 20%); the 429 URL sits that round out.
+    const [first, second] = await env.receiver.waitFor("/plain-500", 2);
+    expect(second!.at - first!.at).toBeLessThan(7_000);
+    expect(env.receiver.requests("/pause-8s")).toHaveLength(1);
+    // And is tried again once its 8 s are over.
+    const paused = await env.receiver.waitFor("/pause-8s", 2);
+    expect(paused[1]!.at - paused[0]!.at).toBeGreaterThanOrEqual(8_000);
+    expect(paused[1]!.at - paused[0]!.at).toBeLessThan(10_000);
+  });
+
   it("a 404 everywhere goes to the dead-letter queue without a retry", async () => {
     env.receiver.on("/gone-a", answer(404));
     env.receiver.on("/gone-b", answer(410));

@@ -6,7 +6,7 @@ import { routesTo } from "../../dataplane/delivery/routing.ts";
 import { signingKeys, standardWebhookHeaders, webhookBody, xSignature, type DeliverableMessage } from "../../dataplane/delivery/payload.ts";
 import { DeliveryMetrics } from "../../dataplane/delivery/metrics.ts";
 import { redactUrl } from "../../dataplane/delivery/worker.ts";
-import { RETRY_AFTER_BOUNDS_MS, backoffMs, classifyStatus, combine, parseRetryAfter } from "../../dataplane/delivery/outcome.ts";
+import { RETRY_AFTER_BOUNDS_MS, backoffMs, classifyStatus, combine, nextRoundDelayMs, parseRetryAfter } from "../../dataplane/delivery/outcome.ts";
 
 const track = (integrations?: Record<string, unknown>) => ({ type: "track" as const, ...(integrations ? { integrations } : {}) });
 
@@ -119,8 +119,12 @@ describe("combining URLs", () => {
   it("one delivery is enough", () => expect(combine([{ kind: "retry", status: 500 }, { kind: "delivered", status: 200 }, { kind: "permanent", status: 404 }]).kind).toBe("delivered"));
   it("retries while any URL may still succeed", () => expect(combine([{ kind: "permanent", status: 404 }, { kind: "retry", error: "timeout" }]).kind).toBe("retry"));
   it("is permanent when no URL is left retryable", () => expect(combine([{ kind: "permanent", status: 404 }, { kind: "permanent", status: 410 }])).toEqual({ kind: "permanent", status: 404 }));
-  it("waits for the soonest Retry-After when every retrying URL asked for one", () =>
-    expect(combine([{ kind: "retry", status: 429, retryAfterMs: 60_000 }, { kind: "retry", status: 503, retryAfterMs: 5_000 }])).toMatchObject({ kind: "retry", retryAfterMs: 5_000 }));
+  it("the next round comes when the soonest URL is due: its Retry-After, or the backoff for a URL that sent none", () => {
+    expect(nextRoundDelayMs([60_000, 5_000], 10_000)).toBe(5_000);
+    expect(nextRoundDelayMs([60_000, undefined], 10_000)).toBe(10_000);
+    expect(nextRoundDelayMs([60_000, undefined], 90_000)).toBe(60_000);
+    expect(nextRoundDelayMs([], 10_000)).toBe(10_000);
+  });
 });
 
 describe("backoff", () => {
