@@ -50,9 +50,17 @@ export function signingKeys(sharedSecret: string): SigningKeys {
   return { xSignature: createSecretKey(Buffer.from(sharedSecret, "utf8")), standardWebhooks: standardWebhooksKey(sharedSecret) };
 }
 
-/** The Standard Webhooks key: the secret's UTF-8 bytes (a `whsec_` secret is base64-decoded first, as Standard Webhooks libraries do). */
+/** Standard base64 with its padding: what the Standard Webhooks libraries accept as a secret. */
+const BASE64 = /^(?:[A-Za-z0-9+/]{4})+(?:[A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)?$|^(?:[A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)$/;
+
+/**
+ * The Standard Webhooks key, as the official libraries derive it (`new Webhook(secret)`): the
+ * secret without its `whsec_` prefix, base64-decoded. A secret that is not base64 ("change-me"),
+ * which those libraries refuse, is used as its UTF-8 bytes (verify with their raw-key option).
+ */
 function standardWebhooksKey(sharedSecret: string): KeyObject {
-  return createSecretKey(sharedSecret.startsWith("whsec_") ? Buffer.from(sharedSecret.slice(6), "base64") : Buffer.from(sharedSecret, "utf8"));
+  const secret = sharedSecret.startsWith("whsec_") ? sharedSecret.slice(6) : sharedSecret;
+  return createSecretKey(BASE64.test(secret) ? Buffer.from(secret, "base64") : Buffer.from(secret, "utf8"));
 }
 
 /**

@@ -81,9 +81,18 @@ describe("body and signatures", () => {
     expect(standardWebhookHeaders("m", 1, body, "whsec_c2VjcmV0LWJ5dGVz")["webhook-signature"]).toBe(`v1,${createHmac("sha256", key).update(`m.1.${body.toString()}`).digest("base64")}`);
   });
 
+  it("a base64 secret without the whsec_ prefix is decoded too, as the official libraries' new Webhook(secret) does", () => {
+    const body = Buffer.from('{"type":"track"}');
+    const key = Buffer.from("c2VjcmV0LWJ5dGVz", "base64");
+    const expected = `v1,${createHmac("sha256", key).update(`m.1.${body.toString()}`).digest("base64")}`;
+    expect(standardWebhookHeaders("m", 1, body, "c2VjcmV0LWJ5dGVz")["webhook-signature"]).toBe(expected);
+    // Not base64 (the libraries refuse it): its UTF-8 bytes, as with their raw-key option.
+    expect(standardWebhookHeaders("m", 1, body, "change-me")["webhook-signature"]).toBe(`v1,${createHmac("sha256", "change-me").update(`m.1.${body.toString()}`).digest("base64")}`);
+  });
+
   it("the keys signingKeys() makes once per destination sign as the secret itself does, for both schemes", () => {
     const body = Buffer.from('{"a":"ü"}');
-    for (const secret of ["s3cret-ключ", "whsec_c2VjcmV0LWJ5dGVz"]) {
+    for (const secret of ["s3cret-ключ", "whsec_c2VjcmV0LWJ5dGVz", "c2VjcmV0LWJ5dGVz"]) {
       const keys = signingKeys(secret);
       expect(xSignature(body, keys.xSignature)).toBe(xSignature(body, secret));
       expect(standardWebhookHeaders("m", 1, body, keys.standardWebhooks)).toEqual(standardWebhookHeaders("m", 1, body, secret));
