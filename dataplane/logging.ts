@@ -13,10 +13,12 @@ export const REDACT_PATHS = [
   "sharedSecret",
 ];
 
-export function createLogger(options: { level?: string; name?: string } = {}): Logger {
-  return pino({
+/** @param options.destination where the JSON lines go (stdout by default; tests collect them). */
+export function createLogger(options: { level?: string; name?: string; destination?: { write(line: string): void } } = {}): Logger {
+  const settings = {
     level: options.level ?? process.env.TRACKHOOK_LOG_LEVEL ?? "info",
     name: options.name,
     redact: { paths: REDACT_PATHS, censor: "[redacted]" },
-  });
+  };
+  return options.destination ? pino(settings, options.destination) : pino(settings);
 }

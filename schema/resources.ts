@@ -50,6 +50,16 @@ const LabelSelector = Type.Object(
   { additionalProperties: false, description: "Selects Sources of the same namespace by label." },
 );
 
+/**
+ * Header names a destination cannot set: HTTP framing and connection headers (a wrong
+ * Content-Length or an Expect would fail every request, and be retried for hours), Host, and the
+ * headers delivery sets itself. User-Agent may be replaced.
+ */
+export const RESERVED_WEBHOOK_HEADERS: readonly string[] = [
+  "host", "content-length", "transfer-encoding", "connection", "keep-alive", "upgrade", "expect", "te", "trailer",
+  "proxy-connection", "content-type", "content-encoding", "x-signature", "x-delivery-id", "webhook-id", "webhook-timestamp", "webhook-signature",
+];
+
 const WebhookHeader = Type.Object(
   {
     name: Type.String({ minLength: 1, maxLength: 256, pattern: HEADER_NAME, description: "HTTP header name." }),
@@ -65,6 +75,12 @@ const WebhookHeader = Type.Object(
     additionalProperties: false,
     description: "A custom header sent with every request; exactly one of value or valueFrom.",
     oneOf: [{ required: ["value"] }, { required: ["valueFrom"] }],
+    "x-kubernetes-validations": [
+      {
+        rule: `!(self.name.lowerAscii() in [${RESERVED_WEBHOOK_HEADERS.map((h) => `'${h}'`).join(", ")}])`,
+        message: "this header is set by trackhook itself (framing, signature or delivery id) and cannot be a custom header",
+      },
+    ],
   },
 );
 

@@ -3,6 +3,7 @@
 // means the same thing on a laptop and in a cluster.
 import { createHash } from "node:crypto";
 import {
+  RESERVED_WEBHOOK_HEADERS,
   parseDuration,
   type CompiledDestination,
   type CompiledSource,
@@ -100,6 +101,8 @@ export function resolveSourceNames(spec: WebhookDestinationDocument["spec"], sou
   return sources.filter((s) => wanted.every(([k, v]) => s.labels?.[k] === v)).map((s) => s.name);
 }
 
+const RESERVED_HEADERS = new Set(RESERVED_WEBHOOK_HEADERS);
+
 /**
  * A validated WebhookDestination → its compiled form, with Secrets read and the source selector
  * resolved against `sources` (the Sources of its namespace).
@@ -118,7 +121,15 @@ export function compileDestination(
       problems.push({ reason: "SourceNotFound", field: `spec.sources[${i}]`, message: `no Source "${name}" in namespace ${namespace}` });
     }
   }
+  const seen = new Set<string>();
   const headers = (spec.headers ?? []).map((header, i) => {
+    const lower = header.name.toLowerCase();
+    if (RESERVED_HEADERS.has(lower)) {
+      problems.push({ reason: "InvalidSpec", field: `spec.headers[${i}].name`, message: `${header.name} is set by trackhook itself (framing, signature or delivery id) and cannot be a custom header` });
+    } else if (seen.has(lower)) {
+      problems.push({ reason: "InvalidSpec", field: `spec.headers[${i}].name`, message: `${header.name} is given twice (header names are case-insensitive)` });
+    }
+    seen.add(lower);
     const field = header.valueFrom ? `spec.headers[${i}].valueFrom.secretKeyRef` : `spec.headers[${i}].value`;
     const value = header.valueFrom ? (secretValue(secrets, namespace, field, header.valueFrom.secretKeyRef, problems) ?? "") : (header.value ?? "");
     // HTTP forbids these in a header value; every request would fail while Ready said True.

@@ -68,6 +68,9 @@ export interface DestinationWorkerDeps {
   turn: TurnBatch;
 }
 
+/** At most one "webhook timed out" line per destination this often. */
+const TIMEOUT_LOG_INTERVAL_MS = 10_000;
+
 interface RoundState {
   dead: Set<string>;
   /** URL -> epoch ms before which it is not tried (its Retry-After). */
@@ -93,6 +96,8 @@ export class DestinationWorker {
    * In memory only, and only for messages that have any.
    */
   readonly #rounds = new Map<number, RoundState>();
+  /** When the last timeout line was logged, and timeouts since (see #logTimeout). */
+  #timeoutsLogged = { at: -Infinity, since: 0 };
   readonly #attemptsSubject: string;
   /** The destination's own headers, names lower-cased once. */
   readonly #customHeaders: Record<string, string>;
@@ -283,6 +288,7 @@ export class DestinationWorker {
       const status = "status" in o ? o.status : undefined;
       const error = "error" in o ? o.error : undefined;
       this.#metrics.countAttempt(this.#label, status, error, r.latencyMs);
+      if (error === "timeout") this.#logTimeout(r.url, message.messageId, attempt);
       const record: AttemptRecord = {
         destination: this.#label, url: this.#redactedUrls.get(r.url) ?? redactUrl(r.url), messageId: message.messageId, streamSequence: m.seq, attempt,
         outcome: o.kind, latencyMs: Math.round(r.latencyMs), at: isoTimestamp(Date.now()),
@@ -299,6 +305,24 @@ export class DestinationWorker {
         }
       });
     }
+  }
+
+  /**
+   * The spec asks for a timeout to be logged. A receiver that stops answering times out on every
+   * message, so this is one line per destination every TIMEOUT_LOG_INTERVAL_MS at most, counting
+   * the ones in between; each attempt is in TRACKHOOK_ATTEMPTS and the metrics anyway.
+   */
+  #logTimeout(url: string, messageId: string, attempt: number): void {
+    const now = Date.now();
+    if (now - this.#timeoutsLogged.at < TIMEOUT_LOG_INTERVAL_MS) {
+      this.#timeoutsLogged.since++;
+      return;
+    }
+    this.#log.warn(
+      { url: this.#redactedUrls.get(url) ?? redactUrl(url), messageId, attempt, timeoutMs: this.destination.timeoutMs, moreTimeoutsSinceLastLine: this.#timeoutsLogged.since },
+      "webhook timed out: no answer within the destination's timeout; it will be retried while the retry window lasts",
+    );
+    this.#timeoutsLogged = { at: now, since: 0 };
   }
 
   async #deadLetter(m: JsMsg, reason: string, attempts: number, last?: AttemptOutcome): Promise<void> {

@@ -172,6 +172,23 @@ spec: { sources: [web], urls: ["https://hooks.example.com/in"], standardWebhooks
     expect(text).toMatch(/WebhookDestination nokey\): spec.standardWebhooks: needs spec.sharedSecretRef/);
   });
 
+  it("rejects custom headers that trackhook sets itself or that break HTTP framing, and a header given twice", () => {
+    const dir = configDir({
+      "a.yaml": [secret("k", "writeKey", "x"), source("web", "k", "writeKey"), `apiVersion: trackhook.io/v1alpha1
+kind: WebhookDestination
+metadata: { name: hdr }
+spec:
+  sources: [web]
+  urls: ["https://hooks.example.com/in"]
+  headers: [{ name: Content-Length, value: "3" }, { name: X-Team, value: a }, { name: x-team, value: b }, { name: User-Agent, value: mine }]
+`].join("---\n"),
+    });
+    const text = problemsOf(dir).join("\n");
+    expect(text).toMatch(/WebhookDestination hdr\): spec.headers\[0\].name: Content-Length is set by trackhook itself/);
+    expect(text).toMatch(/WebhookDestination hdr\): spec.headers\[2\].name: x-team is given twice/);
+    expect(text).not.toMatch(/headers\[(1|3)\]/);
+  });
+
   it("rejects two Sources sharing one write key", () => {
     const dir = configDir({ "a.yaml": [secret("k", "writeKey", "same"), source("a", "k", "writeKey"), source("b", "k", "writeKey")].join("---\n") });
     expect(problemsOf(dir).join("\n")).toMatch(/same write key is already used by Source default\/a/);

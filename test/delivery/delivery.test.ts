@@ -143,6 +143,16 @@ describe("several URLs, retries and dead letters", () => {
     expect(paused[1]!.at - paused[0]!.at).toBeLessThan(10_000);
   });
 
+  it("a timeout is logged, naming the destination, the URL and the message", async () => {
+    env.receiver.on("/silent", () => {}); // never answers
+    const key = await addDestination("silent", { urls: [env.receiver.url("/silent")], timeout: "1s" });
+    await send(key, "/v1/track", { userId: "u1", event: "Anyone there?", messageId: "silent-1" });
+    const deadline = Date.now() + 10_000;
+    const logged = () => env.logs().find((l) => l.destination === "default/silent" && String(l.msg).startsWith("webhook timed out"));
+    while (!logged() && Date.now() < deadline) await new Promise((r) => setTimeout(r, 100));
+    expect(logged()).toMatchObject({ level: 40, url: env.receiver.url("/silent"), messageId: "silent-1", attempt: 1, timeoutMs: 1000 });
+  });
+
   it("a 404 everywhere goes to the dead-letter queue without a retry", async () => {
     env.receiver.on("/gone-a", answer(404));
     env.receiver.on("/gone-b", answer(410));

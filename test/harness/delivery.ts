@@ -37,6 +37,8 @@ export interface DeliveryHarness {
   addSource(name: string): string;
   /** Adds (or replaces) a WebhookDestination `<name>`; resolves once it is delivering, or stopped if disabled. */
   setDestination(name: string, spec: DestinationSpec): Promise<void>;
+  /** What the delivery service logged so far, as parsed JSON lines. */
+  logs(): Array<Record<string, unknown>>;
   /** The dead letters of destination `default/<name>`, oldest first. */
   deadLetters(name: string): Promise<Array<{ reason?: string; body: Record<string, unknown> }>>;
 }
@@ -50,13 +52,14 @@ export function useDelivery(): DeliveryHarness {
   let service: DeliveryService | undefined;
   let nc: NatsConnection | undefined;
   const metrics = new DeliveryMetrics({ defaultMetrics: false });
+  const logLines: string[] = [];
   const sender = new WebhookSender({ allowPrivateNetworks: true, userAgent: "trackhook/test" });
 
   beforeAll(async () => {
     nats = await startNats();
     ingest = await startIngest(nats, { config });
     receiver = await startReceiver();
-    service = await DeliveryService.start({ nc: await nats.connect(), config, sender, log: createLogger({ level: "silent" }), metrics });
+    service = await DeliveryService.start({ nc: await nats.connect(), config, sender, log: createLogger({ level: "info", destination: { write: (line) => logLines.push(line) } }), metrics });
     nc = await nats.connect();
   });
   afterAll(async () => {
@@ -85,6 +88,7 @@ export function useDelivery(): DeliveryHarness {
       apply();
       return key;
     },
+    logs: () => logLines.map((line) => JSON.parse(line) as Record<string, unknown>),
     async deadLetters(name) {
       const subject = `trackhook.dlq.default.${name}`;
       const info = await nats!.jsm.streams.info(DLQ_STREAM, { subjects_filter: subject });

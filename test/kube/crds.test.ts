@@ -160,6 +160,12 @@ describe("CRDs: invalid objects are refused with a message naming the field", ()
     );
   });
 
+  it("WebhookDestination: a header trackhook sets itself (any case)", async () => {
+    const stderr = await rejection(destination("reserved-header", { ...minimalDestination, headers: [{ name: "X-Signature", value: "forged" }] }));
+    expect(stderr).toContain("spec.headers[0]: Invalid value");
+    expect(stderr).toContain("this header is set by trackhook itself");
+  });
+
   it("WebhookDestination: a header with both value and valueFrom, or neither", async () => {
     const message = "spec.headers[0]: Invalid value: exactly one of value or valueFrom must be set";
     const both = { name: "Authorization", value: "Bearer x", valueFrom: { secretKeyRef: { name: "tokens", key: "hooks" } } };
