@@ -184,13 +184,17 @@ class Exchange implements Dispatcher.DispatchHandler {
 
   onResponseError(_controller: Dispatcher.DispatchController | null, error: Error): void {
     this.#finish();
-    this.#done(outcomeOfError(error, this.#expired));
+    // A status already received is the answer (a 200 whose body breaks off is delivered: sending
+    // it again would duplicate it); before that, the error decides.
+    this.#done(this.#outcome ?? outcomeOfError(error, this.#expired), this.#snippet());
   }
 
   #expire(timeoutMs: number): void {
     this.#expired = true;
     const error = new Error(`no answer within ${timeoutMs} ms`);
-    this.#done(outcomeOfError(error, true));
+    // As in onResponseError: a receiver that sent its status in time answered in time, however
+    // slowly the body follows.
+    this.#done(this.#outcome ?? outcomeOfError(error, true), this.#snippet());
     if (!this.#finished) this.#controller?.abort(error);
   }
 

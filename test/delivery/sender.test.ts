@@ -65,6 +65,15 @@ const routes: Record<string, (res: ServerResponse) => void> = {
     const timer = setTimeout(() => res.end("eventually"), 1_500);
     res.on("close", () => clearTimeout(timer));
   },
+  "/slow-body": (res) => {
+    res.writeHead(200).write("ok");
+    const timer = setTimeout(() => res.end(" and the rest"), 3_000);
+    res.on("close", () => clearTimeout(timer));
+  },
+  "/cut-body": (res) => {
+    res.writeHead(200, { "content-length": "100" }).write("partial");
+    setTimeout(() => res.socket?.destroy(), 50);
+  },
   "/big": (res) => res.end(Buffer.alloc(1024 * 1024, "x")),
   "/hangup": (res) => res.socket?.destroy(),
 };
@@ -170,6 +179,18 @@ describe("failures on the way", () => {
     expect(result.latencyMs).toBeGreaterThanOrEqual(4_900);
     expect(result.latencyMs).toBeLessThan(5_900);
   }, 15_000);
+
+  it("a 200 sent in time whose body is still streaming at the deadline is delivered, not a timeout to retry", async () => {
+    const result = await sender().send(post(`${base}/slow-body`, { timeoutMs: 1_000 }));
+    expect(result.outcome).toEqual({ kind: "delivered", status: 200 });
+    expect(result.responseSnippet).toBe("ok");
+    expect(result.latencyMs).toBeLessThan(2_000);
+  });
+
+  it("a 200 whose body breaks off is delivered (the receiver answered)", async () => {
+    const result = await sender().send(post(`${base}/cut-body`));
+    expect(result.outcome).toEqual({ kind: "delivered", status: 200 });
+  });
 
   it("the deadline also holds while queued behind a busy connection", async () => {
     const single = sender(true, undefined, 1);
