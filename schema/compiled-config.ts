@@ -32,6 +32,12 @@ export const CompiledDestination = Type.Object(
     retryWindowMs: Type.Integer({ minimum: 1 }),
     maxInFlight: Type.Integer({ minimum: 1 }),
     standardWebhooks: Type.Boolean(),
+    /**
+     * When the resource was created (metadata.creationTimestamp), if known: the consumer of a
+     * destination that is new starts there, so what was stored between the destination's creation
+     * and its consumer's (events sent at once, a delete notification) is delivered too.
+     */
+    createdAt: Type.Optional(Type.String()),
   },
   { additionalProperties: false },
 );

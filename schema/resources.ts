@@ -154,6 +154,8 @@ const Metadata = Type.Object(
     namespace: Type.Optional(Type.String({ minLength: 1, maxLength: 63, pattern: DNS_LABEL })),
     labels: Type.Optional(Type.Record(Type.String(), Type.String())),
     annotations: Type.Optional(Type.Record(Type.String(), Type.String())),
+    /** Set by Kubernetes; in a --config file it may be given, or left out. */
+    creationTimestamp: Type.Optional(Type.String({ format: "date-time" })),
   },
   { additionalProperties: true },
 );

@@ -157,6 +157,13 @@ export function compileDestination(
       retryWindowMs: parseDuration(spec.retryWindow ?? "4h"),
       maxInFlight: spec.maxInFlight ?? 100,
       standardWebhooks: spec.standardWebhooks ?? false,
+      ...createdAt(doc.metadata.creationTimestamp),
     },
   };
+}
+
+/** metadata.creationTimestamp as ISO text (the Kubernetes client may hand it over as a Date). */
+function createdAt(value: string | Date | undefined): { createdAt?: string } {
+  const time = value === undefined ? NaN : new Date(value).getTime();
+  return Number.isNaN(time) ? {} : { createdAt: new Date(time).toISOString() };
 }

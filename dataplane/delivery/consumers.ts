@@ -15,14 +15,33 @@ export function ackWaitMs(destination: CompiledDestination): number {
   return destination.timeoutMs + 30_000;
 }
 
-export function destinationConsumerConfig(destination: CompiledDestination): Partial<ConsumerConfig> & { durable_name: string } {
+/**
+ * How long after its resource was created a destination still counts as new: its consumer then
+ * starts at the creation. Later (a consumer re-created, a destination enabled again), it starts
+ * from now, so a destination never receives a backlog it was not meant to.
+ */
+export const NEW_DESTINATION_MS = 10 * 60_000;
+
+/**
+ * Where a new consumer starts. A new destination receives what arrives from its creation on, not
+ * the stream's whole history: its consumer is made moments later (by the operator or `deliver`),
+ * and what was stored meanwhile (events sent at once, the delete notification of a
+ * DeletionRequest applied with it) would otherwise never reach it.
+ */
+function deliverFrom(destination: CompiledDestination, now: number): Pick<ConsumerConfig, "deliver_policy" | "opt_start_time"> {
+  const created = destination.createdAt ? Date.parse(destination.createdAt) : NaN;
+  if (!(now - created <= NEW_DESTINATION_MS)) return { deliver_policy: DeliverPolicy.New };
+  // Never in the future: a clock ahead of the server's would skip what arrives until then.
+  return { deliver_policy: DeliverPolicy.StartTime, opt_start_time: new Date(Math.min(created, now)).toISOString() };
+}
+
+export function destinationConsumerConfig(destination: CompiledDestination, now = Date.now()): Partial<ConsumerConfig> & { durable_name: string } {
   const { namespace, name } = destination;
   return {
     durable_name: consumerName(namespace, name),
     filter_subjects: [...destination.sources.map((source) => sourceSubjects(namespace, source)), replaySubject(namespace, name)],
     ack_policy: AckPolicy.Explicit,
-    // A new destination receives what arrives from now on, not the stream's whole history.
-    deliver_policy: DeliverPolicy.New,
+    ...deliverFrom(destination, now),
     ack_wait: nanos(ackWaitMs(destination)),
     // The destination's concurrency: messages waiting for a retry count too, so a dead endpoint
     // fills its own window and stalls only itself.
@@ -41,7 +60,8 @@ export async function ensureDestinationConsumer(jsm: JetStreamManager, destinati
   if (!existing) {
     await jsm.consumers.add(EVENTS_STREAM, config);
   } else {
-    const { deliver_policy: _fixed, ...mutable } = config;
+    // Where it started is fixed at creation.
+    const { deliver_policy: _policy, opt_start_time: _start, ...mutable } = config;
     const differs = (Object.keys(mutable) as Array<keyof typeof mutable>).some(
       (key) => JSON.stringify(existing.config[key]) !== JSON.stringify(mutable[key]),
     );

@@ -186,6 +186,36 @@ describe("several URLs, retries and dead letters", () => {
   });
 });
 
+describe("a new destination", () => {
+  it("receives what was stored between its creation and its consumer's (regression: a delete notification or a first event sent at once was never delivered)", async () => {
+    const key = env.addSource("justmade");
+    const createdAt = new Date(Date.now() - 1_000).toISOString();
+    await send(key, "/v1/track", { userId: "u1", event: "Sent at once", messageId: "at-once-1" });
+    await env.setDestination("justmade", { sources: ["justmade"], urls: [env.receiver.url("/justmade")], createdAt });
+    const [request] = await env.receiver.waitFor("/justmade", 1);
+    expect(JSON.parse(request!.body.toString())).toMatchObject({ messageId: "at-once-1" });
+  });
+
+  it("does not receive the backlog from before its creation, nor, when its consumer is made long after, from before then", async () => {
+    const key = env.addSource("oldnew");
+    await send(key, "/v1/track", { userId: "u1", event: "Before", messageId: "before-1" });
+    await new Promise((r) => setTimeout(r, 50));
+    // Created now: the message above is older than the destination.
+    await env.setDestination("oldnew", { sources: ["oldnew"], urls: [env.receiver.url("/oldnew")], createdAt: new Date().toISOString() });
+    const key2 = env.addSource("longago");
+    await send(key2, "/v1/track", { userId: "u1", event: "Before", messageId: "before-2" });
+    // Created an hour ago, consumer made now (re-created, or enabled again): starts from now.
+    await env.setDestination("longago", { sources: ["longago"], urls: [env.receiver.url("/longago")], createdAt: new Date(Date.now() - 3_600_000).toISOString() });
+    await send(key, "/v1/track", { userId: "u1", event: "After", messageId: "after-1" });
+    await send(key2, "/v1/track", { userId: "u1", event: "After", messageId: "after-2" });
+    await env.receiver.waitFor("/oldnew", 1);
+    await env.receiver.waitFor("/longago", 1);
+    await new Promise((r) => setTimeout(r, 500));
+    expect(env.receiver.requests("/oldnew").map((r) => JSON.parse(r.body.toString()).messageId)).toEqual(["after-1"]);
+    expect(env.receiver.requests("/longago").map((r) => JSON.parse(r.body.toString()).messageId)).toEqual(["after-2"]);
+  });
+});
+
 describe("a stored message that is not JSON", () => {
   it("is dead-lettered as invalid_message instead of being redelivered forever", async () => {
     await addDestination("garbled", { urls: [env.receiver.url("/garbled")] });

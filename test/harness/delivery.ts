@@ -21,6 +21,8 @@ export interface DestinationSpec {
   standardWebhooks?: boolean;
   maxInFlight?: number;
   enabled?: boolean;
+  /** metadata.creationTimestamp, as Kubernetes sets it. */
+  createdAt?: string;
 }
 
 export interface DeliveryHarness {
@@ -104,7 +106,7 @@ export function useDelivery(): DeliveryHarness {
         documents.set(`Secret/${name}-shared`, { apiVersion: "v1", kind: "Secret", metadata: { name: `${name}-shared` }, stringData: { shared: spec.secret } });
       }
       documents.set(`WebhookDestination/${name}`, {
-        apiVersion: "trackhook.io/v1alpha1", kind: "WebhookDestination", metadata: { name },
+        apiVersion: "trackhook.io/v1alpha1", kind: "WebhookDestination", metadata: { name, ...(spec.createdAt ? { creationTimestamp: spec.createdAt } : {}) },
         spec: {
           sources: spec.sources, urls: spec.urls,
           ...(spec.secret ? { sharedSecretRef: { name: `${name}-shared`, key: "shared" } } : {}),
