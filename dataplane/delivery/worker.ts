@@ -68,6 +68,9 @@ export interface DestinationWorkerDeps {
   turn: TurnBatch;
 }
 
+/** The last round of a message comes this long before its retry window closes, at the latest. */
+const FINAL_ROUND_MARGIN_MS = 1_000;
+
 /** At most one "webhook timed out" line per destination this often. */
 const TIMEOUT_LOG_INTERVAL_MS = 10_000;
 
@@ -239,12 +242,14 @@ export class DestinationWorker {
       await this.#deadLetter(m, "permanent_failure", attempt, outcome);
       return;
     }
-    // Whole milliseconds, as backoffMs returns: a delay capped at the window's end then counts as reaching it.
+    // Whole milliseconds: nak() takes an integer delay.
     const remaining = Math.floor(deadline - Date.now());
     const waits: Array<number | undefined> = waiting;
     for (const r of results) if (r.outcome.kind === "retry") waits.push(r.outcome.retryAfterMs);
-    const delay = nextRoundDelayMs(waits, backoffMs(attempt, remaining));
-    if (remaining <= 0 || delay >= remaining) {
+    let delay = nextRoundDelayMs(waits, backoffMs(attempt, remaining));
+    // A round due after the window closes comes just before it instead: the window is used to its end.
+    if (delay > remaining - FINAL_ROUND_MARGIN_MS) delay = remaining - FINAL_ROUND_MARGIN_MS;
+    if (delay <= 0) {
       await this.#deadLetter(m, "retry_window_exhausted", attempt, outcome);
       return;
     }

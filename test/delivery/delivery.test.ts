@@ -183,6 +183,11 @@ describe("several URLs, retries and dead letters", () => {
     const deadline = Date.now() + 15_000;
     while ((await deadLetters("shortwindow")).length === 0 && Date.now() < deadline) await new Promise((r) => setTimeout(r, 100));
     expect(await deadLetters("shortwindow")).toEqual([expect.objectContaining({ reason: "retry_window_exhausted", body: expect.objectContaining({ messageId: "doomed-1" }) })]);
+    // The first backoff (5 s ± 20%) would end after the 3 s window: the last try comes just before it closes.
+    const [first, last] = env.receiver.requests("/always-down");
+    expect(env.receiver.requests("/always-down")).toHaveLength(2);
+    expect(last!.at - first!.at).toBeGreaterThan(1_000);
+    expect(last!.at - first!.at).toBeLessThan(3_000);
   });
 });
 
