@@ -1,5 +1,5 @@
 // Delete notifications: when a deletion request is created, each affected source's webhooks get
-// one `{"type":"delete","userId":...,"timestamp":...}` per user, through the ordinary delivery
+// one `{"type":"delete","userId":...,"timestamp":...,"messageId":...,"context":{}}` per user, through the ordinary delivery
 // path (stored in TRACKHOOK_EVENTS, retried, dead-lettered like any message).
 import { createHash } from "node:crypto";
 import type { JetStreamClient } from "@nats-io/jetstream";
@@ -11,6 +11,11 @@ export interface DeleteNotification {
   userId: string;
   timestamp: string;
   messageId: string;
+  /**
+   * Empty: there is no device or request behind a deletion, but the spec has every call carry a
+   * context object, and a receiver reading `body.context.ip` should get undefined, not a TypeError.
+   */
+  context: Record<string, never>;
 }
 
 /**
@@ -50,7 +55,7 @@ export async function publishDeleteNotifications(js: JetStreamClient, batch: Del
     const slice = batch.userIds.slice(start, start + WINDOW);
     const acks = await Promise.all(
       slice.map((userId) => {
-        const notification: DeleteNotification = { type: "delete", userId, timestamp: batch.timestamp, messageId: deleteMessageId(batch.requestId, `${batch.namespace}/${batch.source}`, userId) };
+        const notification: DeleteNotification = { type: "delete", userId, timestamp: batch.timestamp, messageId: deleteMessageId(batch.requestId, `${batch.namespace}/${batch.source}`, userId), context: {} };
         return js.publish(subject, encoder.encode(JSON.stringify(notification)), {
           msgID: eventMsgId(batch.namespace, batch.source, notification.messageId),
         });

@@ -58,8 +58,9 @@ describe("trackhook delete-user", () => {
     const bodies = received.map((r) => JSON.parse(r.body.toString()) as Record<string, unknown>);
     expect(bodies.map((b) => b.userId).sort()).toEqual(["u-1", "u-2"]);
     for (const body of bodies) {
-      expect(Object.keys(body).sort()).toEqual(["messageId", "timestamp", "type", "userId"]);
+      expect(Object.keys(body).sort()).toEqual(["context", "messageId", "timestamp", "type", "userId"]);
       expect(body.type).toBe("delete");
+      expect(body.context).toEqual({});
       expect(body.messageId).toBe(deleteMessageId("req-1", "default/shop", body.userId as string));
       expect(Number.isNaN(Date.parse(body.timestamp as string))).toBe(false);
     }

@@ -50,7 +50,7 @@ describe("DeletionRequest", () => {
       await env.receiver.waitFor("/erasure", 4);
       const received = bodies("/erasure");
       expect(received.map((b) => b.userId).sort()).toEqual(["alice", "alice", "bob", "bob"]);
-      for (const body of received) expect(Object.keys(body).sort()).toEqual(["messageId", "timestamp", "type", "userId"]);
+      for (const body of received) expect(Object.keys(body).sort()).toEqual(["context", "messageId", "timestamp", "type", "userId"]);
       const expectedIds = ["shop", "blog"].flatMap((s) => ["alice", "bob"].map((u) => deleteMessageId(done.metadata.uid, `${env.namespace}/${s}`, u)));
       expect(received.map((b) => b.messageId).sort()).toEqual(expectedIds.sort());
       const events = await env.cluster.kubectlOk(["get", "events", "-n", env.namespace, "--field-selector", "involvedObject.name=gdpr-1", "-o", "jsonpath={.items[*].reason}"]);
