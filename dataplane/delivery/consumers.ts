@@ -4,7 +4,7 @@
 import { AckPolicy, DeliverPolicy, type ConsumerConfig, type JetStreamManager } from "@nats-io/jetstream";
 import { nanos } from "@nats-io/transport-node";
 import type { CompiledDestination } from "../../schema/mod.ts";
-import { EVENTS_STREAM, consumerName, isConsumerNotFound, replaySubject, sourceSubjects } from "../nats/mod.ts";
+import { EVENTS_STREAM, consumerName, isConsumerNotFound, isStreamNotFound, replaySubject, sourceSubjects } from "../nats/mod.ts";
 
 /**
  * ack_wait must outlast the worst delivery round (all URLs in parallel, each bounded by the
@@ -70,11 +70,14 @@ export async function ensureDestinationConsumer(jsm: JetStreamManager, destinati
   return config.durable_name;
 }
 
-/** Deletes the named destination consumers; one already gone counts as deleted. */
+/**
+ * Deletes the named destination consumers; one already gone counts as deleted, and so do all when
+ * the stream itself is gone (a finalizer must not wait for a stream that will never come back).
+ */
 export async function removeDestinationConsumers(jsm: JetStreamManager, names: Iterable<string>): Promise<void> {
   for (const name of names) {
     await jsm.consumers.delete(EVENTS_STREAM, name).catch((err: Error) => {
-      if (!isConsumerNotFound(err)) throw err;
+      if (!isConsumerNotFound(err) && !isStreamNotFound(err)) throw err;
     });
   }
 }

@@ -1,8 +1,9 @@
 // TRACKHOOK_EVENTS is created with the settings of DESIGN.md, and updated in place when an
 // existing stream's settings differ (a new max_bytes, say), keeping its messages.
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { EVENTS_STREAM, ensureStream, eventsStreamConfig, isConsumerNotFound, isStreamNotFound } from "../../dataplane/nats/mod.ts";
+import { EVENTS_STREAM, consumerName, ensureStream, eventsStreamConfig, isConsumerNotFound, isStreamNotFound } from "../../dataplane/nats/mod.ts";
 import { startNats, type NatsHarness } from "../harness/nats.ts";
+import { removeDestinationConsumers } from "../../dataplane/delivery/mod.ts";
 
 let nats: NatsHarness;
 beforeAll(async () => {
@@ -59,5 +60,16 @@ describe("not-found errors", () => {
     const noConsumer = await nats.jsm.consumers.info(EVENTS_STREAM, "no-such-consumer").catch((err: unknown) => err);
     expect(isConsumerNotFound(noConsumer)).toBe(true);
     expect(isStreamNotFound(noConsumer)).toBe(false);
+  });
+});
+
+describe("destination consumers", () => {
+  it("removing them succeeds when the events stream does not exist (regression: a WebhookDestination's finalizer hung)", async () => {
+    const bare = await startNats();
+    try {
+      await expect(removeDestinationConsumers(bare.jsm, [consumerName("default", "hook")])).resolves.toBeUndefined();
+    } finally {
+      await bare.stop();
+    }
   });
 });
