@@ -274,7 +274,8 @@ describe("rendered manifests", () => {
         (r.rules as Manifest[]).map((rule) => ({ ns: r.metadata.namespace, groups: rule.apiGroups, resources: rule.resources, names: rule.resourceNames, verbs: rule.verbs })),
       );
     const expected = [
-      { groups: ["trackhook.io"], resources: ["sources", "webhookdestinations", "deletionrequests"], verbs: ["get", "list", "watch", "patch"] },
+      { groups: ["trackhook.io"], resources: ["sources", "webhookdestinations"], verbs: ["list", "watch", "patch"] },
+      { groups: ["trackhook.io"], resources: ["deletionrequests"], verbs: ["get", "list", "watch"] },
       { groups: ["trackhook.io"], resources: ["sources/status", "webhookdestinations/status", "deletionrequests/status"], verbs: ["patch"] },
       { groups: [""], resources: ["secrets"], verbs: ["get", "list", "watch"] },
       { groups: [""], resources: ["events"], verbs: ["create"] },
@@ -288,7 +289,7 @@ describe("rendered manifests", () => {
     expect(rules(defaults, "Role")).toEqual([leases[0], { ...leases[1], names: ["trackhook-operator"] }]);
     expect(ofKind(full, "ClusterRole")).toEqual([]);
     expect(rules(full, "Role")).toEqual([...expected.map((r) => ({ ns: "tenants", names: undefined, ...r })), leases[0], { ...leases[1], names: ["th-operator"] }]);
-    expect(rules(fullClusterWide, "ClusterRole")).toHaveLength(4);
+    expect(rules(fullClusterWide, "ClusterRole")).toHaveLength(expected.length);
 
     for (const [variant, docs] of Object.entries(variants())) {
       const all = [...rules(docs, "Role"), ...rules(docs, "ClusterRole")];
@@ -491,7 +492,14 @@ describe("rendered manifests", () => {
     expect(blocks(full).find((b: Manifest) => b.cidr === "0.0.0.0/0").except).toEqual(expect.arrayContaining(["10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16", "169.254.0.0/16", "127.0.0.0/8"]));
     expect(blocks(privateNetworks).every((b: Manifest) => b.except === undefined)).toBe(true);
     const operatorEgress = ofKind(full, "NetworkPolicy").find((np) => np.metadata.labels["app.kubernetes.io/component"] === "operator")!.spec.egress as Manifest[];
-    expect(operatorEgress.some((r) => r.to?.some((t: Manifest) => t.ipBlock?.cidr === "172.20.0.1/32"))).toBe(true);
+    expect(operatorEgress.some((r) => r.to?.some((t: Manifest) => t.ipBlock?.cidr === "172.18.0.2/32"))).toBe(true);
+  });
+
+  it("NetworkPolicies: a restricted ingest port still admits the metrics scrapers (it serves /metrics too)", () => {
+    const ingestFrom = (docs: Manifest[]) => ofKind(docs, "NetworkPolicy").find((np) => np.metadata.labels["app.kubernetes.io/component"] === "ingest")!.spec.ingress[0].from as Manifest[] | undefined;
+    const namespaces = (peers: Manifest[] | undefined) => (peers ?? []).map((p) => p.namespaceSelector?.matchLabels?.["kubernetes.io/metadata.name"]);
+    expect(namespaces(ingestFrom(full))).toEqual(["ingress-nginx", "monitoring"]);
+    expect(ingestFrom(defaults), "unrestricted by default: the public API").toBeUndefined();
   });
 
   it("NOTES.txt tells how to create a Source and send a first event", async () => {

@@ -149,6 +149,7 @@ describe("the chart on a real API server", () => {
       [operator, ["patch", "webhookdestinations.trackhook.io", "-n", elsewhere], "yes"],
       [operator, ["patch", "sources.trackhook.io", "--subresource=status", "-n", elsewhere], "yes"],
       [operator, ["patch", "deletionrequests.trackhook.io", "--subresource=status", "-n", elsewhere], "yes"],
+      [operator, ["patch", "deletionrequests.trackhook.io", "-n", elsewhere], "no"],
       [operator, ["create", "sources.trackhook.io", "-n", elsewhere], "no"],
       [operator, ["delete", "webhookdestinations.trackhook.io", "-n", elsewhere], "no"],
       [operator, ["update", "sources.trackhook.io", "-n", elsewhere], "no"],
