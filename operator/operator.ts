@@ -172,6 +172,10 @@ export class Operator {
     this.#synced = true;
     this.#ctx = ctx;
     await this.#collectOrphans();
+    // Which Source holds which key outlives the operator in the bucket. Without it, a newer Source
+    // that copied another's key and came first in the resync would take that key's traffic until
+    // the older one's turn.
+    for (const [id, digest] of await ctx.config.sourceDigests()) if (this.#inScope(id.split("/")[0]!)) ctx.sourceDigests.set(id, digest);
     // Events before every cache was synced were not queued: now each object gets its reconcile,
     // with the whole picture (a deletion request needs to know the destinations).
     this.#resyncAll();
@@ -183,6 +187,10 @@ export class Operator {
     this.#log.info({ sources: sources.list().length, destinations: destinations.list().length }, "operator running");
   }
 
+  #inScope(namespace: string): boolean {
+    return !this.#options.watchNamespace || namespace === this.#options.watchNamespace;
+  }
+
   /**
    * Deletes bucket entries and consumers whose resource is gone — removed while no operator ran,
    * or with its finalizer forced off — so an old write key cannot keep working.
@@ -190,11 +198,10 @@ export class Operator {
   async #collectOrphans(): Promise<void> {
     const ctx = this.#ctx;
     if (!ctx) return;
-    const inScope = (ns: string) => !this.#options.watchNamespace || ns === this.#options.watchNamespace;
     try {
       for await (const key of await ctx.config.kv.keys()) {
         const parsed = parseConfigKey(key);
-        if (!parsed || !inScope(parsed.namespace)) continue;
+        if (!parsed || !this.#inScope(parsed.namespace)) continue;
         const { kind, namespace: ns, name } = parsed;
         const gone = kind === "source" ? !ctx.sources.get(ns, name) : !ctx.destinations.get(ns, name);
         if (!gone) continue;
@@ -203,7 +210,7 @@ export class Operator {
       }
       for await (const consumer of ctx.jsm.consumers.list(EVENTS_STREAM)) {
         const owner = parseConsumerName(consumer.name);
-        if (!owner || !inScope(owner.namespace) || ctx.destinations.get(owner.namespace, owner.destination)) continue;
+        if (!owner || !this.#inScope(owner.namespace) || ctx.destinations.get(owner.namespace, owner.destination)) continue;
         await removeDestinationConsumers(ctx.jsm, [consumer.name]);
         this.#log.info({ consumer: consumer.name }, "removed a consumer whose WebhookDestination no longer exists");
       }

@@ -117,18 +117,24 @@ export function useOperatorEnv(prefix: string): OperatorEnv {
   return env;
 }
 
+/** An in-process operator for the env's namespace, running (leading and synced) when this resolves. */
+export async function startOperator(env: OperatorEnv): Promise<Operator> {
+  const kube = kubeClients(env.cluster.kubeConfig());
+  const operator = new Operator(
+    { kube, nc: await env.nats.connect(), log },
+    operatorOptions({ watchNamespace: env.namespace, leaseNamespace: env.namespace, leaseDurationMs: 15_000, renewDeadlineMs: 10_000, retryPeriodMs: 2000 }),
+  );
+  await operator.run((reason) => {
+    throw new Error(`the test operator lost its lease: ${reason}`);
+  });
+  return operator;
+}
+
 /** An in-process operator for the env's namespace, started in beforeAll, stopped in afterAll. */
 export function useOperator(env: OperatorEnv): { readonly operator: Operator } {
   let operator: Operator | undefined;
   beforeAll(async () => {
-    const kube = kubeClients(env.cluster.kubeConfig());
-    operator = new Operator(
-      { kube, nc: await env.nats.connect(), log },
-      operatorOptions({ watchNamespace: env.namespace, leaseNamespace: env.namespace, leaseDurationMs: 15_000, renewDeadlineMs: 10_000, retryPeriodMs: 2000 }),
-    );
-    await operator.run((reason) => {
-      throw new Error(`the test operator lost its lease: ${reason}`);
-    });
+    operator = await startOperator(env);
   });
   afterAll(async () => {
     await operator?.stop();

@@ -1,0 +1,45 @@
+// Which Source holds a write key must survive an operator restart: a newer Source that copied
+// another's key while no operator ran must not take that key's traffic, even for a moment.
+import { describe, expect, it } from "vitest";
+import { Kvm } from "@nats-io/kv";
+import { CONFIG_BUCKET, sourceKey } from "../../dataplane/config/mod.ts";
+import { secretYaml, sourceYaml } from "../harness/documents.ts";
+import { startOperator, useOperatorEnv } from "../harness/operator.ts";
+
+const env = useOperatorEnv("keys");
+
+describe("a copied write key after an operator restart", () => {
+  it("is refused without its Source ever entering the config (regression: the first Source reconciled took the key)", async () => {
+    const first = await startOperator(env);
+    try {
+      await env.apply([secretYaml("victim-key", { writeKey: "victim-secret-key" }), sourceYaml("zz-victim", { name: "victim-key" })].join("---\n"));
+      await env.waitReady("Source", "zz-victim");
+    } finally {
+      await first.stop();
+    }
+    // While no operator runs: newer Sources with the same key, whose names sort first. With two
+    // reconciles at a time, the first two copies are reconciled before the victim.
+    const copies = ["aa-copy-1", "aa-copy-2", "aa-copy-3"];
+    await env.apply([secretYaml("copy-key", { writeKey: "victim-secret-key" }), ...copies.map((name) => sourceYaml(name, { name: "copy-key" }))].join("---\n"));
+    const kv = await new Kvm(env.nats.nc).open(CONFIG_BUCKET);
+    const puts: string[] = [];
+    const watch = await kv.watch({ key: sourceKey(env.namespace, "*") });
+    void (async () => {
+      for await (const entry of watch) if (entry.operation === "PUT") puts.push(entry.key);
+    })();
+
+    const second = await startOperator(env);
+    try {
+      for (const name of copies) {
+        const copy = await env.waitReady("Source", name, "False");
+        expect(copy.status!.conditions![0]).toMatchObject({ reason: "DuplicateWriteKey" });
+      }
+      await env.waitReady("Source", "zz-victim");
+      expect(puts.filter((key) => key !== sourceKey(env.namespace, "zz-victim"))).toEqual([]);
+      expect((await kv.get(sourceKey(env.namespace, "zz-victim")))?.operation).toBe("PUT");
+    } finally {
+      watch.stop();
+      await second.stop();
+    }
+  });
+});
