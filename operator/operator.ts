@@ -12,6 +12,7 @@ import { EVENTS_STREAM, parseConsumerName } from "../dataplane/nats/mod.ts";
 import { GROUP, VERSION, type SourceDocument, type WebhookDestinationDocument } from "../schema/mod.ts";
 import { EventRecorder } from "./events.ts";
 import type { Kube, KubeObject } from "./kube/client.ts";
+import { listMetadata, metadataOnly } from "./kube/metadata.ts";
 import { Reflector, type WatchEventType } from "./kube/reflector.ts";
 import { DEFAULT_LEASE, LeaderElector } from "./leader.ts";
 import { OperatorMetrics } from "./metrics.ts";
@@ -117,7 +118,7 @@ export class Operator {
   async #startControllers(): Promise<void> {
     const kv = await ensureConfigBucket(this.#nc, { replicas: this.#options.configReplicas }, this.#log);
     const jsm = await jetstreamManager(this.#nc);
-    const { kc, custom, core } = this.#kube;
+    const { kc, custom } = this.#kube;
     const ns = this.#options.watchNamespace;
     const list = (plural: string) => () =>
       ns
@@ -129,7 +130,9 @@ export class Operator {
     const sources = new Reflector<SourceResource>({ kc, log: this.#log, path: path(PLURALS.Source), list: list(PLURALS.Source), transform: withKind("Source") as never, onEvent: (t, o, p) => this.#onSource(t, o, p) });
     const destinations = new Reflector<DestinationResource>({ kc, log: this.#log, path: path(PLURALS.WebhookDestination), list: list(PLURALS.WebhookDestination), transform: withKind("WebhookDestination") as never, onEvent: (t, o, p) => this.#onDestination(t, o, p) });
     const deletions = new Reflector<DeletionResource>({ kc, log: this.#log, path: path(PLURALS.DeletionRequest), list: list(PLURALS.DeletionRequest), transform: withKind("DeletionRequest") as never, onEvent: (t, o) => this.#onDeletion(t, o) });
-    const secrets = new Reflector<KubeObject>({ kc, log: this.#log, path: ns ? `/api/v1/namespaces/${ns}/secrets` : "/api/v1/secrets", list: () => (ns ? core.listNamespacedSecret({ namespace: ns }) : core.listSecretForAllNamespaces()) as never, transform: secretMetadataOnly, onEvent: (_t, o) => this.#onSecret(o) });
+    // Secrets as metadata only: a change is all the operator needs to hear of; values are read per reconcile.
+    const secretsPath = ns ? `/api/v1/namespaces/${ns}/secrets` : "/api/v1/secrets";
+    const secrets = new Reflector<KubeObject>({ kc: metadataOnly(kc), log: this.#log, path: secretsPath, list: () => listMetadata(kc, secretsPath), transform: secretMetadataOnly, onEvent: (_t, o) => this.#onSecret(o) });
 
     const ctx: OperatorContext = {
       kube: this.#kube, log: this.#log, metrics: this.metrics,

@@ -1,0 +1,36 @@
+// Lists and watches that ask the API server for metadata only (PartialObjectMetadata), as
+// client-go's metadata informers do. The operator watches Secrets only to hear that one changed:
+// their values must never be transferred, held or parsed, and a cluster's Secrets (Helm release
+// records, service account tokens) can be large and many.
+import type { KubeConfig} from "@kubernetes/client-node";
+import { HttpMethod, RequestContext } from "@kubernetes/client-node";
+import { fetch } from "undici";
+import type { KubeObject } from "./client.ts";
+
+const AS_METADATA = "as=PartialObjectMetadata;g=meta.k8s.io;v=v1";
+const AS_METADATA_LIST = "as=PartialObjectMetadataList;g=meta.k8s.io;v=v1";
+
+/** A KubeConfig whose requests (client-node's Watch among them) ask for PartialObjectMetadata. */
+export function metadataOnly(kc: KubeConfig): KubeConfig {
+  const config = Object.create(kc) as KubeConfig;
+  config.applySecurityAuthentication = async (context: RequestContext) => {
+    await kc.applySecurityAuthentication(context);
+    context.setHeaderParam("Accept", `application/json;${AS_METADATA}`);
+  };
+  return config;
+}
+
+/** The collection at `path` (e.g. /api/v1/secrets) as PartialObjectMetadataList. */
+export async function listMetadata(kc: KubeConfig, path: string): Promise<{ items: KubeObject[]; metadata?: { resourceVersion?: string } }> {
+  const cluster = kc.getCurrentCluster();
+  if (!cluster) throw new Error("no current cluster in the kubeconfig");
+  const context = new RequestContext(`${cluster.server}${path}`, HttpMethod.GET);
+  await kc.applySecurityAuthentication(context);
+  context.setHeaderParam("Accept", `application/json;${AS_METADATA_LIST}`);
+  const response = await fetch(context.getUrl(), { headers: context.getHeaders(), dispatcher: context.getDispatcher() as never });
+  const body = (await response.json()) as { kind?: string; items?: KubeObject[]; metadata?: { resourceVersion?: string }; message?: string };
+  if (response.status !== 200) throw Object.assign(new Error(`GET ${path}: ${response.status} ${body.message ?? ""}`.trim()), { code: response.status });
+  // A server that cannot convert would answer the full objects: never keep those.
+  if (body.kind !== "PartialObjectMetadataList") throw new Error(`GET ${path}: expected PartialObjectMetadataList, got ${body.kind}`);
+  return { items: body.items ?? [], metadata: body.metadata };
+}
