@@ -12,7 +12,7 @@ import type {
 } from "../../schema/mod.ts";
 import type { EventRecorder } from "../events.ts";
 import type { OperatorMetrics } from "../metrics.ts";
-import { MERGE_PATCH, customResource, isNotFound, type CustomResource, type Kube, type KubeObject } from "../kube/client.ts";
+import { MERGE_PATCH, apiErrorMessage, customResource, isNotFound, type CustomResource, type Kube, type KubeObject } from "../kube/client.ts";
 import type { Reflector } from "../kube/reflector.ts";
 import { readyOf, withReady, type ReadyState } from "../conditions.ts";
 
@@ -85,6 +85,16 @@ export async function setReady<R extends AnyResource>(
     const type = state.status === "False" ? "Warning" : "Normal";
     await ctx.events.record(object as AnyResource & { kind: Kind }, type, state.reason, state.message);
   }
+}
+
+/**
+ * A reconcile that threw (NATS or the API server unreachable, say) is retried with backoff by the
+ * queue; meanwhile Ready says so (Unknown, Retrying, with a Warning event) instead of still
+ * showing the last success.
+ */
+export async function reportRetrying(ctx: OperatorContext, object: AnyResource | undefined, err: unknown): Promise<void> {
+  if (!object || isDeleting(object)) return;
+  await setReady(ctx, object, { status: "Unknown", reason: "Retrying", message: `the spec could not be applied yet, retrying: ${apiErrorMessage(err)}` }).catch(() => {});
 }
 
 async function patchFinalizers(ctx: OperatorContext, object: AnyResource, finalizers: string[]): Promise<void> {
