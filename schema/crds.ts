@@ -26,7 +26,11 @@ const readyColumns = [
   { name: "Ready", type: "string", jsonPath: `.status.conditions[?(@.type=="Ready")].status` },
   { name: "Reason", type: "string", jsonPath: `.status.conditions[?(@.type=="Ready")].reason` },
 ];
-const ageColumn = { name: "Age", type: "date", jsonPath: ".metadata.creationTimestamp" };
+/** Last: the Ready message (the why of a False) in `-o wide`, then the age. */
+const closingColumns = [
+  { name: "Message", type: "string", jsonPath: `.status.conditions[?(@.type=="Ready")].message`, priority: 1 },
+  { name: "Age", type: "date", jsonPath: ".metadata.creationTimestamp" },
+];
 
 export const KINDS: KindInfo[] = [
   {
@@ -39,7 +43,7 @@ export const KINDS: KindInfo[] = [
     columns: [
       ...readyColumns,
       { name: "Enabled", type: "boolean", jsonPath: ".spec.enabled" },
-      ageColumn,
+      ...closingColumns,
     ],
   },
   {
@@ -53,7 +57,7 @@ export const KINDS: KindInfo[] = [
       ...readyColumns,
       { name: "URLs", type: "integer", jsonPath: ".status.urlCount" },
       { name: "Sources", type: "string", jsonPath: ".status.sources", priority: 1 },
-      ageColumn,
+      ...closingColumns,
     ],
   },
   {
@@ -67,7 +71,7 @@ export const KINDS: KindInfo[] = [
       { name: "State", type: "string", jsonPath: ".status.state" },
       ...readyColumns,
       { name: "Sources", type: "string", jsonPath: ".status.sources[*].name", priority: 1 },
-      ageColumn,
+      ...closingColumns,
     ],
   },
 ];

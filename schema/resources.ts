@@ -227,7 +227,7 @@ export const Condition = Type.Object({
   }),
   observedGeneration: Type.Optional(Type.Integer({ description: "Generation this condition was set for." })),
   lastTransitionTime: Type.String({ format: "date-time", description: "When the status last changed." }),
-  reason: Type.String({ maxLength: 1024, description: "CamelCase reason for the condition's last transition." }),
+  reason: Type.String({ minLength: 1, maxLength: 1024, pattern: "^[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?$", description: "CamelCase reason for the condition's last transition." }),
   message: Type.String({ maxLength: 32768, description: "Human-readable details." }),
 });
 export type Condition = Static<typeof Condition>;
@@ -235,7 +235,8 @@ export type Condition = Static<typeof Condition>;
 const commonStatus = {
   observedGeneration: Type.Optional(Type.Integer({ description: "The generation the conditions describe." })),
   conditions: Type.Optional(
-    Type.Array(Condition, { maxItems: 8, description: "Standard conditions; Ready tells whether the object is in effect." }),
+    // A map keyed by type, as metav1.Condition lists are: server-side apply merges them by type.
+    Type.Array(Condition, { maxItems: 8, "x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["type"], description: "Standard conditions; Ready tells whether the object is in effect." }),
   ),
 };
 const statusDescription = "Observed state, written by the operator.";

@@ -105,8 +105,22 @@ describe("CRDs: discovery and kubectl get", () => {
     expect(await columns("sources")).toEqual(["NAME", "READY", "REASON", "ENABLED", "AGE"]);
     expect(await columns("webhookdestinations")).toEqual(["NAME", "READY", "REASON", "URLS", "AGE"]);
     // The resolved source list is long: only in -o wide.
-    expect(await columns("webhookdestinations", "-o", "wide")).toEqual(["NAME", "READY", "REASON", "URLS", "SOURCES", "AGE"]);
+    expect(await columns("webhookdestinations", "-o", "wide")).toEqual(["NAME", "READY", "REASON", "URLS", "SOURCES", "MESSAGE", "AGE"]);
+    expect(await columns("sources", "-o", "wide")).toEqual(["NAME", "READY", "REASON", "ENABLED", "MESSAGE", "AGE"]);
     expect(await columns("deletionrequests")).toEqual(["NAME", "STATE", "READY", "REASON", "AGE"]);
+  });
+
+  it("keeps conditions a map keyed by type, with CamelCase reasons, as metav1.Condition", async () => {
+    await create(source("conditions"));
+    const ready = { type: "Ready", status: "True", reason: "Reconciled", message: "", lastTransitionTime: "2026-01-01T00:00:00Z" };
+    const patch = (conditions: unknown[]) =>
+      cluster.kubectl(["patch", "source", "conditions", "-n", ns, "--subresource=status", "--type=merge", "-p", JSON.stringify({ status: { conditions } })]);
+    const twice = await patch([ready, { ...ready, status: "False" }]);
+    expect(twice.code).not.toBe(0);
+    expect(twice.stderr).toMatch(/Duplicate value/);
+    const badReason = await patch([{ ...ready, reason: "not camel case" }]);
+    expect(badReason.stderr).toContain("status.conditions[0].reason");
+    expect((await patch([ready])).code).toBe(0);
   });
 
   it("keeps status apart from spec: only the status subresource writes it, without a new generation", async () => {
