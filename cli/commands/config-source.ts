@@ -1,7 +1,7 @@
 // Where `ingest` and `deliver` take their config from: YAML files (`--config`, local use) or the
 // trackhook-config KV bucket the operator writes (`--config-from nats`, the default in a cluster).
 import type { NatsConnection } from "@nats-io/transport-node";
-import { FileConfigProvider, KvConfigProvider, type ConfigProvider } from "../../dataplane/config/mod.ts";
+import { FileConfigProvider, KvConfigProvider, type ConfigPart, type ConfigProvider } from "../../dataplane/config/mod.ts";
 import type { Logger } from "../../dataplane/logging.ts";
 import { UsageError } from "../args.ts";
 
@@ -34,7 +34,10 @@ export function openConfigFiles(from: ConfigFrom, log: Logger): ConfigProvider |
   return from.kind === "file" ? new FileConfigProvider(from.path, log) : undefined;
 }
 
-/** The file config already opened, or the bucket's (waits for its content). */
-export async function openConfig(files: ConfigProvider | undefined, nc: NatsConnection, log: Logger): Promise<ConfigProvider> {
-  return files ?? KvConfigProvider.start(nc, log);
+/**
+ * The file config already opened, or the bucket's part this component needs (waits for its
+ * content): ingest reads the Sources only, delivery the destinations only.
+ */
+export async function openConfig(files: ConfigProvider | undefined, nc: NatsConnection, log: Logger, part: ConfigPart): Promise<ConfigProvider> {
+  return files ?? KvConfigProvider.start(nc, log, undefined, part);
 }

@@ -96,7 +96,7 @@ ${configSourceHelp}
     });
     const nc = (running.nc = await connectNats({ servers: nats, name: "trackhook-deliver", log }));
     waitingFor = from.kind === "nats" ? "the trackhook-config bucket" : "the events stream";
-    const config = (running.config = await openConfig(files, nc, log));
+    const config = (running.config = await openConfig(files, nc, log, "destinations"));
     waitingFor = "the events stream";
     const delivery = (running.delivery = await startDelivery({ nc, config, log, maxInFlight, metrics, sideStreams, allowPrivateNetworks: Boolean(values["allow-private-networks"] as unknown) }));
     log.info({ address, destinations: delivery.service.destinations }, "delivery running (health, readiness and metrics on this address)");

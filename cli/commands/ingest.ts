@@ -62,7 +62,7 @@ export const ingestCommand: Command = {
     const options = ingestOptions(values);
     const files = openConfigFiles(from, log); // invalid config fails here, before connecting
     const nc = await connectNats({ servers: nats, name: "trackhook-ingest", log });
-    const config = await openConfig(files, nc, log);
+    const config = await openConfig(files, nc, log, "sources");
     const ingest = await startIngest({
       nc, config, log, stream, options,
       host: values.host ?? "0.0.0.0",

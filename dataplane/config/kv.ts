@@ -1,7 +1,8 @@
 // The trackhook-config KV bucket: the operator writes one entry per Source and per
 // WebhookDestination, already compiled (write keys as digests); ingest and delivery pods started
 // with `--config-from nats` watch it and apply every change live.
-import { Kvm, type KV, type KvEntry } from "@nats-io/kv";
+import { jetstreamManager, type JetStreamManager } from "@nats-io/jetstream";
+import { Kvm, type KV, type KvEntry, type KvStatus } from "@nats-io/kv";
 import type { NatsConnection } from "@nats-io/transport-node";
 import {
   describeErrors,
@@ -94,35 +95,53 @@ export class ConfigWriter {
  * validate is logged and ignored (its previous value stays), so one bad write cannot take the
  * data plane down. `ready` is false until the bucket's content at start has been read.
  */
+/**
+ * The part of the bucket a component follows. Ingest needs the Sources (write key digests) only
+ * and delivery the destinations (with their shared secrets) only: with one key filter each, NATS
+ * permissions can keep the internet-facing ingest from ever reading a shared secret
+ * (docs/nats-permissions.conf).
+ */
+export type ConfigPart = "all" | "sources" | "destinations";
+const PART_KEYS: Record<ConfigPart, string> = { all: ">", sources: "source.>", destinations: "destination.>" };
+
 export class KvConfigProvider extends ConfigHolder {
   readonly #sources = new Map<string, CompiledSource>();
   readonly #destinations = new Map<string, CompiledDestination>();
   readonly #log: Logger;
+  readonly #part: ConfigPart;
   #stopped = false;
   #ready = false;
   #stopWatch: () => void = () => {};
 
-  private constructor(log: Logger) {
+  private constructor(log: Logger, part: ConfigPart) {
     super();
     this.#log = log;
+    this.#part = part;
   }
 
   /**
-   * Resolves once the bucket's current content is loaded. Waits for the bucket when the operator
-   * has not created it yet, logging every `retryMs`.
+   * Resolves once the bucket's current content (of `part`) is loaded. Waits for the bucket when
+   * the operator has not created it yet, logging every `retryMs`.
    */
-  static async start(nc: NatsConnection, log: Logger, retryMs = 2000): Promise<KvConfigProvider> {
-    const provider = new KvConfigProvider(log);
+  static async start(nc: NatsConnection, log: Logger, retryMs = 2000, part: ConfigPart = "all"): Promise<KvConfigProvider> {
+    const provider = new KvConfigProvider(log, part);
     const kv = await openWhenCreated(nc, log, retryMs, () => provider.#stopped);
-    await provider.#follow(kv, retryMs);
+    await provider.#follow(kv, retryMs, await jetstreamManager(nc, { checkAPI: false }));
     return provider;
+  }
+
+  /** Whether the followed part of the bucket has no entry (not even a delete marker) to load. */
+  async #nothingToLoad(status: KvStatus, jsm: JetStreamManager): Promise<boolean> {
+    if (this.#part === "all") return status.values === 0;
+    const info = await jsm.streams.info(status.streamInfo.config.name, { subjects_filter: `$KV.${CONFIG_BUCKET}.${PART_KEYS[this.#part]}` });
+    return Object.keys(info.state.subjects ?? {}).length === 0;
   }
 
   get ready(): boolean {
     return this.#ready;
   }
 
-  async #follow(kv: KV, retryMs: number): Promise<void> {
+  async #follow(kv: KV, retryMs: number, jsm: JetStreamManager): Promise<void> {
     let loaded!: () => void;
     const initialLoad = new Promise<void>((resolve) => (loaded = resolve));
     let revision = 0;
@@ -141,8 +160,9 @@ export class KvConfigProvider extends ConfigHolder {
             revision = 0;
           }
           created = status.streamInfo.created;
-          const empty = status.values === 0;
-          const watch = await kv.watch({ key: ">", ...(revision > 0 ? { resumeFromRevision: revision + 1 } : {}) });
+          const empty = await this.#nothingToLoad(status, jsm);
+          // One key filter, so the consumer's create request names it (what permissions check).
+          const watch = await kv.watch({ key: PART_KEYS[this.#part], ...(revision > 0 ? { resumeFromRevision: revision + 1 } : {}) });
           this.#stopWatch = () => watch.stop();
           // A watcher does not notice its bucket being deleted; look now and then, and start
           // over when it is gone or is another bucket of the same name.

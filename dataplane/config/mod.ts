@@ -14,4 +14,4 @@ export {
   type SourceRef,
 } from "./compile-resource.ts";
 export { ConfigHolder, FileConfigProvider, loadConfigFile, staticConfig, type ConfigProvider } from "./provider.ts";
-export { CONFIG_BUCKET, ConfigWriter, KvConfigProvider, destinationKey, ensureConfigBucket, parseConfigKey, sourceKey, type ConfigBucketOptions } from "./kv.ts";
+export { CONFIG_BUCKET, ConfigWriter, KvConfigProvider, destinationKey, ensureConfigBucket, parseConfigKey, sourceKey, type ConfigBucketOptions, type ConfigPart } from "./kv.ts";

@@ -251,6 +251,19 @@ describe("rendered manifests", () => {
     }
   });
 
+  it("give each component its own NATS user when asked (nats.auth/creds.perComponent), the others the shared one", async () => {
+    const docs = await render({ set: { "nats.auth.existingSecret": "shared-login", "nats.auth.perComponent.ingest": "ingest-login", "nats.creds.perComponent.delivery": "delivery-creds" } });
+    const env = (component: string) => (deploymentOf(docs, component).spec.template.spec.containers[0].env as Manifest[]).filter((e) => e.name.startsWith("TRACKHOOK_NATS_"));
+    expect(env("ingest").map((e) => e.valueFrom?.secretKeyRef?.name)).toEqual(["ingest-login", "ingest-login"]);
+    expect(env("operator").map((e) => e.valueFrom?.secretKeyRef?.name)).toEqual(["shared-login", "shared-login"]);
+    expect(env("delivery")).toEqual([{ name: "TRACKHOOK_NATS_CREDS", value: "/etc/trackhook/nats/creds/nats.creds" }]);
+    expect((deploymentOf(docs, "delivery").spec.template.spec.volumes as Manifest[]).find((v) => v.name === "nats-creds")?.secret.secretName).toBe("delivery-creds");
+    expect((deploymentOf(docs, "ingest").spec.template.spec.volumes as Manifest[]).find((v) => v.name === "nats-creds")).toBeUndefined();
+    const both = await helm(["template", "x", chartDir, "--set", "nats.auth.perComponent.ingest=a", "--set", "nats.creds.perComponent.ingest=b"]);
+    expect(both.code).not.toBe(0);
+    expect(both.stderr).toContain("set only one of nats.auth.perComponent.ingest and nats.creds.perComponent.ingest");
+  });
+
   it("keep credentials out of ConfigMaps and command lines", () => {
     const secretish = /password|passwd|token|creds|credential|secret|BEGIN [A-Z ]*KEY|\/\/[^/\s]*@/i;
     for (const [variant, docs] of Object.entries(variants())) {

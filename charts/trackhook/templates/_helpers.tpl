@@ -84,7 +84,7 @@ envFrom:
       name: {{ .root.Values.nats.existingSecret.name }}
       key: {{ .root.Values.nats.existingSecret.key }}
 {{- end }}
-{{- include "trackhook.natsAuthEnv" .root }}
+{{- include "trackhook.natsAuthEnv" (dict "root" .root "component" .component) }}
 {{- with .values.extraEnv }}
 {{ toYaml . }}
 {{- end }}
@@ -97,12 +97,32 @@ envFrom:
 {{/* NATS authentication and TLS as dataplane/nats/auth.ts reads them: a user and password or a
 token from the Secret as secretKeyRef variables, the .creds file and TLS files as paths of
 mounted files. Never in the ConfigMap, never on the command line. */}}
-{{- define "trackhook.natsAuthEnv" -}}
-{{- $nats := .Values.nats }}
+{{/* The NATS user and .creds Secrets of one component: its own (nats.auth.perComponent or
+nats.creds.perComponent) if it has one, else the shared ones. Call with
+(dict "root" $ "component" "ingest"); prints "<auth secret>|<creds secret>". */}}
+{{- define "trackhook.natsSecrets" -}}
+{{- $nats := .root.Values.nats }}
+{{- $auth := index ($nats.auth.perComponent | default dict) .component | default "" }}
+{{- $creds := index ($nats.creds.perComponent | default dict) .component | default "" }}
+{{- if and $auth $creds }}
+{{- fail (printf "set only one of nats.auth.perComponent.%s and nats.creds.perComponent.%s" .component .component) }}
+{{- end }}
+{{- if not (or $auth $creds) }}
 {{- if and $nats.auth.existingSecret $nats.creds.existingSecret }}
 {{- fail "set only one NATS authentication method: nats.auth.existingSecret or nats.creds.existingSecret" }}
 {{- end }}
-{{- with $nats.auth.existingSecret }}
+{{- $auth = $nats.auth.existingSecret }}
+{{- $creds = $nats.creds.existingSecret }}
+{{- end }}
+{{- printf "%s|%s" $auth $creds }}
+{{- end }}
+
+{{- define "trackhook.natsAuthEnv" -}}
+{{- $nats := .root.Values.nats }}
+{{- $secrets := splitList "|" (include "trackhook.natsSecrets" .) }}
+{{- $authSecret := index $secrets 0 }}
+{{- $credsSecret := index $secrets 1 }}
+{{- with $authSecret }}
 {{- if eq $nats.auth.type "token" }}
 - name: TRACKHOOK_NATS_TOKEN
   valueFrom:
@@ -122,7 +142,7 @@ mounted files. Never in the ConfigMap, never on the command line. */}}
       key: {{ $nats.auth.passwordKey }}
 {{- end }}
 {{- end }}
-{{- if $nats.creds.existingSecret }}
+{{- if $credsSecret }}
 - name: TRACKHOOK_NATS_CREDS
   value: {{ include "trackhook.natsCredsDir" . }}/nats.creds
 {{- end }}
@@ -143,9 +163,10 @@ mounted files. Never in the ConfigMap, never on the command line. */}}
 {{/* The Secret volumes of the NATS .creds and TLS files: only the keys asked for, readable by
 the pod's group (fsGroup) alone, or by everyone in the container without an fsGroup. */}}
 {{- define "trackhook.natsVolumes" -}}
-{{- $nats := .Values.nats }}
-{{- $mode := ternary 288 292 (not (empty .Values.podSecurityContext.fsGroup)) }}
-{{- with $nats.creds.existingSecret }}
+{{- $nats := .root.Values.nats }}
+{{- $credsSecret := index (splitList "|" (include "trackhook.natsSecrets" .)) 1 }}
+{{- $mode := ternary 288 292 (not (empty .root.Values.podSecurityContext.fsGroup)) }}
+{{- with $credsSecret }}
 - name: nats-creds
   secret:
     secretName: {{ . }}
@@ -174,12 +195,12 @@ the pod's group (fsGroup) alone, or by everyone in the container without an fsGr
 {{- end }}
 
 {{- define "trackhook.natsVolumeMounts" -}}
-{{- if .Values.nats.creds.existingSecret }}
+{{- if index (splitList "|" (include "trackhook.natsSecrets" .)) 1 }}
 - name: nats-creds
   mountPath: {{ include "trackhook.natsCredsDir" . }}
   readOnly: true
 {{- end }}
-{{- if .Values.nats.tls.existingSecret }}
+{{- if .root.Values.nats.tls.existingSecret }}
 - name: nats-tls
   mountPath: {{ include "trackhook.natsTlsDir" . }}
   readOnly: true
@@ -218,7 +239,7 @@ volumes:
   - name: tmp
     emptyDir:
       sizeLimit: 64Mi
-  {{- with include "trackhook.natsVolumes" .root | trim }}
+  {{- with include "trackhook.natsVolumes" (dict "root" .root "component" .component) | trim }}
   {{- . | nindent 2 }}
   {{- end }}
 {{- end }}
@@ -262,7 +283,7 @@ resources:
 volumeMounts:
   - name: tmp
     mountPath: /tmp
-  {{- with include "trackhook.natsVolumeMounts" .root | trim }}
+  {{- with include "trackhook.natsVolumeMounts" (dict "root" .root "component" .component) | trim }}
   {{- . | nindent 2 }}
   {{- end }}
 {{- end }}
