@@ -50,7 +50,9 @@ export function judge(item: unknown, routeType: MessageType | undefined): Verdic
   }
   const type = routeType ?? message.type;
   if (!isMessageType(type)) {
-    return { accepted: false, reason: "unknown_type", detail: `type ${JSON.stringify(type ?? null)} is not one of ${MESSAGE_TYPES.join(", ")}` };
+    // Described, not serialised: the value may be anything, however large or deep.
+    const shown = typeof type === "string" ? JSON.stringify(type.slice(0, 64)) : type === undefined || type === null ? "missing" : `a ${Array.isArray(type) ? "array" : typeof type}`;
+    return { accepted: false, reason: "unknown_type", detail: `type ${shown} is not one of ${MESSAGE_TYPES.join(", ")}` };
   }
   message.type = type;
   const validate = validateMessage[type];

@@ -103,6 +103,21 @@ describe("inputs that used to give 503/500 forever", () => {
     expect(await stored(deep)).toHaveLength(0);
   });
 
+  it("a batch item whose type is nested deep is not accepted; the batch's other items are stored (regression: a 500 for the whole batch)", async () => {
+    const good = uniqueId("good");
+    const raw = `{"batch":[{"type":${"[".repeat(6_000)}${"]".repeat(6_000)},"userId":"u"},{"type":"track","userId":"u","event":"e","messageId":"${good}"}]}`;
+    const res = await post(`${env.ingest.url}/v1/batch`, undefined, { headers: auth, raw });
+    expect(res).toMatchObject({ status: 200, json: { success: true } });
+    expect(await stored(good)).toHaveLength(1);
+  });
+
+  it("an unknown type is described, not echoed whole", async () => {
+    const before = await messagesCounted(env.ingest, { reason: "unknown_type" });
+    const res = await post(`${env.ingest.url}/v1/batch`, { batch: [{ type: { nested: ["x".repeat(10_000)] }, userId: "u" }, { type: "x".repeat(10_000), userId: "u" }] }, { headers: auth });
+    expect(res.status).toBe(200);
+    expect(await messagesCounted(env.ingest, { reason: "unknown_type" })).toBe(before + 2);
+  });
+
   it("a message exactly 64 levels deep is stored", async () => {
     const id = uniqueId("deep64");
     // The message is level 1 and properties level 2: 62 more levels inside make 64.

@@ -102,13 +102,18 @@ async function handle(state: IngestState, request: FastifyRequest, config: Route
   const accepted: PreparedMessage[] = [];
   let storedBytes = 0;
   for (const [index, item] of items.entries()) {
+    // Before anything walks or serialises it (judge describes an unknown type, enrich copies).
+    if (mayNestTooDeep && nestedDeeperThan(item, MAX_JSON_DEPTH)) {
+      notAccepted("nested_too_deep", `message is nested deeper than ${MAX_JSON_DEPTH} levels`, item);
+      continue;
+    }
     const verdict = judge(item, config.type);
     if (!verdict.accepted) {
       notAccepted(verdict.reason, verdict.detail, item);
       continue;
     }
     const message = enrich(verdict.message, verdict.type, { receivedAt, ip: () => request.ip, batch });
-    // After enrich: a deep batch context makes every item that merges it deep too.
+    // Again after enrich: a deep batch context makes every item that merges it deep too.
     if (mayNestTooDeep && nestedDeeperThan(message, MAX_JSON_DEPTH)) {
       notAccepted("nested_too_deep", `message is nested deeper than ${MAX_JSON_DEPTH} levels`, item);
       continue;
