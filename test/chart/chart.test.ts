@@ -515,6 +515,12 @@ describe("rendered manifests", () => {
     expect(ingestFrom(defaults), "unrestricted by default: the public API").toBeUndefined();
   });
 
+  it("NetworkPolicies: restricting ingest with the default metricsFrom (any pod) keeps it restricted", async () => {
+    const docs = await render({ set: { "networkPolicy.ingestFrom[0].namespaceSelector.matchLabels.team": "edge" } });
+    const ingest = ofKind(docs, "NetworkPolicy").find((np) => np.metadata.labels["app.kubernetes.io/component"] === "ingest")!;
+    expect(ingest.spec.ingress[0].from).toEqual([{ namespaceSelector: { matchLabels: { team: "edge" } } }]);
+  });
+
   it("NOTES.txt tells how to create a Source and send a first event", async () => {
     const result = await helm(["install", "th-test", chartDir, "--namespace", "trackhook", "--dry-run=client"]);
     expect(result.code, result.stderr).toBe(0);
