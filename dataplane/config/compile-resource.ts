@@ -157,7 +157,8 @@ export function compileDestination(
       retryWindowMs: parseDuration(spec.retryWindow ?? "4h"),
       maxInFlight: spec.maxInFlight ?? 100,
       standardWebhooks: spec.standardWebhooks ?? false,
-      ...createdAt(doc.metadata.creationTimestamp),
+      // Only a destination never edited is new: one disabled and enabled again starts from now.
+      ...((doc.metadata as { generation?: number }).generation ?? 1) <= 1 ? createdAt(doc.metadata.creationTimestamp) : {},
     },
   };
 }

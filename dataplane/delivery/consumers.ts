@@ -31,8 +31,8 @@ export const NEW_DESTINATION_MS = 10 * 60_000;
 function deliverFrom(destination: CompiledDestination, now: number): Pick<ConsumerConfig, "deliver_policy" | "opt_start_time"> {
   const created = destination.createdAt ? Date.parse(destination.createdAt) : NaN;
   if (!(now - created <= NEW_DESTINATION_MS)) return { deliver_policy: DeliverPolicy.New };
-  // Never in the future: a clock ahead of the server's would skip what arrives until then.
-  return { deliver_policy: DeliverPolicy.StartTime, opt_start_time: new Date(Math.min(created, now)).toISOString() };
+  // From createdAt alone, so the operator and every delivery pod ask for the same consumer.
+  return { deliver_policy: DeliverPolicy.StartTime, opt_start_time: new Date(created).toISOString() };
 }
 
 export function destinationConsumerConfig(destination: CompiledDestination, now = Date.now()): Partial<ConsumerConfig> & { durable_name: string } {
@@ -53,13 +53,17 @@ export function destinationConsumerConfig(destination: CompiledDestination, now 
 /** Creates the destination's consumer, or updates its filters and limits in place. */
 export async function ensureDestinationConsumer(jsm: JetStreamManager, destination: CompiledDestination): Promise<string> {
   const config = destinationConsumerConfig(destination);
-  const existing = await jsm.consumers.info(EVENTS_STREAM, config.durable_name).catch((err: Error) => {
-    if (isConsumerNotFound(err)) return undefined;
-    throw err;
-  });
+  const info = () =>
+    jsm.consumers.info(EVENTS_STREAM, config.durable_name).catch((err: Error) => {
+      if (isConsumerNotFound(err)) return undefined;
+      throw err;
+    });
+  let existing = await info();
   if (!existing) {
-    await jsm.consumers.add(EVENTS_STREAM, config);
-  } else {
+    // The operator and the delivery pods may all create it at once; one wins, the others update.
+    existing = await jsm.consumers.add(EVENTS_STREAM, config).then(() => undefined, async (err: unknown) => (await info()) ?? Promise.reject(err));
+  }
+  if (existing) {
     // Where it started is fixed at creation.
     const { deliver_policy: _policy, opt_start_time: _start, ...mutable } = config;
     const differs = (Object.keys(mutable) as Array<keyof typeof mutable>).some(

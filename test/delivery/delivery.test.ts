@@ -201,6 +201,17 @@ describe("a new destination", () => {
     expect(JSON.parse(request!.body.toString())).toMatchObject({ messageId: "at-once-1" });
   });
 
+  it("once edited (generation 2: disabled and enabled again, say), starts from now: what was sent meanwhile is not replayed", async () => {
+    const key = env.addSource("edited");
+    const createdAt = new Date(Date.now() - 1_000).toISOString();
+    await send(key, "/v1/track", { userId: "u1", event: "While disabled", messageId: "while-disabled-1" });
+    await env.setDestination("edited", { sources: ["edited"], urls: [env.receiver.url("/edited")], createdAt, generation: 3 });
+    await send(key, "/v1/track", { userId: "u1", event: "After", messageId: "after-enable-1" });
+    await env.receiver.waitFor("/edited", 1);
+    await new Promise((r) => setTimeout(r, 500));
+    expect(env.receiver.requests("/edited").map((r) => JSON.parse(r.body.toString()).messageId)).toEqual(["after-enable-1"]);
+  });
+
   it("does not receive the backlog from before its creation, nor, when its consumer is made long after, from before then", async () => {
     const key = env.addSource("oldnew");
     await send(key, "/v1/track", { userId: "u1", event: "Before", messageId: "before-1" });

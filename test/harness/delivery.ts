@@ -21,8 +21,9 @@ export interface DestinationSpec {
   standardWebhooks?: boolean;
   maxInFlight?: number;
   enabled?: boolean;
-  /** metadata.creationTimestamp, as Kubernetes sets it. */
+  /** metadata.creationTimestamp and metadata.generation, as Kubernetes sets them. */
   createdAt?: string;
+  generation?: number;
 }
 
 export interface DeliveryHarness {
@@ -106,7 +107,7 @@ export function useDelivery(): DeliveryHarness {
         documents.set(`Secret/${name}-shared`, { apiVersion: "v1", kind: "Secret", metadata: { name: `${name}-shared` }, stringData: { shared: spec.secret } });
       }
       documents.set(`WebhookDestination/${name}`, {
-        apiVersion: "trackhook.io/v1alpha1", kind: "WebhookDestination", metadata: { name, ...(spec.createdAt ? { creationTimestamp: spec.createdAt } : {}) },
+        apiVersion: "trackhook.io/v1alpha1", kind: "WebhookDestination", metadata: { name, ...(spec.createdAt ? { creationTimestamp: spec.createdAt } : {}), ...(spec.generation ? { generation: spec.generation } : {}) },
         spec: {
           sources: spec.sources, urls: spec.urls,
           ...(spec.secret ? { sharedSecretRef: { name: `${name}-shared`, key: "shared" } } : {}),

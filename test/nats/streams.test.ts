@@ -3,7 +3,7 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { EVENTS_STREAM, consumerName, ensureStream, eventsStreamConfig, isConsumerNotFound, isStreamNotFound } from "../../dataplane/nats/mod.ts";
 import { startNats, type NatsHarness } from "../harness/nats.ts";
-import { removeDestinationConsumers } from "../../dataplane/delivery/mod.ts";
+import { ensureDestinationConsumer, removeDestinationConsumers } from "../../dataplane/delivery/mod.ts";
 
 let nats: NatsHarness;
 beforeAll(async () => {
@@ -64,6 +64,17 @@ describe("not-found errors", () => {
 });
 
 describe("destination consumers", () => {
+  it("can be ensured by several processes at once (the operator and every delivery pod)", async () => {
+    await ensureStream(nats.jsm, eventsStreamConfig(settings));
+    const destination = {
+      namespace: "default", name: "racy", enabled: true, sources: ["web"], urls: ["https://hooks.example.com/in"], headers: [],
+      timeoutMs: 5000, retryWindowMs: 60_000, maxInFlight: 10, standardWebhooks: false, createdAt: new Date().toISOString(),
+    };
+    const names = await Promise.all([1, 2, 3, 4].map(() => ensureDestinationConsumer(nats.jsm, destination)));
+    expect(new Set(names)).toEqual(new Set([consumerName("default", "racy")]));
+    expect((await nats.jsm.consumers.info(EVENTS_STREAM, names[0]!)).config.deliver_policy).toBe("by_start_time");
+  });
+
   it("removing them succeeds when the events stream does not exist (regression: a WebhookDestination's finalizer hung)", async () => {
     const bare = await startNats();
     try {
