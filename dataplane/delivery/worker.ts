@@ -78,8 +78,17 @@ interface RoundState {
   dead: Set<string>;
   /** URL -> epoch ms before which it is not tried (its Retry-After). */
   notBefore: Map<string, number>;
+  /** The last failed outcome, for a dead letter's headers when a round sends nothing. */
+  last?: AttemptOutcome;
+  /** The end of the message's retry window: past it the entry is of no use (see #sweepRounds). */
+  expiresAt: number;
 }
-const newRoundState = (): RoundState => ({ dead: new Set(), notBefore: new Map() });
+const newRoundState = (expiresAt: number): RoundState => ({ dead: new Set(), notBefore: new Map(), expiresAt });
+
+/** How often #rounds is swept of entries whose message finished elsewhere (another replica). */
+const ROUND_SWEEP_MS = 60_000;
+/** A last round is not scheduled sooner than this: it would retry URLs that just failed. */
+const MIN_FINAL_ROUND_DELAY_MS = 1_000;
 
 export class DestinationWorker {
   readonly destination: CompiledDestination;
@@ -99,6 +108,7 @@ export class DestinationWorker {
    * In memory only, and only for messages that have any.
    */
   readonly #rounds = new Map<number, RoundState>();
+  #roundsSweptAt = 0;
   /** When the last timeout line was logged, and timeouts since (see #logTimeout). */
   #timeoutsLogged = { at: -Infinity, since: 0 };
   readonly #attemptsSubject: string;
@@ -193,26 +203,16 @@ export class DestinationWorker {
     }
     // Most messages carry no round state: they use the destination's list as it is.
     const round = this.#rounds.get(m.seq);
-    const now = Date.now();
-    let urls = this.destination.urls;
-    /** What is left of the Retry-After of each URL that sits this round out. */
-    const waiting: number[] = [];
-    if (round) {
-      urls = urls.filter((url) => {
-        if (round.dead.has(url)) return false;
-        const notBefore = round.notBefore.get(url) ?? 0;
-        if (notBefore > now) waiting.push(notBefore - now);
-        return notBefore <= now;
-      });
-    }
     const deadline = storedAt + this.destination.retryWindowMs;
-    if (urls.length === 0) {
-      // Redelivered before any URL's pause ended: wait on, within the window.
-      const wait = Math.min(...waiting);
-      if (waiting.length === 0) await this.#deadLetter(m, "permanent_failure", info.deliveryCount);
-      else if (wait >= deadline - now) await this.#deadLetter(m, "retry_window_exhausted", info.deliveryCount);
-      else this.#turn.add(() => m.nak(wait));
-      return;
+    let urls = this.destination.urls;
+    if (round) {
+      const now = Date.now();
+      urls = urls.filter((url) => !round.dead.has(url) && (round.notBefore.get(url) ?? 0) <= now);
+      if (urls.length === 0) {
+        // Redelivered before any URL's pause ended (another replica's nak, say): wait on.
+        await this.#retryOrGiveUp(m, round, info.deliveryCount, deadline, undefined);
+        return;
+      }
     }
     const body = webhookBody(message, m.data);
     const headers = this.#headersFor(message, body);
@@ -232,42 +232,73 @@ export class DestinationWorker {
 
     const attempt = info.deliveryCount;
     this.#record(m, message, attempt, results);
-
     const outcome = combine(results.map((r) => r.outcome));
     if (outcome.kind === "delivered") {
       this.#rounds.delete(m.seq);
       return;
     }
-    if (outcome.kind === "permanent" && waiting.length === 0) {
-      await this.#deadLetter(m, "permanent_failure", attempt, outcome);
+    await this.#retryOrGiveUp(m, this.#remember(m.seq, round, results, outcome, deadline), attempt, deadline, results);
+  }
+
+  /**
+   * After a round without a delivery: nak for the next round, or dead-letter when no URL can
+   * still succeed within the window. Each URL still worth trying is due at the end of its own
+   * Retry-After, or after the backoff if it sent none (or sat this round out without one); the
+   * soonest decides. A round due after the window closes comes just before it instead, unless
+   * every URL would still be pausing then.
+   */
+  async #retryOrGiveUp(m: JsMsg, round: RoundState | undefined, attempt: number, deadline: number, results: SendResult[] | undefined): Promise<void> {
+    const now = Date.now();
+    const live = this.destination.urls.filter((url) => !round?.dead.has(url));
+    const last = round?.last ?? combine((results ?? []).map((r) => r.outcome));
+    if (live.length === 0) {
+      await this.#deadLetter(m, "permanent_failure", attempt, last);
       return;
     }
     // Whole milliseconds: nak() takes an integer delay.
-    const remaining = Math.floor(deadline - Date.now());
-    const waits: Array<number | undefined> = waiting;
-    for (const r of results) if (r.outcome.kind === "retry") waits.push(r.outcome.retryAfterMs);
-    let delay = nextRoundDelayMs(waits, backoffMs(attempt, remaining));
-    // A round due after the window closes comes just before it instead: the window is used to its end.
-    if (delay > remaining - FINAL_ROUND_MARGIN_MS) delay = remaining - FINAL_ROUND_MARGIN_MS;
-    if (delay <= 0) {
-      await this.#deadLetter(m, "retry_window_exhausted", attempt, outcome);
-      return;
+    const remaining = Math.floor(deadline - now);
+    const dueAt = (url: string) => round?.notBefore.get(url);
+    let delay = nextRoundDelayMs(live.map((url) => { const at = dueAt(url); return at === undefined ? undefined : Math.max(0, at - now); }), backoffMs(attempt, remaining));
+    if (delay > remaining - FINAL_ROUND_MARGIN_MS) {
+      delay = remaining - FINAL_ROUND_MARGIN_MS;
+      // Too soon to be worth it, or every URL would still be pausing at that last round.
+      if (delay < MIN_FINAL_ROUND_DELAY_MS || live.every((url) => (dueAt(url) ?? 0) > now + delay)) {
+        await this.#deadLetter(m, "retry_window_exhausted", attempt, last);
+        return;
+      }
     }
-    this.#remember(m.seq, round, results);
-    this.#metrics.countDelivery(this.#label, "retry", "error" in outcome && outcome.error ? outcome.error : String(outcome.status ?? ""));
+    this.#metrics.countDelivery(this.#label, "retry", "error" in last && last.error ? last.error : String(last.status ?? ""));
     this.#turn.add(() => m.nak(delay));
   }
 
-  /** Keeps what the next rounds must respect; a message that is merely retried leaves no entry. */
-  #remember(seq: number, round: RoundState | undefined, results: SendResult[]): void {
+  /**
+   * Keeps what the next rounds must respect (URLs failed for good, Retry-After pauses, the last
+   * failure); a message that is merely retried leaves no entry. Returns the message's state.
+   */
+  #remember(seq: number, round: RoundState | undefined, results: SendResult[], outcome: AttemptOutcome, deadline: number): RoundState | undefined {
     const now = Date.now();
     for (const r of results) {
       const o = r.outcome;
-      if (o.kind === "permanent") (round ??= newRoundState()).dead.add(r.url);
-      else if (o.kind === "retry" && o.retryAfterMs !== undefined) (round ??= newRoundState()).notBefore.set(r.url, now + o.retryAfterMs);
+      if (o.kind === "permanent") (round ??= newRoundState(deadline)).dead.add(r.url);
+      else if (o.kind === "retry" && o.retryAfterMs !== undefined) (round ??= newRoundState(deadline)).notBefore.set(r.url, now + o.retryAfterMs);
       else round?.notBefore.delete(r.url);
     }
-    if (round) this.#rounds.set(seq, round);
+    if (round) {
+      round.last = outcome;
+      this.#rounds.set(seq, round);
+      this.#sweepRounds(now);
+    }
+    return round;
+  }
+
+  /**
+   * Drops entries past their retry window. A message retried here may finish on another
+   * replica (naks are redelivered to any of them), and its entry would otherwise stay forever.
+   */
+  #sweepRounds(now: number): void {
+    if (now - this.#roundsSweptAt < ROUND_SWEEP_MS) return;
+    this.#roundsSweptAt = now;
+    for (const [seq, round] of this.#rounds) if (round.expiresAt < now) this.#rounds.delete(seq);
   }
 
   #headersFor(message: DeliverableMessage, body: Uint8Array): Record<string, string> {

@@ -143,6 +143,16 @@ describe("several URLs, retries and dead letters", () => {
     expect(paused[1]!.at - paused[0]!.at).toBeLessThan(10_000);
   });
 
+  it("a Retry-After past the end of the window dead-letters at once, with the last status (no pointless last round)", async () => {
+    env.receiver.on("/pause-long", answer(429, { "retry-after": "60" }));
+    const key = await addDestination("pauselong", { urls: [env.receiver.url("/pause-long")], retryWindow: "10s" });
+    await send(key, "/v1/track", { userId: "u1", event: "Too late", messageId: "pause-long-1" });
+    const deadline = Date.now() + 5_000;
+    while ((await deadLetters("pauselong")).length === 0 && Date.now() < deadline) await new Promise((r) => setTimeout(r, 50));
+    expect(await deadLetters("pauselong")).toEqual([expect.objectContaining({ reason: "retry_window_exhausted", lastStatus: "429" })]);
+    expect(env.receiver.requests("/pause-long")).toHaveLength(1);
+  });
+
   it("a timeout is logged, naming the destination, the URL and the message", async () => {
     env.receiver.on("/silent", () => {}); // never answers
     const key = await addDestination("silent", { urls: [env.receiver.url("/silent")], timeout: "1s" });

@@ -43,7 +43,7 @@ export interface DeliveryHarness {
   /** What the delivery service logged so far, as parsed JSON lines. */
   logs(): Array<Record<string, unknown>>;
   /** The dead letters of destination `default/<name>`, oldest first. */
-  deadLetters(name: string): Promise<Array<{ reason?: string; body: Record<string, unknown> }>>;
+  deadLetters(name: string): Promise<Array<{ reason?: string; lastStatus?: string; body: Record<string, unknown> }>>;
 }
 
 export function useDelivery(): DeliveryHarness {
@@ -98,7 +98,7 @@ export function useDelivery(): DeliveryHarness {
       const out = [];
       for (let seq = info.state.first_seq; seq <= info.state.last_seq && info.state.messages > 0; seq++) {
         const m = await nats!.jsm.streams.getMessage(DLQ_STREAM, { seq }).catch(() => null);
-        if (m && m.subject === subject) out.push({ reason: m.header?.get("Trackhook-Reason"), body: m.json<Record<string, unknown>>() });
+        if (m && m.subject === subject) out.push({ reason: m.header?.get("Trackhook-Reason"), lastStatus: m.header?.get("Trackhook-Last-Status") || undefined, body: m.json<Record<string, unknown>>() });
       }
       return out;
     },
