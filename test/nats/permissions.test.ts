@@ -96,10 +96,12 @@ describe("docs/nats-permissions.conf", () => {
     await expect(kv.watch({ key: ">" })).rejects.toThrow(/Permissions Violation/);
   });
 
-  it("keeps delivery from storing events, and ingest from writing the config", async () => {
+  it("keeps delivery from storing events, and ingest from writing the config or storing a delete notification", async () => {
     const delivery = jetstream(await as("delivery"), { timeout: 2000 });
     await expect(delivery.publish("trackhook.events.default.web.track", "{}")).rejects.toThrow(/Permissions Violation/);
     const ingest = jetstream(await as("ingest"), { timeout: 2000 });
     await expect(ingest.publish(`$KV.${CONFIG_BUCKET}.source.default.evil`, "{}")).rejects.toThrow(/Permissions Violation/);
+    // Nor forge a delete notification, which receivers act on as an erasure request.
+    await expect(ingest.publish("trackhook.events.default.web.delete", '{"type":"delete","userId":"victim"}')).rejects.toThrow(/Permissions Violation/);
   });
 });
