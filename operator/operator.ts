@@ -172,13 +172,14 @@ export class Operator {
     // Sources first: a destination's reconcile resolves its sources from that cache.
     await sources.start();
     await Promise.all([destinations.start(), deletions.start(), secrets.start()]);
+    // Which Source holds which key outlives the operator in the bucket: read back before any
+    // reconcile may run. Without it, a newer Source that copied another's key and came first
+    // would take that key's traffic until the older one's turn. (An entry whose Source is gone
+    // loses the key to the first live claimant, as the orphan collection below removes it.)
+    for (const [id, digest] of await ctx.config.sourceDigests()) if (this.#inScope(id.split("/")[0]!)) ctx.sourceDigests.set(id, digest);
     this.#synced = true;
     this.#ctx = ctx;
     await this.#collectOrphans();
-    // Which Source holds which key outlives the operator in the bucket. Without it, a newer Source
-    // that copied another's key and came first in the resync would take that key's traffic until
-    // the older one's turn.
-    for (const [id, digest] of await ctx.config.sourceDigests()) if (this.#inScope(id.split("/")[0]!)) ctx.sourceDigests.set(id, digest);
     // Events before every cache was synced were not queued: now each object gets its reconcile,
     // with the whole picture (a deletion request needs to know the destinations).
     this.#resyncAll();

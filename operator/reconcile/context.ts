@@ -12,8 +12,9 @@ import type {
 } from "../../schema/mod.ts";
 import type { EventRecorder } from "../events.ts";
 import type { OperatorMetrics } from "../metrics.ts";
-import { MERGE_PATCH, apiErrorMessage, customResource, isNotFound, type CustomResource, type Kube, type KubeObject } from "../kube/client.ts";
+import { MERGE_PATCH, apiErrorMessage, customResource, isConflict, isNotFound, type CustomResource, type Kube, type KubeObject } from "../kube/client.ts";
 import type { Reflector } from "../kube/reflector.ts";
+import type { ReconcileResult } from "../queue.ts";
 import { readyOf, withReady, type ReadyState } from "../conditions.ts";
 
 export type SourceResource = CustomResource<SourceSpec, SourceStatus> & { kind: "Source" };
@@ -71,6 +72,8 @@ export async function setReady<R extends AnyResource>(
   object: R,
   state: ReadyState,
   extra: Omit<NonNullable<R["status"]>, "conditions" | "observedGeneration"> = {} as never,
+  /** Also a Warning event when Ready is not False (a retry is worth a look). */
+  warning = false,
 ): Promise<void> {
   const before = readyOf(object.status?.conditions);
   const generation = object.metadata.generation;
@@ -82,7 +85,7 @@ export async function setReady<R extends AnyResource>(
   } as NonNullable<R["status"]>;
   await writeStatus(ctx, object, status);
   if (before?.status !== state.status || before?.reason !== state.reason) {
-    const type = state.status === "False" ? "Warning" : "Normal";
+    const type = warning || state.status === "False" ? "Warning" : "Normal";
     await ctx.events.record(object as AnyResource & { kind: Kind }, type, state.reason, state.message);
   }
 }
@@ -92,9 +95,20 @@ export async function setReady<R extends AnyResource>(
  * queue; meanwhile Ready says so (Unknown, Retrying, with a Warning event) instead of still
  * showing the last success.
  */
-export async function reportRetrying(ctx: OperatorContext, object: AnyResource | undefined, err: unknown): Promise<void> {
-  if (!object || isDeleting(object)) return;
-  await setReady(ctx, object, { status: "Unknown", reason: "Retrying", message: `the spec could not be applied yet, retrying: ${apiErrorMessage(err)}` }).catch(() => {});
+async function reportRetrying(ctx: OperatorContext, object: AnyResource | undefined, err: unknown): Promise<void> {
+  // A conflict is a lost race with another write (the finalizer's, say): the retry is routine.
+  if (!object || isDeleting(object) || isConflict(err)) return;
+  await setReady(ctx, object, { status: "Unknown", reason: "Retrying", message: `the spec could not be applied yet, retrying: ${apiErrorMessage(err)}` }, {}, true).catch(() => {});
+}
+
+/** Runs a reconcile; when it throws, status says so (reportRetrying) and the queue retries it. */
+export async function reportingFailures(ctx: OperatorContext, object: () => AnyResource | undefined, reconcile: () => Promise<ReconcileResult>): Promise<ReconcileResult> {
+  try {
+    return await reconcile();
+  } catch (err) {
+    await reportRetrying(ctx, object(), err);
+    throw err;
+  }
 }
 
 async function patchFinalizers(ctx: OperatorContext, object: AnyResource, finalizers: string[]): Promise<void> {

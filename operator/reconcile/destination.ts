@@ -7,17 +7,12 @@ import { ensureDestinationConsumer, removeDestinationConsumers } from "../../dat
 import { consumerName, isStreamNotFound } from "../../dataplane/nats/mod.ts";
 import type { WebhookDestinationDocument } from "../../schema/mod.ts";
 import type { ReconcileResult } from "../queue.ts";
-import { addFinalizer, isDeleting, readSecrets, removeFinalizer, reportRetrying, setReady, type OperatorContext } from "./context.ts";
+import { addFinalizer, isDeleting, readSecrets, removeFinalizer, reportingFailures, setReady, type OperatorContext } from "./context.ts";
 
 const STREAM_RETRY_MS = 5_000;
 
 export async function reconcileDestination(ctx: OperatorContext, namespace: string, name: string): Promise<ReconcileResult> {
-  try {
-    return await applyDestination(ctx, namespace, name);
-  } catch (err) {
-    await reportRetrying(ctx, ctx.destinations.get(namespace, name), err);
-    throw err;
-  }
+  return reportingFailures(ctx, () => ctx.destinations.get(namespace, name), () => applyDestination(ctx, namespace, name));
 }
 
 async function applyDestination(ctx: OperatorContext, namespace: string, name: string): Promise<ReconcileResult> {

@@ -4,15 +4,10 @@ import { compileSource, secretNamesOf, sourceKey } from "../../dataplane/config/
 import type { SourceDocument } from "../../schema/mod.ts";
 import { readyOf } from "../conditions.ts";
 import type { ReconcileResult } from "../queue.ts";
-import { addFinalizer, isDeleting, readSecrets, removeFinalizer, reportRetrying, setReady, type OperatorContext } from "./context.ts";
+import { addFinalizer, isDeleting, readSecrets, removeFinalizer, reportingFailures, setReady, type OperatorContext } from "./context.ts";
 
 export async function reconcileSource(ctx: OperatorContext, namespace: string, name: string): Promise<ReconcileResult> {
-  try {
-    return await applySource(ctx, namespace, name);
-  } catch (err) {
-    await reportRetrying(ctx, ctx.sources.get(namespace, name), err);
-    throw err;
-  }
+  return reportingFailures(ctx, () => ctx.sources.get(namespace, name), () => applySource(ctx, namespace, name));
 }
 
 async function applySource(ctx: OperatorContext, namespace: string, name: string): Promise<ReconcileResult> {

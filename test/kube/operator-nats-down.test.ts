@@ -27,6 +27,8 @@ describe("NATS unreachable", () => {
       }, 30_000);
       expect(ready(retrying)).toMatchObject({ status: "Unknown", message: expect.stringContaining("retrying") });
       expect(JSON.stringify(retrying.status)).not.toContain("rotated-key");
+      const events = JSON.parse(await env.cluster.kubectlOk(["get", "events", "-n", env.namespace, "-o", "json"])) as { items: Array<{ type: string; reason: string }> };
+      expect(events.items.filter((e) => e.reason === "Retrying").map((e) => e.type)).toContain("Warning");
     } finally {
       process.kill(env.nats.server.pid!, "SIGCONT");
     }
