@@ -53,11 +53,12 @@ const LabelSelector = Type.Object(
 /**
  * Header names a destination cannot set: HTTP framing and connection headers (a wrong
  * Content-Length or an Expect would fail every request, and be retried for hours), Host, and the
- * headers delivery sets itself. User-Agent may be replaced.
+ * headers delivery sets itself. User-Agent may be replaced; a Content-Type is accepted but the
+ * body always goes as application/json (as before this list existed).
  */
 export const RESERVED_WEBHOOK_HEADERS: readonly string[] = [
   "host", "content-length", "transfer-encoding", "connection", "keep-alive", "upgrade", "expect", "te", "trailer",
-  "proxy-connection", "content-type", "content-encoding", "x-signature", "x-delivery-id", "webhook-id", "webhook-timestamp", "webhook-signature",
+  "proxy-connection", "content-encoding", "x-signature", "x-delivery-id", "webhook-id", "webhook-timestamp", "webhook-signature",
 ];
 
 const WebhookHeader = Type.Object(
