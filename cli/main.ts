@@ -16,61 +16,14 @@
 //   197-248 MB. Growing by half at most keeps it at 150-160 MB for a few more, short, full GCs
 //   and equal throughput (bench/ingest.ts). It bounds growth without capping the heap, so a burst
 //   of large batches still gets the memory it needs.
-import { parseArgs } from "node:util";
-import { ConfigError } from "../dataplane/config/mod.ts";
-import { NatsAuthError, NatsServerNotFoundError } from "../dataplane/nats/mod.ts";
-import { UsageError } from "./args.ts";
-import { devCommand } from "./commands/dev.ts";
-import { deliverCommand } from "./commands/deliver.ts";
-import { deleteUserCommand } from "./commands/delete-user.ts";
-import { operatorCommand } from "./commands/operator.ts";
-import { attemptsCommand } from "./commands/attempts.ts";
-import { ingestCommand } from "./commands/ingest.ts";
-import { replayCommand } from "./commands/replay.ts";
-import { tailCommand } from "./commands/tail.ts";
-import type { Command } from "./commands/types.ts";
-
-const COMMANDS: Command[] = [devCommand, ingestCommand, deliverCommand, replayCommand, attemptsCommand, tailCommand, deleteUserCommand, operatorCommand];
-
-function help(): string {
-  const width = Math.max(...COMMANDS.map((c) => c.name.length));
-  return `trackhook: a self-hosted, Segment-compatible Tracking API with webhook delivery
-
-Usage: trackhook <command> [options]
-
-Commands:
-${COMMANDS.map((c) => `  ${c.name.padEnd(width)}  ${c.summary}`).join("\n")}
-
-Run \`trackhook <command> --help\` for a command's options.
-`;
+// An older Node would fail while linking the CLI's imports (an export it lacks), with an unrelated
+// SyntaxError before any code runs: the version is checked first, and the CLI loaded after.
+const [major = 0, minor = 0] = process.versions.node.split(".").map(Number);
+if (major < 22 || (major === 22 && minor < 19)) {
+  process.stderr.write(
+    `trackhook: needs Node.js 22.19 or newer; this is ${process.version}.\n` +
+      "In this repository, `npm run setup` installs Node 24 into .tools/bin: export PATH=\"$PWD/.tools/bin:$PATH\"\n",
+  );
+  process.exit(2);
 }
-
-async function main(argv: string[]): Promise<void> {
-  const [name, ...rest] = argv;
-  if (!name || name === "--help" || name === "-h" || name === "help") {
-    process.stdout.write(help());
-    return;
-  }
-  const command = COMMANDS.find((c) => c.name === name);
-  if (!command) throw new UsageError(`unknown command "${name}"\n\n${help()}`);
-  let values: Record<string, string | boolean | undefined>;
-  try {
-    ({ values } = parseArgs({ args: rest, options: { ...command.flags, help: { type: "boolean", short: "h" } }, strict: true }));
-  } catch (err) {
-    throw new UsageError(`${(err as Error).message}\n\nUsage: ${command.usage}`);
-  }
-  if (values.help) {
-    process.stdout.write(`${command.summary}\n\nUsage: ${command.usage}\n`);
-    return;
-  }
-  await command.run(values as Record<string, string | undefined>);
-}
-
-main(process.argv.slice(2)).catch((err: unknown) => {
-  if (err instanceof UsageError || err instanceof ConfigError || err instanceof NatsServerNotFoundError || err instanceof NatsAuthError) {
-    process.stderr.write(`trackhook: ${err.message}\n`);
-    process.exit(2);
-  }
-  process.stderr.write(`trackhook: ${err instanceof Error ? (err.stack ?? err.message) : String(err)}\n`);
-  process.exit(1);
-});
+await import("./run.ts");

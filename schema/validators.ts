@@ -6,7 +6,7 @@ import { DeletionRequestDocument, SecretDocument, SourceDocument, WebhookDestina
 import { CompiledConfig, CompiledDestination, CompiledSource } from "./compiled-config.ts";
 
 function newAjv(options: { useDefaults: boolean }): Ajv {
-  const ajv = new Ajv({ allErrors: true, strict: true, strictRequired: false, useDefaults: options.useDefaults, formats: { "date-time": true } });
+  const ajv = new Ajv({ allErrors: true, verbose: true, strict: true, strictRequired: false, useDefaults: options.useDefaults, formats: { "date-time": true } });
   // CEL rules are for the API server; the equivalent checks here are plain JSON Schema.
   ajv.addKeyword({ keyword: "x-kubernetes-validations", schemaType: "array" });
   return ajv;
@@ -43,7 +43,14 @@ export function describeErrors(errors: ErrorObject[] | null | undefined): string
         .join("")
         .replace(/^\./, "");
       const field = e.keyword === "required" ? [path, e.params.missingProperty].filter(Boolean).join(".") : path;
-      const detail = e.keyword === "required" ? "is required" : e.keyword === "additionalProperties" ? `has unknown field "${e.params.additionalProperty}"` : e.message;
+      // A pattern means nothing to a person reading the error; the field's description does.
+      const about = (e.parentSchema as { description?: string } | undefined)?.description;
+      const detail =
+        e.keyword === "required" ? "is required"
+        : e.keyword === "additionalProperties" ? `has unknown field "${e.params.additionalProperty}"`
+        : e.keyword === "pattern" && about ? `is not valid: ${about}`
+        : e.keyword === "type" && about ? `${e.message} (${about})`
+        : e.message;
       return `${field || "(document)"}: ${detail}`;
     });
 }

@@ -150,7 +150,7 @@ spec: { sources: [mobile], urls: [https://a.example] }
     const text = problemsOf(dir).join("\n");
     expect(text).toMatch(/document 3 \(ConfigMap cm\): kind must be one of/);
     expect(text).toMatch(/WebhookDestination six\): spec.urls: must NOT have more than 5 items/);
-    expect(text).toMatch(/WebhookDestination ftp\): spec.urls\[0\]: must match pattern/);
+    expect(text).toMatch(/WebhookDestination ftp\): spec.urls\[0\]: is not valid: An http or https URL that receives POSTed messages/);
     expect(text).toMatch(/WebhookDestination ftp\): spec: has unknown field "colour"/);
     expect(text).toMatch(/WebhookDestination ghost\): spec.sources\[0\]: no Source "mobile" in namespace default/);
   });
@@ -168,7 +168,7 @@ spec: { sources: [web], urls: ["https://hooks.example.com/in"], standardWebhooks
 `].join("---\n"),
     });
     const text = problemsOf(dir).join("\n");
-    expect(text).toMatch(/WebhookDestination creds\): spec.urls\[0\]: must match pattern/);
+    expect(text).toMatch(/WebhookDestination creds\): spec.urls\[0\]: is not valid: .*no credentials in it: use headers/);
     expect(text).toMatch(/WebhookDestination nokey\): spec.standardWebhooks: needs spec.sharedSecretRef/);
   });
 
@@ -187,6 +187,20 @@ spec:
     expect(text).toMatch(/WebhookDestination hdr\): spec.headers\[0\].name: Content-Length is set by trackhook itself/);
     expect(text).toMatch(/WebhookDestination hdr\): spec.headers\[2\].name: x-team is given twice/);
     expect(text).not.toMatch(/headers\[(1|3)\]/);
+  });
+
+  it("explains a field by its description rather than by its pattern or bare type", () => {
+    const dir = configDir({
+      "a.yaml": [secret("k", "writeKey", "x"), source("web", "k", "writeKey"), `apiVersion: trackhook.io/v1alpha1
+kind: WebhookDestination
+metadata: { name: durations }
+spec: { sources: [web], urls: ["https://hooks.example.com/in"], timeout: 5, retryWindow: 4 hours }
+`].join("---\n"),
+    });
+    const text = problemsOf(dir).join("\n");
+    expect(text).toMatch(/spec.timeout: must be string \(Time allowed for one whole request, e.g. 5s.\)/);
+    expect(text).toMatch(/spec.retryWindow: is not valid: How long a message is retried, from the time it was stored, e.g. 4h./);
+    expect(text).not.toMatch(/pattern/);
   });
 
   it("rejects two Sources sharing one write key", () => {

@@ -1,0 +1,61 @@
+// The `trackhook` command's dispatch: parses the subcommand and its flags, runs it, and maps
+// errors to exit codes (2: usage, config or credentials; 1: anything else). main.ts loads it
+// once the Node version is known to be recent enough.
+import { parseArgs } from "node:util";
+import { ConfigError } from "../dataplane/config/mod.ts";
+import { NatsAuthError, NatsServerNotFoundError } from "../dataplane/nats/mod.ts";
+import { UsageError } from "./args.ts";
+import { devCommand } from "./commands/dev.ts";
+import { deliverCommand } from "./commands/deliver.ts";
+import { deleteUserCommand } from "./commands/delete-user.ts";
+import { operatorCommand } from "./commands/operator.ts";
+import { attemptsCommand } from "./commands/attempts.ts";
+import { ingestCommand } from "./commands/ingest.ts";
+import { replayCommand } from "./commands/replay.ts";
+import { tailCommand } from "./commands/tail.ts";
+import type { Command } from "./commands/types.ts";
+
+const COMMANDS: Command[] = [devCommand, ingestCommand, deliverCommand, replayCommand, attemptsCommand, tailCommand, deleteUserCommand, operatorCommand];
+
+function help(): string {
+  const width = Math.max(...COMMANDS.map((c) => c.name.length));
+  return `trackhook: a self-hosted, Segment-compatible Tracking API with webhook delivery
+
+Usage: trackhook <command> [options]
+
+Commands:
+${COMMANDS.map((c) => `  ${c.name.padEnd(width)}  ${c.summary}`).join("\n")}
+
+Run \`trackhook <command> --help\` for a command's options.
+`;
+}
+
+async function main(argv: string[]): Promise<void> {
+  const [name, ...rest] = argv;
+  if (!name || name === "--help" || name === "-h" || name === "help") {
+    process.stdout.write(help());
+    return;
+  }
+  const command = COMMANDS.find((c) => c.name === name);
+  if (!command) throw new UsageError(`unknown command "${name}"\n\n${help()}`);
+  let values: Record<string, string | boolean | undefined>;
+  try {
+    ({ values } = parseArgs({ args: rest, options: { ...command.flags, help: { type: "boolean", short: "h" } }, strict: true }));
+  } catch (err) {
+    throw new UsageError(`${(err as Error).message}\n\nUsage: ${command.usage}`);
+  }
+  if (values.help) {
+    process.stdout.write(`${command.summary}\n\nUsage: ${command.usage}\n`);
+    return;
+  }
+  await command.run(values as Record<string, string | undefined>);
+}
+
+main(process.argv.slice(2)).catch((err: unknown) => {
+  if (err instanceof UsageError || err instanceof ConfigError || err instanceof NatsServerNotFoundError || err instanceof NatsAuthError) {
+    process.stderr.write(`trackhook: ${err.message}\n`);
+    process.exit(2);
+  }
+  process.stderr.write(`trackhook: ${err instanceof Error ? (err.stack ?? err.message) : String(err)}\n`);
+  process.exit(1);
+});
