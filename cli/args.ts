@@ -34,9 +34,18 @@ export function integerFlag(flag: string, text: string, min = 0, max = Number.MA
 export const listFlag = (text: string | undefined): string[] | undefined =>
   text === undefined ? undefined : text.split(",").map((s) => s.trim()).filter(Boolean);
 
+/** Schemes a NATS client dials; anything else (an http:// ingest URL by mistake) would only time out. */
+const NATS_SCHEMES = ["nats", "tls", "ws", "wss"];
+
 /** --nats, or TRACKHOOK_NATS_URL. */
 export function natsUrl(values: { nats?: string | undefined }): string {
   const url = values.nats ?? process.env.TRACKHOOK_NATS_URL;
   if (!url) throw new UsageError("--nats <url> is required (or set TRACKHOOK_NATS_URL)");
+  for (const server of url.split(",")) {
+    const scheme = /^([a-z][a-z0-9+.-]*):\/\//i.exec(server.trim())?.[1]?.toLowerCase();
+    if (scheme !== undefined && !NATS_SCHEMES.includes(scheme)) {
+      throw new UsageError(`--nats: "${server.trim().replace(/\/\/[^/@]*@/, "//")}" is not a NATS URL (use nats://host:4222, tls://, ws:// or wss://, or host:port)`);
+    }
+  }
   return url;
 }

@@ -1,6 +1,6 @@
 // `trackhook dev`: everything in one process for a laptop, from the same YAML as a cluster.
 import { mkdirSync } from "node:fs";
-import { resolve } from "node:path";
+import { dirname, resolve } from "node:path";
 import { FileConfigProvider } from "../../dataplane/config/mod.ts";
 import { createLogger } from "../../dataplane/logging.ts";
 import { LocalNatsServer, connectNats } from "../../dataplane/nats/mod.ts";
@@ -69,7 +69,12 @@ export const devCommand: Command = {
         `  webhooks ${destinations.join(", ") || "(none: add a WebhookDestination to " + values.config + ")"}\n\n` +
         `Send a first event (WRITE_KEY is the value in the Source's write-key Secret):\n` +
         `  curl -u "$WRITE_KEY:" ${ingest.url}/v1/track -H 'content-type: application/json' \\\n` +
-        `    -d '{"userId":"user-1","event":"Signed Up","properties":{"plan":"pro"}}'\n\n`,
+        `    -d '{"userId":"user-1","event":"Signed Up","properties":{"plan":"pro"}}'\n` +
+        `A message without userId/anonymousId (or a track without event) is answered 200 too, as by Segment,\n` +
+        `and not stored: the log says "message not accepted" and why.\n\n` +
+        `The admin commands (attempts, tail, replay, delete-user) take this NATS; in another terminal\n` +
+        `(the port changes with every start):\n` +
+        `  export PATH="${dirname(process.execPath)}:$PATH" TRACKHOOK_NATS_URL=${natsUrl}\n\n`,
     );
 
     onShutdown(log, async () => {

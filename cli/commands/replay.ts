@@ -60,11 +60,11 @@ export const replayCommand: Command = {
       const { replayed } = await replayDeadLetters(nc, {
         namespace, destination: name, ...(sinceMs !== undefined ? { sinceMs } : {}), ...(limit !== undefined ? { limit } : {}),
       });
-      process.stdout.write(`replayed ${replayed} messages to ${namespace}/${name}\n`);
+      process.stdout.write(`replayed ${count(replayed, "message")} to ${namespace}/${name}\n`);
     } catch (err) {
       if (err instanceof ReplayTargetError) fail(err.message);
       else if (err instanceof ReplayInterruptedError) {
-        process.stdout.write(`replayed ${err.replayed} messages to ${namespace}/${name}\n`);
+        process.stdout.write(`replayed ${count(err.replayed, "message")} to ${namespace}/${name}\n`);
         fail(err.message);
       } else throw err;
     } finally {
@@ -72,3 +72,5 @@ export const replayCommand: Command = {
     }
   },
 };
+
+const count = (n: number, noun: string) => `${n} ${noun}${n === 1 ? "" : "s"}`;

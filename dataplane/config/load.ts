@@ -40,7 +40,8 @@ export function loadDocuments(path: string): RawDocument[] {
         const before = text.slice(0, error.pos[0]);
         const line = before.split("\n").length;
         const column = before.length - before.lastIndexOf("\n");
-        problems.push(`${origin}: YAML syntax error ${error.code} at line ${line}, column ${column}`);
+        // The parser's message names the construct, never the text (prettyErrors is off).
+        problems.push(`${origin}: YAML syntax error at line ${line}, column ${column}: ${error.message} (${error.code})`);
         return;
       }
       const body = doc.toJS();

@@ -117,7 +117,10 @@ export async function replayDeadLetters(nc: NatsConnection, options: ReplayOptio
   });
   const replay = replaySubject(namespace, destination);
   if (!consumer) {
-    throw new ReplayTargetError(`destination ${namespace}/${destination} has no consumer on ${EVENTS_STREAM} (is it enabled, and has \`trackhook deliver\` started it?); nothing was replayed`);
+    throw new ReplayTargetError(
+      `destination ${namespace}/${destination} has no consumer on ${EVENTS_STREAM}: is there an enabled WebhookDestination of that name, ` +
+        `with \`trackhook dev\`, \`trackhook deliver\` or the operator running for it? Nothing was replayed`,
+    );
   }
   const filters = consumer.config.filter_subjects ?? (consumer.config.filter_subject ? [consumer.config.filter_subject] : []);
   if (!filters.includes(replay)) {

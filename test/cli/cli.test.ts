@@ -55,6 +55,15 @@ describe("trackhook CLI", () => {
     expect(result.stderr).toContain('trustedProxies: "not-an-ip" is not an IP address or CIDR');
   });
 
+  it("a --nats URL that is not a NATS URL (the ingest's http:// by mistake) is refused at once, not after a connect timeout", () => {
+    const started = Date.now();
+    const result = run("tail", "--nats", "http://user:pw@127.0.0.1:8080");
+    expect(result.status).toBe(2);
+    expect(result.stderr).toContain('--nats: "http://127.0.0.1:8080" is not a NATS URL');
+    expect(result.stderr).not.toContain("pw");
+    expect(Date.now() - started).toBeLessThan(10_000);
+  });
+
   it("invalid config fails at start, naming the document and field", () => {
     const dir = mkdtempSync(join(tmpdir(), "trackhook-cli-"));
     writeFileSync(join(dir, "bad.yaml"), "apiVersion: trackhook.io/v1alpha1\nkind: Source\nmetadata: { name: web }\nspec: { writeKeySecretRef: { name: k } }\n");

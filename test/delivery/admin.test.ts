@@ -101,7 +101,7 @@ describe("replaying dead letters", () => {
     const first = cli("replay", "--destination", "cli-hook");
     expect(first.stderr).toBe("");
     expect(first.status).toBe(0);
-    expect(first.stdout).toBe("replayed 1 messages to default/cli-hook\n");
+    expect(first.stdout).toBe("replayed 1 message to default/cli-hook\n");
     const requests = await env.receiver.waitFor("/cli-down", failed + 1);
     expect(JSON.parse(requests[failed]!.body.toString())).toMatchObject({ messageId: "replay-cli-1", event: "Via CLI" });
     expect(await deadLetters("cli-hook")).toEqual([]);
