@@ -15,7 +15,7 @@ export function attemptRow(r: AttemptRecord): string[] {
   const result = r.status !== undefined ? String(r.status) : (r.error ?? r.outcome);
   const response = r.response ? printable(r.response) : "";
   return [
-    r.at, r.messageId, String(r.attempt), r.url, result, `${r.latencyMs} ms`,
+    r.at, r.messageId, r.replay ? `${r.attempt} (replay)` : String(r.attempt), r.url, result, `${r.latencyMs} ms`,
     response.length > RESPONSE_CHARS ? `${response.slice(0, RESPONSE_CHARS - 1)}…` : response,
   ];
 }

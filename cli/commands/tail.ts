@@ -1,6 +1,9 @@
 // `trackhook tail`: prints the messages stored from now on, one JSON line each, until Ctrl-C.
 import { once } from "node:events";
+import { jetstreamManager } from "@nats-io/jetstream";
+import type { NatsConnection } from "@nats-io/transport-node";
 import { tail } from "../../dataplane/delivery/admin.ts";
+import { EVENTS_STREAM, sourceSubjects } from "../../dataplane/nats/mod.ts";
 import { natsUrl } from "../args.ts";
 import { connectAdmin, qualifiedName } from "./replay.ts";
 import type { Command } from "./types.ts";
@@ -28,6 +31,9 @@ export const tailCommand: Command = {
     try {
       const messages = await tail(nc, { ...(source ? { namespace: source.namespace, source: source.name } : {}), signal: stop.signal });
       process.stderr.write(`tailing ${source ? `source ${source.namespace}/${source.name}` : "all sources"} (Ctrl-C to stop)\n`);
+      if (source && !(await hasStoredMessages(nc, sourceSubjects(source.namespace, source.name)))) {
+        process.stderr.write(`no message of source ${source.namespace}/${source.name} is stored yet: is the name right? (\`kubectl get sources -A\`, or the Source documents of your --config)\n`);
+      }
       for await (const m of messages) {
         if (!process.stdout.write(`${JSON.stringify(m)}\n`)) {
           await once(process.stdout, "drain", { signal: stop.signal }).catch(() => {});
@@ -40,3 +46,10 @@ export const tailCommand: Command = {
     }
   },
 };
+
+/** Whether the events stream holds any message on these subjects (a typo'd source has none). */
+async function hasStoredMessages(nc: NatsConnection, subjects: string): Promise<boolean> {
+  const jsm = await jetstreamManager(nc);
+  const info = await jsm.streams.info(EVENTS_STREAM, { subjects_filter: subjects }).catch(() => undefined);
+  return info === undefined || Object.keys(info.state.subjects ?? {}).length > 0;
+}

@@ -8,7 +8,7 @@ import type { CompiledDestination } from "../../schema/mod.ts";
 import { isoTimestamp } from "../iso-time.ts";
 import type { Logger } from "../logging.ts";
 import type { TurnBatch } from "../nats/mod.ts";
-import { EVENTS_STREAM, attemptsSubject, consumerName, dlqSubject } from "../nats/mod.ts";
+import { EVENTS_STREAM, attemptsSubject, consumerName, dlqSubject, replaySubject } from "../nats/mod.ts";
 import { type AttemptOutcome, backoffMs, combine, nextRoundDelayMs } from "./outcome.ts";
 import { signingKeys, standardWebhookHeaders, webhookBody, xSignature, type DeliverableMessage, type SigningKeys } from "./payload.ts";
 import { routesTo } from "./routing.ts";
@@ -53,6 +53,8 @@ export interface AttemptRecord {
   latencyMs: number;
   response?: string;
   at: string;
+  /** The message came back from the dead-letter queue (`trackhook replay`); its attempts count anew. */
+  replay?: true;
 }
 
 export interface DestinationWorkerDeps {
@@ -112,6 +114,7 @@ export class DestinationWorker {
   /** When the last timeout line was logged, and timeouts since (see #logTimeout). */
   #timeoutsLogged = { at: -Infinity, since: 0 };
   readonly #attemptsSubject: string;
+  readonly #replaySubject: string;
   /** The destination's own headers, names lower-cased once. */
   readonly #customHeaders: Record<string, string>;
   /** The shared secret's keys, made once: a string key is converted again on every signature. */
@@ -133,6 +136,7 @@ export class DestinationWorker {
     this.#turn = deps.turn;
     this.#label = `${destination.namespace}/${destination.name}`;
     this.#attemptsSubject = attemptsSubject(destination.namespace, destination.name);
+    this.#replaySubject = replaySubject(destination.namespace, destination.name);
     this.#customHeaders = Object.fromEntries(destination.headers.map(({ name, value }) => [name.toLowerCase(), value]));
     this.#redactedUrls = new Map(destination.urls.map((url) => [url, redactUrl(url)]));
     this.#signingKeys = destination.sharedSecret ? signingKeys(destination.sharedSecret) : undefined;
@@ -327,7 +331,7 @@ export class DestinationWorker {
       if (error === "timeout") this.#logTimeout(r.url, message.messageId, attempt);
       const record: AttemptRecord = {
         destination: this.#label, url: this.#redactedUrls.get(r.url) ?? redactUrl(r.url), messageId: message.messageId, streamSequence: m.seq, attempt,
-        outcome: o.kind, latencyMs: Math.round(r.latencyMs), at: isoTimestamp(Date.now()),
+        outcome: o.kind, latencyMs: Math.round(r.latencyMs), at: isoTimestamp(Date.now()), ...(m.subject === this.#replaySubject ? { replay: true } : {}),
         ...(status !== undefined ? { status } : {}), ...(error ? { error } : {}), ...(r.responseSnippet ? { response: r.responseSnippet } : {}),
       };
       // As bytes: nats.js would encode a string with TextEncoder, which allocates per call

@@ -105,6 +105,11 @@ describe("replaying dead letters", () => {
     const requests = await env.receiver.waitFor("/cli-down", failed + 1);
     expect(JSON.parse(requests[failed]!.body.toString())).toMatchObject({ messageId: "replay-cli-1", event: "Via CLI" });
     expect(await deadLetters("cli-hook")).toEqual([]);
+    // The attempt history tells the replayed round from the first ones.
+    await sleep(300);
+    const history = cli("attempts", "--destination", "cli-hook", "--message-id", "replay-cli-1");
+    expect(history.stdout).toMatch(/ 1 \(replay\) .* 200 /);
+    expect(history.stdout.match(/\(replay\)/g)).toHaveLength(1);
 
     const again = cli("replay", "--destination", "default/cli-hook", "--since", "1h");
     expect(again.status).toBe(0);
@@ -155,7 +160,8 @@ describe("attempt history", () => {
     expect(failures.length).toBeGreaterThanOrEqual(1);
     expect(failures).toEqual(failures.map(() => [503, "retry"]));
     expect(records.map((r) => r.attempt)).toEqual([...failures.map((_, i) => i + 1), 1]); // the replayed copy starts over
-    expect(records.at(-1)).toMatchObject({ status: 200, outcome: "delivered" });
+    expect(records.at(-1)).toMatchObject({ status: 200, outcome: "delivered", replay: true });
+    for (const r of records.slice(0, -1)) expect(r.replay).toBeUndefined();
     for (const r of records) expect(r).toMatchObject({ destination: "default/flaky-hook", url: env.receiver.url("/flaky"), messageId: "replay-1", latencyMs: expect.any(Number) });
     expect(records[0]!.response).toBe("nope");
     expect(records.map((r) => Date.parse(r.at))).toEqual(records.map((r) => Date.parse(r.at)).sort((a, b) => a - b));
@@ -172,7 +178,7 @@ describe("attempt history", () => {
     expect(lines).toHaveLength(records.length + 1);
     const url = env.receiver.url("/flaky");
     expect(lines[1]).toMatch(new RegExp(`^\\S+Z\\s+replay-1\\s+1\\s+${url}\\s+503\\s+\\d+ ms\\s+nope$`));
-    expect(lines.at(-1)).toMatch(new RegExp(`^\\S+Z\\s+replay-1\\s+1\\s+${url}\\s+200\\s+\\d+ ms\\s+ok$`));
+    expect(lines.at(-1)).toMatch(new RegExp(`^\\S+Z\\s+replay-1\\s+1 \\(replay\\)\\s+${url}\\s+200\\s+\\d+ ms\\s+ok$`));
 
     const json = cli("attempts", "--destination", "flaky-hook", "--message-id", "replay-1", "--json");
     expect(json.status).toBe(0);
@@ -245,6 +251,8 @@ describe("tail", () => {
     };
     try {
       await until(() => stderr.includes("tailing"), "tail did not start");
+      // A source nothing was stored for yet gets a hint, in case its name is mistyped.
+      await until(() => stderr.includes("no message of source default/tail-cli is stored yet"), "no hint for a source without messages");
       await send(key, { userId: "u6", event: "Printed", messageId: "tail-cli-1" });
       await until(() => stdout.includes("\n"), "no line printed");
       const line = JSON.parse(stdout.split("\n")[0]!) as TailedMessage;
