@@ -223,12 +223,16 @@ describe("a dead destination beside a healthy one", () => {
       beside.push(await measure(`beside-dead-${round}`, true));
     }
 
-    const bestAlone = Math.max(...alone);
-    const bestBeside = Math.max(...beside);
-    const ratio = bestBeside / bestAlone;
+    // The mean of the rounds, not the best: on this shared VM single runs of one condition vary
+    // threefold, and one lucky run decided a comparison of maxima (0.66 in one CI run, 1.05 in the
+    // next). The rounds alternate, so drift hits both means alike.
+    const mean = (runs: number[]) => runs.reduce((a, b) => a + b, 0) / runs.length;
+    const meanAlone = mean(alone);
+    const meanBeside = mean(beside);
+    const ratio = meanBeside / meanAlone;
     console.log(
-      `isolation: healthy destination alone ${bestAlone.toFixed(0)} messages/s (runs ${alone.map((r) => r.toFixed(0)).join(", ")}), ` +
-        `beside a dead destination ${bestBeside.toFixed(0)} messages/s (runs ${beside.map((r) => r.toFixed(0)).join(", ")}); ` +
+      `isolation: healthy destination alone ${meanAlone.toFixed(0)} messages/s on average (runs ${alone.map((r) => r.toFixed(0)).join(", ")}), ` +
+        `beside a dead destination ${meanBeside.toFixed(0)} messages/s (runs ${beside.map((r) => r.toFixed(0)).join(", ")}); ` +
         `ratio ${ratio.toFixed(2)} (must be >= ${MIN_RATIO}); the dead receiver got ${dead.requests} requests, answered none, and saw ${dead.abandoned} given up`,
     );
     // The dead destination really was trying (and timing out) while the healthy one was measured.
