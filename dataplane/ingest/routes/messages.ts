@@ -67,9 +67,6 @@ async function handle(state: IngestState, request: FastifyRequest, config: Route
   const body = parseJsonObject(raw);
   const source = authenticate(state.directory, request.headers.authorization, body.writeKey);
   const sourceId = `${source.namespace}/${source.name}`;
-  // A message nested deeper than MAX_JSON_DEPTH is not accepted (JSON.stringify would overflow
-  // the stack on it). Only a body deeper than that can hold one; the check on its bytes is cheap.
-  const mayNestTooDeep = jsonDepthExceeds(raw, MAX_JSON_DEPTH);
 
   let items: unknown[];
   let batch: BatchDefaults | undefined;
@@ -78,18 +75,21 @@ async function handle(state: IngestState, request: FastifyRequest, config: Route
     for (const key in body) if (body[key] === null) delete body[key];
     if (!validateBatchBody(body)) throw errors.invalidBody(`Invalid batch body: ${describeErrors(validateBatchBody.errors).join("; ")}`);
     if (body.batch.length > limits.batchItems) throw errors.tooManyBatchItems(body.batch.length, limits.batchItems);
-    // Only a body larger than the item limit can hold an item over it. An item too deep to
-    // serialise is not measured: it is not accepted below.
-    if (raw.length > limits.itemBytes) {
-      body.batch.forEach((item, index) => {
-        if (mayNestTooDeep && nestedDeeperThan(item, MAX_JSON_DEPTH)) return;
-        if (Buffer.byteLength(JSON.stringify(item) ?? "") > limits.itemBytes) throw errors.batchItemTooLarge(index, limits.itemBytes);
-      });
-    }
     batch = { context: body.context, integrations: body.integrations, sentAt: body.sentAt };
     items = body.batch;
   } else {
     items = [body];
+  }
+  // Only a body deeper than MAX_JSON_DEPTH can hold a message too deep to accept; the check on
+  // its bytes is cheap, and each item is walked once only when it fails.
+  const deep = jsonDepthExceeds(raw, MAX_JSON_DEPTH) ? tooDeep(items, batch) : undefined;
+  // Only a body larger than the item limit can hold an item over it. An item too deep to
+  // serialise is not measured: it is not accepted below.
+  if (batch && raw.length > limits.itemBytes) {
+    items.forEach((item, index) => {
+      if (deep?.items.has(item)) return;
+      if (Buffer.byteLength(JSON.stringify(item) ?? "") > limits.itemBytes) throw errors.batchItemTooLarge(index, limits.itemBytes);
+    });
   }
 
   const notAccepted = (reason: RejectReason, detail: string, item: unknown) => {
@@ -103,7 +103,7 @@ async function handle(state: IngestState, request: FastifyRequest, config: Route
   let storedBytes = 0;
   for (const [index, item] of items.entries()) {
     // Before anything walks or serialises it (judge describes an unknown type, enrich copies).
-    if (mayNestTooDeep && nestedDeeperThan(item, MAX_JSON_DEPTH)) {
+    if (deep?.items.has(item)) {
       notAccepted("nested_too_deep", `message is nested deeper than ${MAX_JSON_DEPTH} levels`, item);
       continue;
     }
@@ -112,12 +112,11 @@ async function handle(state: IngestState, request: FastifyRequest, config: Route
       notAccepted(verdict.reason, verdict.detail, item);
       continue;
     }
-    const message = enrich(verdict.message, verdict.type, { receivedAt, ip: () => request.ip, batch });
-    // Again after enrich: a deep batch context makes every item that merges it deep too.
-    if (mayNestTooDeep && nestedDeeperThan(message, MAX_JSON_DEPTH)) {
-      notAccepted("nested_too_deep", `message is nested deeper than ${MAX_JSON_DEPTH} levels`, item);
+    if (deep?.batchLevel) {
+      notAccepted("nested_too_deep", `message is nested deeper than ${MAX_JSON_DEPTH} levels once the batch's context is merged in`, item);
       continue;
     }
+    const message = enrich(verdict.message, verdict.type, { receivedAt, ip: () => request.ip, batch });
     // Serialised once: these bytes are what is stored and, later, signed and delivered.
     const payload = Buffer.from(JSON.stringify(message));
     // A batch's context is merged into every item, so what is stored is bounded again here.
@@ -147,4 +146,16 @@ async function handle(state: IngestState, request: FastifyRequest, config: Route
     if (stored > 0) state.metrics.countMessages(sourceId, "accepted", "", stored);
   }
   return { success: true };
+}
+
+/**
+ * What of a request is nested deeper than MAX_JSON_DEPTH: its items that are themselves, and
+ * whether the batch's context or integrations are (merged into every item one level down, they
+ * make each too deep).
+ */
+function tooDeep(items: unknown[], batch: BatchDefaults | undefined): { items: Set<unknown>; batchLevel: boolean } {
+  return {
+    items: new Set(items.filter((item) => nestedDeeperThan(item, MAX_JSON_DEPTH))),
+    batchLevel: batch !== undefined && (nestedDeeperThan(batch.context, MAX_JSON_DEPTH - 1) || nestedDeeperThan(batch.integrations, MAX_JSON_DEPTH - 1)),
+  };
 }
