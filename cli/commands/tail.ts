@@ -1,9 +1,8 @@
 // `trackhook tail`: prints the messages stored from now on, one JSON line each, until Ctrl-C.
 import { once } from "node:events";
 import { jetstreamManager } from "@nats-io/jetstream";
-import type { NatsConnection } from "@nats-io/transport-node";
 import { tail } from "../../dataplane/delivery/admin.ts";
-import { EVENTS_STREAM, sourceSubjects } from "../../dataplane/nats/mod.ts";
+import { EVENTS_STREAM, hasMessagesOn, sourceSubjects } from "../../dataplane/nats/mod.ts";
 import { natsUrl } from "../args.ts";
 import { connectAdmin, qualifiedName } from "./replay.ts";
 import type { Command } from "./types.ts";
@@ -31,7 +30,9 @@ export const tailCommand: Command = {
     try {
       const messages = await tail(nc, { ...(source ? { namespace: source.namespace, source: source.name } : {}), signal: stop.signal });
       process.stderr.write(`tailing ${source ? `source ${source.namespace}/${source.name}` : "all sources"} (Ctrl-C to stop)\n`);
-      if (source && !(await hasStoredMessages(nc, sourceSubjects(source.namespace, source.name)))) {
+      // A typo'd source has nothing stored; an unreadable stream gets no hint.
+      const stored = source ? await hasMessagesOn(await jetstreamManager(nc), EVENTS_STREAM, sourceSubjects(source.namespace, source.name)).catch(() => true) : true;
+      if (source && !stored) {
         process.stderr.write(`no message of source ${source.namespace}/${source.name} is stored yet: is the name right? (\`kubectl get sources -A\`, or the Source documents of your --config)\n`);
       }
       for await (const m of messages) {
@@ -46,10 +47,3 @@ export const tailCommand: Command = {
     }
   },
 };
-
-/** Whether the events stream holds any message on these subjects (a typo'd source has none). */
-async function hasStoredMessages(nc: NatsConnection, subjects: string): Promise<boolean> {
-  const jsm = await jetstreamManager(nc);
-  const info = await jsm.streams.info(EVENTS_STREAM, { subjects_filter: subjects }).catch(() => undefined);
-  return info === undefined || Object.keys(info.state.subjects ?? {}).length > 0;
-}

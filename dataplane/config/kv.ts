@@ -13,6 +13,7 @@ import {
   type CompiledSource,
 } from "../../schema/mod.ts";
 import type { Logger } from "../logging.ts";
+import { hasMessagesOn } from "../nats/mod.ts";
 import { ConfigHolder } from "./provider.ts";
 
 export const CONFIG_BUCKET = "trackhook-config";
@@ -91,11 +92,6 @@ export class ConfigWriter {
 }
 
 /**
- * Follows the bucket and keeps the compiled config in step with it. An entry that does not
- * validate is logged and ignored (its previous value stays), so one bad write cannot take the
- * data plane down. `ready` is false until the bucket's content at start has been read.
- */
-/**
  * The part of the bucket a component follows. Ingest needs the Sources (write key digests) only
  * and delivery the destinations (with their shared secrets) only: with one key filter each, NATS
  * permissions can keep the internet-facing ingest from ever reading a shared secret
@@ -104,6 +100,11 @@ export class ConfigWriter {
 export type ConfigPart = "all" | "sources" | "destinations";
 const PART_KEYS: Record<ConfigPart, string> = { all: ">", sources: "source.>", destinations: "destination.>" };
 
+/**
+ * Follows the bucket and keeps the compiled config in step with it. An entry that does not
+ * validate is logged and ignored (its previous value stays), so one bad write cannot take the
+ * data plane down. `ready` is false until the bucket's content at start has been read.
+ */
 export class KvConfigProvider extends ConfigHolder {
   readonly #sources = new Map<string, CompiledSource>();
   readonly #destinations = new Map<string, CompiledDestination>();
@@ -133,8 +134,7 @@ export class KvConfigProvider extends ConfigHolder {
   /** Whether the followed part of the bucket has no entry (not even a delete marker) to load. */
   async #nothingToLoad(status: KvStatus, jsm: JetStreamManager): Promise<boolean> {
     if (this.#part === "all") return status.values === 0;
-    const info = await jsm.streams.info(status.streamInfo.config.name, { subjects_filter: `$KV.${CONFIG_BUCKET}.${PART_KEYS[this.#part]}` });
-    return Object.keys(info.state.subjects ?? {}).length === 0;
+    return !(await hasMessagesOn(jsm, status.streamInfo.config.name, `$KV.${CONFIG_BUCKET}.${PART_KEYS[this.#part]}`));
   }
 
   get ready(): boolean {

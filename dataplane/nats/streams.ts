@@ -88,6 +88,12 @@ export async function ensureStream(jsm: JetStreamManager, config: Partial<Stream
   }
 }
 
+/** Whether the stream holds a message on any subject matching `filter` (a KV delete marker counts). */
+export async function hasMessagesOn(jsm: JetStreamManager, stream: string, filter: string): Promise<boolean> {
+  const info = await jsm.streams.info(stream, { subjects_filter: filter });
+  return Object.keys(info.state.subjects ?? {}).length > 0;
+}
+
 /** A JetStream error saying the stream does not exist (yet). */
 export function isStreamNotFound(err: unknown): boolean {
   return err instanceof Error && (err.name === "StreamNotFoundError" || /stream not found/i.test(err.message));
