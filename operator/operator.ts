@@ -5,7 +5,7 @@ import { hostname } from "node:os";
 import { randomBytes } from "node:crypto";
 import { jetstream, jetstreamManager } from "@nats-io/jetstream";
 import type { NatsConnection } from "@nats-io/transport-node";
-import { ConfigWriter, ensureConfigBucket, parseConfigKey, secretNamesOf } from "../dataplane/config/mod.ts";
+import { ConfigWriter, KvConfigProvider, ensureConfigBucket, parseConfigKey, secretNamesOf } from "../dataplane/config/mod.ts";
 import { removeDestinationConsumers } from "../dataplane/delivery/mod.ts";
 import type { Logger } from "../dataplane/logging.ts";
 import { EVENTS_STREAM, parseConsumerName } from "../dataplane/nats/mod.ts";
@@ -176,7 +176,9 @@ export class Operator {
     // reconcile may run. Without it, a newer Source that copied another's key and came first
     // would take that key's traffic until the older one's turn. (An entry whose Source is gone
     // loses the key to the first live claimant, as the orphan collection below removes it.)
-    for (const [id, digest] of await ctx.config.sourceDigests()) if (this.#inScope(id.split("/")[0]!)) ctx.sourceDigests.set(id, digest);
+    const owners = await KvConfigProvider.start(this.#nc, this.#log.child({ reading: "write-key owners" }), undefined, "sources");
+    for (const s of owners.current().sources) if (this.#inScope(s.namespace)) ctx.sourceDigests.set(`${s.namespace}/${s.name}`, s.writeKeySha256);
+    owners.close();
     this.#synced = true;
     this.#ctx = ctx;
     await this.#collectOrphans();

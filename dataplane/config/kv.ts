@@ -78,17 +78,6 @@ export class ConfigWriter {
     const current = await this.kv.get(key);
     return current?.operation === "PUT" ? (JSON.parse(decoder.decode(current.value)) as T) : undefined;
   }
-
-  /** The write key digest of every Source in the bucket, by `namespace/name`. */
-  async sourceDigests(): Promise<Map<string, string>> {
-    const digests = new Map<string, string>();
-    for await (const key of await this.kv.keys("source.>")) {
-      const parsed = parseConfigKey(key);
-      const value = parsed?.kind === "source" ? await this.get<CompiledSource>(key) : undefined;
-      if (parsed && value) digests.set(`${parsed.namespace}/${parsed.name}`, value.writeKeySha256);
-    }
-    return digests;
-  }
 }
 
 /**
