@@ -72,6 +72,10 @@ export interface DestinationWorkerDeps {
 
 /** The last round of a message comes this long before its retry window closes, at the latest. */
 const FINAL_ROUND_MARGIN_MS = 1_000;
+/** A last round is not scheduled sooner than this: it would retry URLs that just failed. */
+const MIN_FINAL_ROUND_DELAY_MS = 1_000;
+/** How often #rounds is swept of entries whose message finished elsewhere (another replica). */
+const ROUND_SWEEP_MS = 60_000;
 
 /** At most one "webhook timed out" line per destination this often. */
 const TIMEOUT_LOG_INTERVAL_MS = 10_000;
@@ -86,11 +90,6 @@ interface RoundState {
   expiresAt: number;
 }
 const newRoundState = (expiresAt: number): RoundState => ({ dead: new Set(), notBefore: new Map(), expiresAt });
-
-/** How often #rounds is swept of entries whose message finished elsewhere (another replica). */
-const ROUND_SWEEP_MS = 60_000;
-/** A last round is not scheduled sooner than this: it would retry URLs that just failed. */
-const MIN_FINAL_ROUND_DELAY_MS = 1_000;
 
 export class DestinationWorker {
   readonly destination: CompiledDestination;
@@ -262,7 +261,11 @@ export class DestinationWorker {
     // Whole milliseconds: nak() takes an integer delay.
     const remaining = Math.floor(deadline - now);
     const dueAt = (url: string) => round?.notBefore.get(url);
-    let delay = nextRoundDelayMs(live.map((url) => { const at = dueAt(url); return at === undefined ? undefined : Math.max(0, at - now); }), backoffMs(attempt, remaining));
+    const waits = live.map((url) => {
+      const at = dueAt(url);
+      return at === undefined ? undefined : Math.max(0, at - now);
+    });
+    let delay = nextRoundDelayMs(waits, backoffMs(attempt, remaining));
     if (delay > remaining - FINAL_ROUND_MARGIN_MS) {
       delay = remaining - FINAL_ROUND_MARGIN_MS;
       // Too soon to be worth it, or every URL would still be pausing at that last round.
@@ -323,6 +326,7 @@ export class DestinationWorker {
    * history, and waiting cost a round trip per message. They leave with the turn's other traffic.
    */
   #record(m: JsMsg, message: DeliverableMessage, attempt: number, results: SendResult[]): void {
+    const replay = m.subject === this.#replaySubject ? ({ replay: true } as const) : {};
     for (const r of results) {
       const o = r.outcome;
       const status = "status" in o ? o.status : undefined;
@@ -330,8 +334,8 @@ export class DestinationWorker {
       this.#metrics.countAttempt(this.#label, status, error, r.latencyMs);
       if (error === "timeout") this.#logTimeout(r.url, message.messageId, attempt);
       const record: AttemptRecord = {
-        destination: this.#label, url: this.#redactedUrls.get(r.url) ?? redactUrl(r.url), messageId: message.messageId, streamSequence: m.seq, attempt,
-        outcome: o.kind, latencyMs: Math.round(r.latencyMs), at: isoTimestamp(Date.now()), ...(m.subject === this.#replaySubject ? { replay: true } : {}),
+        destination: this.#label, url: this.#shownUrl(r.url), messageId: message.messageId, streamSequence: m.seq, attempt,
+        outcome: o.kind, latencyMs: Math.round(r.latencyMs), at: isoTimestamp(Date.now()), ...replay,
         ...(status !== undefined ? { status } : {}), ...(error ? { error } : {}), ...(r.responseSnippet ? { response: r.responseSnippet } : {}),
       };
       // As bytes: nats.js would encode a string with TextEncoder, which allocates per call
@@ -347,6 +351,11 @@ export class DestinationWorker {
     }
   }
 
+  /** A URL as records and logs show it (redacted). */
+  #shownUrl(url: string): string {
+    return this.#redactedUrls.get(url) ?? redactUrl(url);
+  }
+
   /**
    * The spec asks for a timeout to be logged. A receiver that stops answering times out on every
    * message, so this is one line per destination every TIMEOUT_LOG_INTERVAL_MS at most, counting
@@ -359,7 +368,7 @@ export class DestinationWorker {
       return;
     }
     this.#log.warn(
-      { url: this.#redactedUrls.get(url) ?? redactUrl(url), messageId, attempt, timeoutMs: this.destination.timeoutMs, moreTimeoutsSinceLastLine: this.#timeoutsLogged.since },
+      { url: this.#shownUrl(url), messageId, attempt, timeoutMs: this.destination.timeoutMs, moreTimeoutsSinceLastLine: this.#timeoutsLogged.since },
       "webhook timed out: no answer within the destination's timeout; it will be retried while the retry window lasts",
     );
     this.#timeoutsLogged = { at: now, since: 0 };
