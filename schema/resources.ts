@@ -155,8 +155,9 @@ const Metadata = Type.Object(
     namespace: Type.Optional(Type.String({ minLength: 1, maxLength: 63, pattern: DNS_LABEL })),
     labels: Type.Optional(Type.Record(Type.String(), Type.String())),
     annotations: Type.Optional(Type.Record(Type.String(), Type.String())),
-    /** Set by Kubernetes; in a --config file it may be given, or left out. */
+    /** Set by Kubernetes; in a --config file they may be given, or left out. */
     creationTimestamp: Type.Optional(Type.String({ format: "date-time" })),
+    generation: Type.Optional(Type.Integer({ minimum: 1 })),
   },
   { additionalProperties: true },
 );

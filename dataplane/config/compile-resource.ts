@@ -157,14 +157,17 @@ export function compileDestination(
       retryWindowMs: parseDuration(spec.retryWindow ?? "4h"),
       maxInFlight: spec.maxInFlight ?? 100,
       standardWebhooks: spec.standardWebhooks ?? false,
-      // Only a destination never edited is new: one disabled and enabled again starts from now.
-      ...((doc.metadata as { generation?: number }).generation ?? 1) <= 1 ? createdAt(doc.metadata.creationTimestamp) : {},
+      ...createdAt(doc.metadata),
     },
   };
 }
 
-/** metadata.creationTimestamp as ISO text (the Kubernetes client may hand it over as a Date). */
-function createdAt(value: string | Date | undefined): { createdAt?: string } {
-  const time = value === undefined ? NaN : new Date(value).getTime();
+/**
+ * When a destination never edited was created, as ISO text (the Kubernetes client may hand the
+ * timestamp over as a Date). Only such a destination is new: one disabled and enabled again
+ * (a later generation) starts from when its consumer is made.
+ */
+function createdAt(metadata: { creationTimestamp?: string | Date; generation?: number }): { createdAt?: string } {
+  const time = metadata.creationTimestamp === undefined || (metadata.generation ?? 1) > 1 ? NaN : new Date(metadata.creationTimestamp).getTime();
   return Number.isNaN(time) ? {} : { createdAt: new Date(time).toISOString() };
 }

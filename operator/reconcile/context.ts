@@ -91,22 +91,19 @@ export async function setReady<R extends AnyResource>(
 }
 
 /**
- * A reconcile that threw (NATS or the API server unreachable, say) is retried with backoff by the
- * queue; meanwhile Ready says so (Unknown, Retrying, with a Warning event) instead of still
- * showing the last success.
+ * Runs a reconcile. One that throws (NATS or the API server unreachable, say) is retried with
+ * backoff by the queue; meanwhile Ready says so (Unknown, Retrying, with a Warning event) instead
+ * of still showing the last success.
  */
-async function reportRetrying(ctx: OperatorContext, object: AnyResource | undefined, err: unknown): Promise<void> {
-  // A conflict is a lost race with another write (the finalizer's, say): the retry is routine.
-  if (!object || isDeleting(object) || isConflict(err)) return;
-  await setReady(ctx, object, { status: "Unknown", reason: "Retrying", message: `the spec could not be applied yet, retrying: ${apiErrorMessage(err)}` }, {}, true).catch(() => {});
-}
-
-/** Runs a reconcile; when it throws, status says so (reportRetrying) and the queue retries it. */
 export async function reportingFailures(ctx: OperatorContext, object: () => AnyResource | undefined, reconcile: () => Promise<ReconcileResult>): Promise<ReconcileResult> {
   try {
     return await reconcile();
   } catch (err) {
-    await reportRetrying(ctx, object(), err);
+    const current = object();
+    // A conflict is a lost race with another write (the finalizer's, say): the retry is routine.
+    if (current && !isDeleting(current) && !isConflict(err)) {
+      await setReady(ctx, current, { status: "Unknown", reason: "Retrying", message: `the spec could not be applied yet, retrying: ${apiErrorMessage(err)}` }, {}, true).catch(() => {});
+    }
     throw err;
   }
 }
