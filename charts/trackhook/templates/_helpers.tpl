@@ -94,12 +94,9 @@ envFrom:
 {{- define "trackhook.natsCredsDir" -}}/etc/trackhook/nats/creds{{- end }}
 {{- define "trackhook.natsTlsDir" -}}/etc/trackhook/nats/tls{{- end }}
 
-{{/* NATS authentication and TLS as dataplane/nats/auth.ts reads them: a user and password or a
-token from the Secret as secretKeyRef variables, the .creds file and TLS files as paths of
-mounted files. Never in the ConfigMap, never on the command line. */}}
 {{/* The NATS user and .creds Secrets of one component: its own (nats.auth.perComponent or
 nats.creds.perComponent) if it has one, else the shared ones. Call with
-(dict "root" $ "component" "ingest"); prints "<auth secret>|<creds secret>". */}}
+(dict "root" $ "component" "ingest"); prints them as YAML (auth, creds) for fromYaml. */}}
 {{- define "trackhook.natsSecrets" -}}
 {{- $nats := .root.Values.nats }}
 {{- $auth := index ($nats.auth.perComponent | default dict) .component | default "" }}
@@ -114,15 +111,16 @@ nats.creds.perComponent) if it has one, else the shared ones. Call with
 {{- $auth = $nats.auth.existingSecret }}
 {{- $creds = $nats.creds.existingSecret }}
 {{- end }}
-{{- printf "%s|%s" $auth $creds }}
+{{- dict "auth" $auth "creds" $creds | toYaml }}
 {{- end }}
 
+{{/* NATS authentication and TLS as dataplane/nats/auth.ts reads them: a user and password or a
+token from the Secret as secretKeyRef variables, the .creds file and TLS files as paths of
+mounted files. Never in the ConfigMap, never on the command line. */}}
 {{- define "trackhook.natsAuthEnv" -}}
 {{- $nats := .root.Values.nats }}
-{{- $secrets := splitList "|" (include "trackhook.natsSecrets" .) }}
-{{- $authSecret := index $secrets 0 }}
-{{- $credsSecret := index $secrets 1 }}
-{{- with $authSecret }}
+{{- $secrets := include "trackhook.natsSecrets" . | fromYaml }}
+{{- with $secrets.auth }}
 {{- if eq $nats.auth.type "token" }}
 - name: TRACKHOOK_NATS_TOKEN
   valueFrom:
@@ -142,7 +140,7 @@ nats.creds.perComponent) if it has one, else the shared ones. Call with
       key: {{ $nats.auth.passwordKey }}
 {{- end }}
 {{- end }}
-{{- if $credsSecret }}
+{{- if $secrets.creds }}
 - name: TRACKHOOK_NATS_CREDS
   value: {{ include "trackhook.natsCredsDir" . }}/nats.creds
 {{- end }}
@@ -164,7 +162,7 @@ nats.creds.perComponent) if it has one, else the shared ones. Call with
 the pod's group (fsGroup) alone, or by everyone in the container without an fsGroup. */}}
 {{- define "trackhook.natsVolumes" -}}
 {{- $nats := .root.Values.nats }}
-{{- $credsSecret := index (splitList "|" (include "trackhook.natsSecrets" .)) 1 }}
+{{- $credsSecret := (include "trackhook.natsSecrets" . | fromYaml).creds }}
 {{- $mode := ternary 288 292 (not (empty .root.Values.podSecurityContext.fsGroup)) }}
 {{- with $credsSecret }}
 - name: nats-creds
@@ -195,7 +193,7 @@ the pod's group (fsGroup) alone, or by everyone in the container without an fsGr
 {{- end }}
 
 {{- define "trackhook.natsVolumeMounts" -}}
-{{- if index (splitList "|" (include "trackhook.natsSecrets" .)) 1 }}
+{{- if (include "trackhook.natsSecrets" . | fromYaml).creds }}
 - name: nats-creds
   mountPath: {{ include "trackhook.natsCredsDir" . }}
   readOnly: true
