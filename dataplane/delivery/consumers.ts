@@ -60,8 +60,13 @@ export async function ensureDestinationConsumer(jsm: JetStreamManager, destinati
     });
   let existing = await info();
   if (!existing) {
-    // The operator and the delivery pods may all create it at once; one wins, the others update.
-    existing = await jsm.consumers.add(EVENTS_STREAM, config).then(() => undefined, async (err: unknown) => (await info()) ?? Promise.reject(err));
+    try {
+      await jsm.consumers.add(EVENTS_STREAM, config);
+    } catch (err) {
+      // The operator and the delivery pods may all create it at once; one wins, the others update.
+      existing = await info();
+      if (!existing) throw err;
+    }
   }
   if (existing) {
     // Where it started is fixed at creation.
