@@ -3,6 +3,7 @@ import { readAttempts } from "../../dataplane/delivery/admin.ts";
 import type { AttemptRecord } from "../../dataplane/delivery/worker.ts";
 import { natsUrl } from "../args.ts";
 import { connectAdmin, qualifiedName } from "./replay.ts";
+import { table } from "./table.ts";
 import type { Command } from "./types.ts";
 import { NATS_AUTH_HELP } from "./nats-help.ts";
 
@@ -20,11 +21,8 @@ export function attemptRow(r: AttemptRecord): string[] {
   ];
 }
 
-export function attemptsTable(records: AttemptRecord[]): string {
-  const rows = [["TIME", "MESSAGE ID", "ATTEMPT", "URL", "RESULT", "LATENCY", "RESPONSE"], ...records.map(attemptRow)];
-  const widths = rows[0]!.map((_, i) => Math.max(...rows.map((row) => row[i]!.length)));
-  return rows.map((row) => row.map((cell, i) => (i === row.length - 1 ? cell : cell.padEnd(widths[i]!))).join("  ").trimEnd()).join("\n") + "\n";
-}
+export const attemptsTable = (records: AttemptRecord[]): string =>
+  table(["TIME", "MESSAGE ID", "ATTEMPT", "URL", "RESULT", "LATENCY", "RESPONSE"], records.map(attemptRow));
 
 export const attemptsCommand: Command = {
   name: "attempts",

@@ -150,6 +150,66 @@ export async function replayDeadLetters(nc: NatsConnection, options: ReplayOptio
   return { replayed };
 }
 
+export interface DeadLettersOptions extends DestinationRef {
+  /** Only dead letters stored within this many milliseconds of now. */
+  sinceMs?: number;
+  /** At most this many, oldest first. */
+  limit?: number;
+}
+
+/** A dead letter as `trackhook dead-letters` shows it: why it was given up, and what it was. */
+export interface DeadLetter {
+  /** Sequence in TRACKHOOK_DLQ. */
+  seq: number;
+  /** When it was dead-lettered. */
+  at: string;
+  reason: string;
+  /** Delivery rounds tried before giving up. */
+  attempts: number;
+  /** The last URL's answer: an HTTP status or an error code (`timeout`, `tls_verification_failed`, ...). */
+  lastStatus?: number;
+  lastError?: string;
+  messageId?: string;
+  type?: string;
+  /** `<namespace>/<source>` it came from, read off the subject it was first stored on. */
+  source?: string;
+}
+
+/** A destination's dead letters, oldest first, without moving them (`replay` moves them). */
+export async function* readDeadLetters(nc: NatsConnection, options: DeadLettersOptions): AsyncGenerator<DeadLetter> {
+  checkName("namespace", options.namespace);
+  checkName("destination", options.destination);
+  if (options.limit !== undefined && options.limit <= 0) return;
+  if ((await streamLastSeq(await jetstreamManager(nc), DLQ_STREAM)) === undefined) return;
+  const startTime = options.sinceMs !== undefined ? new Date(Date.now() - options.sinceMs) : undefined;
+  const read = readStored(jetstream(nc), DLQ_STREAM, dlqSubject(options.namespace, options.destination), {
+    ...(startTime ? { startTime } : {}), ...(options.limit !== undefined ? { limit: options.limit } : {}),
+  });
+  for await (const m of read) {
+    const header = (name: string) => m.headers?.get(name) || undefined;
+    let body: { messageId?: unknown; type?: unknown } = {};
+    try {
+      body = m.json();
+    } catch {
+      // Still listed: it is in the queue, and replay would move it.
+    }
+    const lastStatus = Number(header("Trackhook-Last-Status"));
+    const lastError = header("Trackhook-Last-Error");
+    const [, namespace, source] = /^trackhook\.events\.([^.]+)\.([^.]+)\./.exec(header("Trackhook-Original-Subject") ?? "") ?? [];
+    yield {
+      seq: m.seq,
+      at: new Date(m.info.timestampNanos / 1e6).toISOString(),
+      reason: header("Trackhook-Reason") ?? "unknown",
+      attempts: Number(header("Trackhook-Attempts") ?? 0),
+      ...(Number.isInteger(lastStatus) && lastStatus > 0 ? { lastStatus } : {}),
+      ...(lastError ? { lastError } : {}),
+      ...(typeof body.messageId === "string" ? { messageId: body.messageId } : {}),
+      ...(typeof body.type === "string" ? { type: body.type } : {}),
+      ...(namespace && source ? { source: `${namespace}/${source}` } : {}),
+    };
+  }
+}
+
 export interface AttemptsOptions extends DestinationRef {
   /** Only the attempts of this message. */
   messageId?: string;

@@ -379,7 +379,8 @@ export class DestinationWorker {
     h.set("Trackhook-Reason", reason);
     h.set("Trackhook-Attempts", String(attempts));
     h.set("Trackhook-Destination", this.#label);
-    h.set("Trackhook-Original-Subject", m.subject);
+    // A replayed message keeps the subject it was first stored on (its source), not the replay subject.
+    h.set("Trackhook-Original-Subject", m.headers?.get("Trackhook-Original-Subject") || m.subject);
     if (last && "status" in last && last.status !== undefined) h.set("Trackhook-Last-Status", String(last.status));
     if (last && "error" in last && last.error) h.set("Trackhook-Last-Error", last.error);
     try {

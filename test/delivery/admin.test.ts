@@ -5,12 +5,13 @@ import { spawn, spawnSync } from "node:child_process";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { describe, expect, it } from "vitest";
-import { ReplayTargetError, readAttempts, replayDeadLetters, tail, type TailedMessage } from "../../dataplane/delivery/admin.ts";
+import { ReplayTargetError, readAttempts, readDeadLetters, replayDeadLetters, tail, type DeadLetter, type TailedMessage } from "../../dataplane/delivery/admin.ts";
 import type { AttemptRecord } from "../../dataplane/delivery/mod.ts";
 import { ATTEMPTS_STREAM, CONSUMER_PREFIX, DLQ_STREAM, EVENTS_STREAM } from "../../dataplane/nats/mod.ts";
 import { basic, post } from "../harness/ingest.ts";
 import { useDelivery } from "../harness/delivery.ts";
 import { answer } from "../harness/receiver.ts";
+import { freePort } from "../harness/ports.ts";
 
 const root = fileURLToPath(new URL("../..", import.meta.url));
 const CLI = join(root, "cli", "main.ts");
@@ -143,6 +144,65 @@ describe("replaying dead letters", () => {
     const result = cli("replay", "--destination", "nobody");
     expect(result.status).toBe(1);
     expect(result.stderr).toContain("default/nobody has no consumer");
+  });
+});
+
+describe("listing dead letters", () => {
+  it("readDeadLetters and `trackhook dead-letters` show why each was given up and its last answer, and move nothing", async () => {
+    env.receiver.on("/list-gone", answer(410));
+    const key = addSource("list-src");
+    await addDestination("list-hook", { source: "list-src", urls: [env.receiver.url("/list-gone")] });
+    // Nothing listens there: refused until the retry window closes.
+    await addDestination("list-refused", { source: "list-src", urls: [`http://127.0.0.1:${await freePort()}/hook`], retryWindow: "2s" });
+    await send(key, { userId: "u5", event: "Listed", messageId: "list-1" });
+    await send(key, { userId: "u5", event: "Listed", messageId: "list-2" });
+    await waitForDeadLetters("list-hook", 2);
+    await waitForDeadLetters("list-refused", 2);
+
+    const gone = await collect(readDeadLetters(env.nc, { namespace: "default", destination: "list-hook" }));
+    expect(gone).toEqual(["list-1", "list-2"].map((messageId) => ({
+      seq: expect.any(Number), at: expect.stringMatching(/^\d{4}-\d\d-\d\dT/), reason: "permanent_failure", attempts: 1, lastStatus: 410,
+      messageId, type: "track", source: "default/list-src",
+    } satisfies DeadLetter)));
+    const refused = await collect(readDeadLetters(env.nc, { namespace: "default", destination: "list-refused" }));
+    expect(refused.map((d) => [d.messageId, d.reason, d.lastError, d.lastStatus])).toEqual([
+      ["list-1", "retry_window_exhausted", "connection_refused", undefined],
+      ["list-2", "retry_window_exhausted", "connection_refused", undefined],
+    ]);
+    expect(await collect(readDeadLetters(env.nc, { namespace: "default", destination: "list-hook", limit: 1 }))).toEqual([gone[0]]);
+    expect(await collect(readDeadLetters(env.nc, { namespace: "default", destination: "list-hook", sinceMs: 1 }))).toEqual([]);
+
+    const table = cli("dead-letters", "--destination", "list-hook");
+    expect(table.stderr).toBe("");
+    expect(table.status).toBe(0);
+    const lines = table.stdout.trimEnd().split("\n");
+    expect(lines[0]).toMatch(/^TIME +MESSAGE ID +TYPE +SOURCE +REASON +ATTEMPTS +LAST$/);
+    expect(lines.slice(1)).toEqual([
+      expect.stringMatching(/ list-1 +track +default\/list-src +permanent_failure +1 +410$/),
+      expect.stringMatching(/ list-2 +track +default\/list-src +permanent_failure +1 +410$/),
+    ]);
+    const json = cli("dead-letters", "--destination", "default/list-refused", "--json", "--limit", "1");
+    expect(json.stdout.trimEnd().split("\n").map((l) => JSON.parse(l) as DeadLetter)).toEqual([refused[0]]);
+    const none = cli("dead-letters", "--destination", "nobody");
+    expect([none.status, none.stdout, none.stderr]).toEqual([0, "", "no dead letters for default/nobody\n"]);
+
+    // Listing moved nothing and left no consumer behind.
+    expect(await deadLetters("list-hook")).toHaveLength(2);
+    expect(await strayConsumers()).toEqual([]);
+  });
+
+  it("a replayed message dead-lettered again still names the source it came from", async () => {
+    env.receiver.on("/list-again", answer(404));
+    const key = addSource("again-src");
+    await addDestination("again-hook", { source: "again-src", urls: [env.receiver.url("/list-again")] });
+    await send(key, { userId: "u6", event: "Again", messageId: "again-1" });
+    await waitForDeadLetters("again-hook", 1);
+    expect(await replayDeadLetters(env.nc, { namespace: "default", destination: "again-hook" })).toEqual({ replayed: 1 });
+    await env.receiver.waitFor("/list-again", 2);
+    await waitForDeadLetters("again-hook", 1);
+    expect(await collect(readDeadLetters(env.nc, { namespace: "default", destination: "again-hook" }))).toEqual([
+      expect.objectContaining({ messageId: "again-1", reason: "permanent_failure", lastStatus: 404, source: "default/again-src" }),
+    ]);
   });
 });
 
