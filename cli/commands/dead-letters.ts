@@ -1,7 +1,7 @@
 // `trackhook dead-letters`: what is in a destination's dead-letter queue and why, without moving it.
 import { readDeadLetters, type DeadLetter } from "../../dataplane/delivery/admin.ts";
-import { durationFlag, integerFlag, natsUrl } from "../args.ts";
-import { connectAdmin, qualifiedName } from "./replay.ts";
+import { natsUrl } from "../args.ts";
+import { SELECTION_FLAGS, SELECTION_HELP, connectAdmin, deadLetterSelection } from "./replay.ts";
 import { table } from "./table.ts";
 import type { Command } from "./types.ts";
 import { NATS_AUTH_HELP } from "./nats-help.ts";
@@ -14,28 +14,23 @@ export function deadLetterRow(d: DeadLetter): string[] {
 export const deadLettersCommand: Command = {
   name: "dead-letters",
   summary: "List a destination's dead letters: why each was given up, and its last answer",
-  usage: `trackhook dead-letters --destination <namespace/name> --nats <url> [--since <duration>] [--limit <n>] [--json]
+  usage: `trackhook dead-letters --destination <namespace/name> --nats <url> [--since <duration>] [--message-id <id>] [--limit <n>] [--json]
 
-  --destination <ns/name>    the WebhookDestination (namespace "default" when omitted)
-  --since <duration>         only dead letters stored within this long (e.g. 1h, 30m)
-  --limit <n>                at most n dead letters, oldest first
+${SELECTION_HELP}
   --json                     one JSON record per line instead of a table
   --nats <url>               NATS server URL(s), comma-separated (or TRACKHOOK_NATS_URL)${NATS_AUTH_HELP}
 
-\`trackhook replay\` with the same --destination, --since and --limit moves these back for delivery.`,
-  flags: { destination: { type: "string" }, since: { type: "string" }, limit: { type: "string" }, json: { type: "boolean" }, nats: { type: "string" } },
+\`trackhook replay\` with the same selection moves these back for delivery.`,
+  flags: { ...SELECTION_FLAGS, json: { type: "boolean" }, nats: { type: "string" } },
   async run(values) {
-    const { namespace, name } = qualifiedName("destination", values.destination);
-    const sinceMs = values.since !== undefined ? durationFlag("since", values.since) : undefined;
-    const limit = values.limit !== undefined ? integerFlag("limit", values.limit, 1) : undefined;
+    const selection = deadLetterSelection(values);
+    const { namespace, destination: name } = selection;
     const url = natsUrl(values);
     const json = Boolean(values.json as unknown);
     const nc = await connectAdmin(url, "trackhook-dead-letters");
     if (!nc) return;
     try {
-      const letters = readDeadLetters(nc, {
-        namespace, destination: name, ...(sinceMs !== undefined ? { sinceMs } : {}), ...(limit !== undefined ? { limit } : {}),
-      });
+      const letters = readDeadLetters(nc, selection);
       if (json) {
         for await (const d of letters) process.stdout.write(`${JSON.stringify(d)}\n`);
         return;

@@ -1,7 +1,7 @@
 // `trackhook replay`: moves a destination's dead letters back for delivery to that destination only.
 // Also holds what the admin commands (replay, attempts, tail) share: the NATS flag and names.
 import { connect, type NatsConnection } from "@nats-io/transport-node";
-import { ReplayInterruptedError, ReplayTargetError, replayDeadLetters } from "../../dataplane/delivery/admin.ts";
+import { ReplayInterruptedError, ReplayTargetError, replayDeadLetters, type DeadLetterSelection } from "../../dataplane/delivery/admin.ts";
 import { assertNoCredentialsInUrl, natsAuthOptions } from "../../dataplane/nats/mod.ts";
 import { DEFAULT_NAMESPACE } from "../../dataplane/config/mod.ts";
 import { isDnsLabel } from "../../schema/mod.ts";
@@ -39,27 +39,42 @@ export function fail(message: string): void {
   process.exitCode = 1;
 }
 
+/** The flags that pick dead letters, shared by `replay` and `dead-letters`. */
+export const SELECTION_FLAGS = {
+  destination: { type: "string" }, since: { type: "string" }, "message-id": { type: "string" }, limit: { type: "string" },
+} as const;
+export const SELECTION_HELP = `  --destination <ns/name>    the WebhookDestination (namespace "default" when omitted)
+  --since <duration>         only dead letters stored within this long (e.g. 1h, 30m)
+  --message-id <id>          only the dead letters of this message
+  --limit <n>                at most n dead letters, oldest first`;
+
+export function deadLetterSelection(values: Record<string, string | undefined>): DeadLetterSelection {
+  const { namespace, name } = qualifiedName("destination", values.destination);
+  const { since, limit, "message-id": messageId } = values;
+  return {
+    namespace, destination: name,
+    ...(since !== undefined ? { sinceMs: durationFlag("since", since) } : {}),
+    ...(limit !== undefined ? { limit: integerFlag("limit", limit, 1) } : {}),
+    ...(messageId !== undefined ? { messageId } : {}),
+  };
+}
+
 export const replayCommand: Command = {
   name: "replay",
   summary: "Move a destination's dead letters back for delivery (to that destination only)",
-  usage: `trackhook replay --destination <namespace/name> --nats <url> [--since <duration>] [--limit <n>]
+  usage: `trackhook replay --destination <namespace/name> --nats <url> [--since <duration>] [--message-id <id>] [--limit <n>]
 
-  --destination <ns/name>    the WebhookDestination (namespace "default" when omitted)
-  --since <duration>         only dead letters stored within this long (e.g. 1h, 30m)
-  --limit <n>                at most n dead letters, oldest first
+${SELECTION_HELP}
   --nats <url>               NATS server URL(s), comma-separated (or TRACKHOOK_NATS_URL)${NATS_AUTH_HELP}`,
-  flags: { destination: { type: "string" }, since: { type: "string" }, limit: { type: "string" }, nats: { type: "string" } },
+  flags: { ...SELECTION_FLAGS, nats: { type: "string" } },
   async run(values) {
-    const { namespace, name } = qualifiedName("destination", values.destination);
-    const sinceMs = values.since !== undefined ? durationFlag("since", values.since) : undefined;
-    const limit = values.limit !== undefined ? integerFlag("limit", values.limit, 1) : undefined;
+    const selection = deadLetterSelection(values);
+    const { namespace, destination: name } = selection;
     const url = natsUrl(values);
     const nc = await connectAdmin(url, "trackhook-replay");
     if (!nc) return;
     try {
-      const { replayed } = await replayDeadLetters(nc, {
-        namespace, destination: name, ...(sinceMs !== undefined ? { sinceMs } : {}), ...(limit !== undefined ? { limit } : {}),
-      });
+      const { replayed } = await replayDeadLetters(nc, selection);
       process.stdout.write(`replayed ${count(replayed, "message")} to ${namespace}/${name}\n`);
     } catch (err) {
       if (err instanceof ReplayTargetError) fail(err.message);

@@ -16,10 +16,13 @@ export interface DestinationRef {
   destination: string;
 }
 
-export interface ReplayOptions extends DestinationRef {
+/** Which of a destination's dead letters `replay` moves and `dead-letters` lists. */
+export interface DeadLetterSelection extends DestinationRef {
   /** Only dead letters stored within this many milliseconds of now. */
   sinceMs?: number;
-  /** At most this many dead letters, oldest first. */
+  /** Only the dead letters of this message (its `messageId`). */
+  messageId?: string;
+  /** At most this many dead letters (of those selected), oldest first. */
   limit?: number;
 }
 
@@ -101,7 +104,7 @@ async function streamLastSeq(jsm: JetStreamManager, stream: string): Promise<num
  * dead letter, so two replays racing (or a retry after a crash between publish and delete) store it
  * once within the events stream's duplicate window.
  */
-export async function replayDeadLetters(nc: NatsConnection, options: ReplayOptions): Promise<{ replayed: number }> {
+export async function replayDeadLetters(nc: NatsConnection, options: DeadLetterSelection): Promise<{ replayed: number }> {
   const { namespace, destination } = options;
   checkName("namespace", namespace);
   checkName("destination", destination);
@@ -129,10 +132,9 @@ export async function replayDeadLetters(nc: NatsConnection, options: ReplayOptio
 
   const lastSeq = await streamLastSeq(jsm, DLQ_STREAM);
   if (lastSeq === undefined) return { replayed: 0 };
-  const startTime = options.sinceMs !== undefined ? new Date(Date.now() - options.sinceMs) : undefined;
   let replayed = 0;
   try {
-    for await (const m of readStored(js, DLQ_STREAM, dlqSubject(namespace, destination), { ...(startTime ? { startTime } : {}), ...(options.limit !== undefined ? { limit: options.limit } : {}), lastSeq })) {
+    for await (const { m } of selectDeadLetters(js, options, lastSeq)) {
       const h = natsHeaders();
       h.set("Trackhook-Replay-Of", String(m.seq));
       const original = m.headers?.get("Trackhook-Original-Subject");
@@ -150,11 +152,28 @@ export async function replayDeadLetters(nc: NatsConnection, options: ReplayOptio
   return { replayed };
 }
 
-export interface DeadLettersOptions extends DestinationRef {
-  /** Only dead letters stored within this many milliseconds of now. */
-  sinceMs?: number;
-  /** At most this many, oldest first. */
-  limit?: number;
+/**
+ * The dead letters `selection` names, oldest first, none stored after `lastSeq`, each with its body
+ * parsed when it is JSON. Without a message id, `limit` bounds the read itself.
+ */
+async function* selectDeadLetters(js: JetStreamClient, selection: DeadLetterSelection, lastSeq: number): AsyncGenerator<{ m: JsMsg; body: { messageId?: unknown; type?: unknown } }> {
+  const { messageId, limit } = selection;
+  const startTime = selection.sinceMs !== undefined ? new Date(Date.now() - selection.sinceMs) : undefined;
+  const read = readStored(js, DLQ_STREAM, dlqSubject(selection.namespace, selection.destination), {
+    ...(startTime ? { startTime } : {}), ...(limit !== undefined && messageId === undefined ? { limit } : {}), lastSeq,
+  });
+  let selected = 0;
+  for await (const m of read) {
+    let body: { messageId?: unknown; type?: unknown } = {};
+    try {
+      body = m.json();
+    } catch {
+      // Still a dead letter: listed and replayed, only never matched by a message id.
+    }
+    if (messageId !== undefined && body.messageId !== messageId) continue;
+    yield { m, body };
+    if (limit !== undefined && ++selected >= limit) return;
+  }
 }
 
 /** A dead letter as `trackhook dead-letters` shows it: why it was given up, and what it was. */
@@ -176,23 +195,14 @@ export interface DeadLetter {
 }
 
 /** A destination's dead letters, oldest first, without moving them (`replay` moves them). */
-export async function* readDeadLetters(nc: NatsConnection, options: DeadLettersOptions): AsyncGenerator<DeadLetter> {
+export async function* readDeadLetters(nc: NatsConnection, options: DeadLetterSelection): AsyncGenerator<DeadLetter> {
   checkName("namespace", options.namespace);
   checkName("destination", options.destination);
   if (options.limit !== undefined && options.limit <= 0) return;
-  if ((await streamLastSeq(await jetstreamManager(nc), DLQ_STREAM)) === undefined) return;
-  const startTime = options.sinceMs !== undefined ? new Date(Date.now() - options.sinceMs) : undefined;
-  const read = readStored(jetstream(nc), DLQ_STREAM, dlqSubject(options.namespace, options.destination), {
-    ...(startTime ? { startTime } : {}), ...(options.limit !== undefined ? { limit: options.limit } : {}),
-  });
-  for await (const m of read) {
+  const lastSeq = await streamLastSeq(await jetstreamManager(nc), DLQ_STREAM);
+  if (lastSeq === undefined) return;
+  for await (const { m, body } of selectDeadLetters(jetstream(nc), options, lastSeq)) {
     const header = (name: string) => m.headers?.get(name) || undefined;
-    let body: { messageId?: unknown; type?: unknown } = {};
-    try {
-      body = m.json();
-    } catch {
-      // Still listed: it is in the queue, and replay would move it.
-    }
     const lastStatus = Number(header("Trackhook-Last-Status"));
     const lastError = header("Trackhook-Last-Error");
     const [, namespace, source] = /^trackhook\.events\.([^.]+)\.([^.]+)\./.exec(header("Trackhook-Original-Subject") ?? "") ?? [];

@@ -138,6 +138,23 @@ describe("replaying dead letters", () => {
     expect(await strayConsumers()).toEqual([]);
   });
 
+  it("--message-id replays that message only, however many dead letters are older", async () => {
+    env.receiver.on("/pick", answer(404));
+    const key = addSource("pick-src");
+    await addDestination("pick-hook", { source: "pick-src", urls: [env.receiver.url("/pick")] });
+    for (const id of ["p-1", "p-2", "p-3"]) await send(key, { userId: "u7", event: "Pick", messageId: id });
+    await waitForDeadLetters("pick-hook", 3);
+    env.receiver.on("/pick", answer(200));
+
+    const result = cli("replay", "--destination", "pick-hook", "--message-id", "p-3", "--limit", "1");
+    expect([result.status, result.stdout, result.stderr]).toEqual([0, "replayed 1 message to default/pick-hook\n", ""]);
+    const requests = await env.receiver.waitFor("/pick", 4);
+    expect(messageIds(requests.slice(3))).toEqual(["p-3"]);
+    expect((await deadLetters("pick-hook")).map((l) => l.body.messageId)).toEqual(["p-1", "p-2"]);
+    expect(await replayDeadLetters(env.nc, { namespace: "default", destination: "pick-hook", messageId: "p-3" })).toEqual({ replayed: 0 });
+    expect(await strayConsumers()).toEqual([]);
+  });
+
   it("refuses to replay to a destination that has no consumer, leaving its dead letters alone", async () => {
     await expect(replayDeadLetters(env.nc, { namespace: "default", destination: "nobody" })).rejects.toBeInstanceOf(ReplayTargetError);
     await expect(replayDeadLetters(env.nc, { namespace: "default", destination: "x.>" })).rejects.toThrow(/not a DNS label/);
@@ -171,6 +188,7 @@ describe("listing dead letters", () => {
     ]);
     expect(await collect(readDeadLetters(env.nc, { namespace: "default", destination: "list-hook", limit: 1 }))).toEqual([gone[0]]);
     expect(await collect(readDeadLetters(env.nc, { namespace: "default", destination: "list-hook", sinceMs: 1 }))).toEqual([]);
+    expect(await collect(readDeadLetters(env.nc, { namespace: "default", destination: "list-hook", messageId: "list-2" }))).toEqual([gone[1]]);
 
     const table = cli("dead-letters", "--destination", "list-hook");
     expect(table.stderr).toBe("");
@@ -183,6 +201,8 @@ describe("listing dead letters", () => {
     ]);
     const json = cli("dead-letters", "--destination", "default/list-refused", "--json", "--limit", "1");
     expect(json.stdout.trimEnd().split("\n").map((l) => JSON.parse(l) as DeadLetter)).toEqual([refused[0]]);
+    const one = cli("dead-letters", "--destination", "list-hook", "--message-id", "list-2", "--json");
+    expect(one.stdout.trimEnd().split("\n").map((l) => JSON.parse(l) as DeadLetter)).toEqual([gone[1]]);
     const none = cli("dead-letters", "--destination", "nobody");
     expect([none.status, none.stdout, none.stderr]).toEqual([0, "", "no dead letters for default/nobody\n"]);
 
