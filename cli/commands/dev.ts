@@ -72,7 +72,7 @@ export const devCommand: Command = {
         `    -d '{"userId":"user-1","event":"Signed Up","properties":{"plan":"pro"}}'\n` +
         `A message without userId/anonymousId (or a track without event) is answered 200 too, as by Segment,\n` +
         `and not stored: the log says "message not accepted" and why.\n\n` +
-        `The admin commands (attempts, tail, replay, delete-user) take this NATS; in another terminal\n` +
+        `The admin commands (attempts, dead-letters, replay, tail, delete-user) take this NATS; in another terminal\n` +
         `(the port changes with every start):\n` +
         `  export PATH="${dirname(process.execPath)}:$PATH" TRACKHOOK_NATS_URL=${natsUrl}\n\n`,
     );

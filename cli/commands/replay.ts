@@ -1,5 +1,5 @@
 // `trackhook replay`: moves a destination's dead letters back for delivery to that destination only.
-// Also holds what the admin commands (replay, attempts, tail) share: the NATS flag and names.
+// Also holds what the admin commands (replay, dead-letters, attempts, tail) share: the NATS flag and names.
 import { connect, type NatsConnection } from "@nats-io/transport-node";
 import { ReplayInterruptedError, ReplayTargetError, replayDeadLetters, type DeadLetterSelection } from "../../dataplane/delivery/admin.ts";
 import { assertNoCredentialsInUrl, natsAuthOptions } from "../../dataplane/nats/mod.ts";
