@@ -82,6 +82,9 @@ if [ "${TRACKHOOK_TOOLS:-all}" != dataplane ]; then
     major=${HELM_VERSION%%.*}
     CGO_ENABLED=0 GOBIN="$bin" GOFLAGS=-trimpath go install -ldflags "-s -w -X helm.sh/helm/v$major/internal/version.version=v$HELM_VERSION" "helm.sh/helm/v$major/cmd/helm@v$HELM_VERSION"
   fi
+
+  # The official Segment SDKs of other languages, for the compatibility tests (test/ingest/sdk-*.test.ts).
+  bash scripts/tools-python-sdk.sh
 fi
 
 echo "tools: node $("$bin/node" --version), $( ("$bin/nats-server" --version || nats-server --version) 2>/dev/null)" >&2

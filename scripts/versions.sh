@@ -5,3 +5,5 @@ NATS_SERVER_VERSION=2.14.9
 KUBERNETES_VERSION=1.35.4
 ETCD_VERSION=3.6.16
 HELM_VERSION=4.3.1
+# Segment SDKs the compatibility tests run (test/ingest/sdk-*.test.ts); the Node SDK is in package.json.
+SEGMENT_PYTHON_VERSION=2.4.0

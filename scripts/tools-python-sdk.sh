@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# Installs the official Segment Python SDK at a pinned version into a virtualenv in the
+# git-ignored .tools/python-sdk/, for test/ingest/sdk-python.test.ts. Idempotent: a no-op when the
+# pinned version (scripts/versions.sh) is already installed there. PYTHON picks the interpreter (default python3).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+. scripts/versions.sh
+
+venv="$PWD/.tools/python-sdk"
+python="${PYTHON:-python3}"
+
+installed() {
+  [ -x "$venv/bin/python" ] \
+    && [ "$("$venv/bin/python" -c 'import importlib.metadata as m; print(m.version("segment-analytics-python"))' 2>/dev/null)" = "$SEGMENT_PYTHON_VERSION" ]
+}
+if installed; then exit 0; fi
+
+command -v "$python" >/dev/null || {
+  echo "tools: $python is needed for the Segment Python SDK test (Debian: apt-get install python3 python3-venv)" >&2
+  exit 1
+}
+"$python" -c 'import sys; sys.exit(sys.version_info < (3, 9))' || {
+  echo "tools: segment-analytics-python $SEGMENT_PYTHON_VERSION needs Python >= 3.9; $python is $("$python" --version 2>&1)" >&2
+  exit 1
+}
+# Debian splits venv's pip bootstrap out of python3: without it `python3 -m venv` fails half-way.
+"$python" -c 'import venv, ensurepip' 2>/dev/null || {
+  echo "tools: $python cannot create a virtualenv with pip (Debian: apt-get install python3-venv)" >&2
+  exit 1
+}
+
+echo "tools: installing segment-analytics-python $SEGMENT_PYTHON_VERSION into .tools/python-sdk" >&2
+# A venv left by another interpreter or an interrupted run is rebuilt rather than patched.
+rm -rf "$venv"
+mkdir -p "$(dirname "$venv")"
+"$python" -m venv "$venv"
+"$venv/bin/python" -m pip install --quiet --disable-pip-version-check --no-input "segment-analytics-python==$SEGMENT_PYTHON_VERSION"
+installed || { echo "tools: segment-analytics-python $SEGMENT_PYTHON_VERSION did not install into $venv" >&2; exit 1; }
