@@ -68,10 +68,14 @@ export function enrich(message: Record<string, unknown>, type: MessageType, ctx:
   if (typeof message.messageId !== "string") message.messageId = `th-${randomUUID()}`;
   message.context = context;
   if (integrations) message.integrations = integrations;
+  // All four in one form, UTC with milliseconds, as Segment presents them: SDKs send local
+  // offsets (Go: "+05:30") and micro- or nanoseconds (Python, Go), and a receiver should not have
+  // to parse each SDK's style. A string that is not a date is kept as sent; anything else is dropped.
   message.receivedAt = isoTimestamp(receivedAt);
-  if (typeof sentAtValue === "string") message.sentAt = sentAtValue;
+  if (sentAt !== undefined && Math.abs(sentAt) <= MAX_DATE_MS) message.sentAt = isoTimestamp(sentAt);
+  else if (typeof sentAtValue === "string") message.sentAt = sentAtValue;
   else delete message.sentAt; // not text: receivers expect a string or nothing
-  message.originalTimestamp = typeof originalValue === "string" && original !== undefined ? originalValue : message.receivedAt;
+  message.originalTimestamp = original !== undefined && Math.abs(original) <= MAX_DATE_MS ? isoTimestamp(original) : message.receivedAt;
   message.timestamp = isoTimestamp(timestamp);
   return message as StoredMessage;
 }

@@ -51,6 +51,22 @@ describe("timestamps", () => {
     expect(m).not.toHaveProperty("sentAt");
   });
 
+  it("writes sentAt and originalTimestamp in UTC with milliseconds, whatever offset and precision the SDK used", async () => {
+    // analytics-go sends local time with nanoseconds, analytics-python "+00:00" with microseconds.
+    const [m] = await sendAndRead("/v1/batch", {
+      sentAt: "2020-02-03T09:35:07.123456789+05:30",
+      batch: [
+        { type: "track", userId: "u1", event: "Go", messageId: uniqueId(), timestamp: "2020-02-03T09:35:06.5+05:30" },
+      ],
+    });
+    expect(m!.sentAt).toBe("2020-02-03T04:05:07.123Z");
+    expect(m!.originalTimestamp).toBe("2020-02-03T04:05:06.500Z");
+    expect(Date.parse(m!.timestamp)).toBe(Date.parse(m!.receivedAt) - 623);
+    const [day] = await sendAndRead("/v1/track", { userId: "u1", event: "Import", messageId: uniqueId(), timestamp: "2020-02-03" });
+    expect(day!.originalTimestamp).toBe("2020-02-03T00:00:00.000Z");
+    expect(day!.timestamp).toBe("2020-02-03T00:00:00.000Z");
+  });
+
   it("uses receivedAt when the message has no time at all", async () => {
     const [m] = await sendAndRead("/v1/track", { userId: "u1", event: "Now", messageId: uniqueId() });
     expect(m!.timestamp).toBe(m!.receivedAt);

@@ -1,7 +1,7 @@
 // The official Python SDK (segment-analytics-python, pinned in scripts/versions.sh) works
 // against trackhook unchanged: all six calls, batched to /v1/batch with Basic auth plus a body
 // writeKey, plain or gzip, are stored under the right subject and Nats-Msg-Id with the fields as
-// sent, and a wrong write key comes back to the SDK's on_error as a 401 APIError.
+// sent (timestamps in UTC), and a wrong write key comes back to the SDK's on_error as a 401 APIError.
 // The SDK runs in its own process (test/sdk/python/send.py, in the venv `npm run tools` builds).
 import { spawn } from "node:child_process";
 import { existsSync, readFileSync } from "node:fs";
@@ -160,10 +160,13 @@ describe("segment-analytics-python", () => {
       expect(body.context).toEqual(item.context);
       expect(body.context).toEqual({ library: { name: "analytics-python", version: PINNED } });
       // The SDK sends only `timestamp` (millisecond precision, +00:00); it is the original
-      // timestamp as sent, and `timestamp` is corrected for skew with the batch's sentAt.
+      // timestamp, and `timestamp` is corrected for skew with the batch's sentAt. All four are
+      // stored in one form, UTC with milliseconds ("Z", not "+00:00"; microseconds cut).
       expect(item.timestamp).toMatch(/^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}\+00:00$/);
-      expect(body.sentAt).toBe(sentAt);
-      expect(body.originalTimestamp).toBe(item.timestamp);
+      expect(body.sentAt).toBe(new Date(sentAt).toISOString());
+      expect(body.originalTimestamp).toBe(new Date(item.timestamp as string).toISOString());
+      expect(body.sentAt).toMatch(ISO_UTC_MS);
+      expect(body.originalTimestamp).toMatch(ISO_UTC_MS);
       expect(body.receivedAt).toMatch(ISO_UTC_MS);
       expect(body.timestamp).toMatch(ISO_UTC_MS);
       const receivedAt = nearNow(body.receivedAt);
