@@ -86,6 +86,7 @@ if [ "${TRACKHOOK_TOOLS:-all}" != dataplane ]; then
   # The official Segment SDKs of other languages, for the compatibility tests (test/ingest/sdk-*.test.ts).
   bash scripts/tools-python-sdk.sh
   bash scripts/tools-go-sdk.sh
+  bash scripts/tools-browser.sh   # Debian's chromium, for the browser SDK (analytics-next)
 fi
 
 echo "tools: node $("$bin/node" --version), $( ("$bin/nats-server" --version || nats-server --version) 2>/dev/null)" >&2
