@@ -19,6 +19,7 @@ import { EventPublisher } from "./publish.ts";
 import { corsRoutes } from "./routes/cors.ts";
 import { messageRoutes } from "./routes/messages.ts";
 import { settingsRoutes } from "./routes/settings.ts";
+import { analyticsJsRoutes } from "./routes/analytics-js.ts";
 import type { IngestState } from "./state.ts";
 
 export interface IngestAppDeps {
@@ -141,6 +142,7 @@ export async function buildIngestApp(deps: IngestAppDeps, input: IngestOptionsIn
   });
   messageRoutes(app, state);
   settingsRoutes(app, state);
+  analyticsJsRoutes(app, state);
   opsRoutes(app, state);
   return app;
 }

@@ -1,5 +1,10 @@
-// Every route real SDKs call, CORS for browsers, the analytics.js settings endpoint, health and
-// metrics, and the 503 a full stream gives.
+// Every route real SDKs call, CORS for browsers, the analytics.js settings endpoint and
+// analytics.js itself, health and metrics, and the 503 a full stream gives.
+import { readFileSync, readdirSync } from "node:fs";
+import { get as httpGet, type IncomingHttpHeaders } from "node:http";
+import { createRequire } from "node:module";
+import { dirname, join } from "node:path";
+import { gunzipSync } from "node:zlib";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { MESSAGE_TYPES } from "../../schema/mod.ts";
 import { startNats, type NatsHarness } from "../harness/nats.ts";
@@ -106,6 +111,55 @@ describe("settings endpoint (analytics.js CDN settings)", () => {
     const res = await fetch(`${env.ingest.url}/v1/projects/unknown-key/settings`);
     expect(res.status).toBe(404);
     expect(await res.json()).toMatchObject({ success: false, code: "not_found" });
+  });
+});
+
+describe("analytics.js served from the ingest (the snippet's CDN host)", () => {
+  const umd = join(dirname(createRequire(import.meta.url).resolve("@segment/analytics-next/package.json")), "dist", "umd");
+  const bundle = readdirSync(umd).find((f) => /^queryString\.bundle\.[0-9a-f]+\.js$/.test(f))!;
+  /** A GET that neither asks for nor undoes compression unless told to. */
+  const get = (path: string, headers: Record<string, string> = {}) =>
+    new Promise<{ status: number; headers: IncomingHttpHeaders; body: Buffer }>((resolve, reject) => {
+      httpGet(`${env.ingest.url}${path}`, { headers }, (res) => {
+        const chunks: Buffer[] = [];
+        res.on("data", (c: Buffer) => chunks.push(c)).on("end", () => resolve({ status: res.statusCode!, headers: res.headers, body: Buffer.concat(chunks) }));
+      }).on("error", reject);
+    });
+
+  it("serves the pinned standalone analytics.js for a known write key, gzipped when asked", async () => {
+    const plain = await get(`/analytics.js/v1/${WRITE_KEY}/analytics.min.js`);
+    expect(plain.status).toBe(200);
+    expect(plain.headers["content-type"]).toBe("text/javascript; charset=utf-8");
+    expect(plain.headers["content-encoding"]).toBeUndefined();
+    expect(plain.headers["cache-control"]).toBe("public, max-age=300");
+    expect(plain.headers["x-content-type-options"]).toBe("nosniff");
+    expect(plain.headers.vary).toMatch(/Accept-Encoding/);
+    expect(plain.body.equals(readFileSync(join(umd, "standalone.js")))).toBe(true);
+
+    const gzipped = await get(`/analytics.js/v1/${WRITE_KEY}/analytics.min.js`, { "accept-encoding": "gzip, deflate, br" });
+    expect(gzipped.headers["content-encoding"]).toBe("gzip");
+    expect(gzipped.body.length).toBeLessThan(plain.body.length / 2);
+    expect(gunzipSync(gzipped.body).equals(plain.body)).toBe(true);
+  });
+
+  it("answers 404 for an unknown or disabled write key", async () => {
+    for (const key of ["unknown-key", "disabled-key"]) {
+      const res = await get(`/analytics.js/v1/${key}/analytics.min.js`);
+      expect(res.status).toBe(404);
+      expect(JSON.parse(res.body.toString())).toMatchObject({ success: false, code: "not_found" });
+    }
+  });
+
+  it("serves the bundles analytics.js loads on demand, cached for good, and nothing else from the package", async () => {
+    const res = await get(`/analytics-next/bundles/${bundle}`, { "accept-encoding": "gzip" });
+    expect(res.status).toBe(200);
+    expect(res.headers["cache-control"]).toBe("public, max-age=31536000, immutable");
+    expect(gunzipSync(res.body).equals(readFileSync(join(umd, bundle)))).toBe(true);
+    for (const path of ["standalone.js", "index.js", `${bundle}.map`, "..%2Fpackage.json", "..%2F..%2Fpackage.json", "queryString.bundle.0000000000.js"]) {
+      const other = await get(`/analytics-next/bundles/${path}`);
+      expect(other.status, path).toBe(404);
+      expect(JSON.parse(other.body.toString()), path).toMatchObject({ success: false, code: "not_found" });
+    }
   });
 });
 

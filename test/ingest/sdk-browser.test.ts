@@ -83,9 +83,10 @@ function npmPage(site: Site, settings: Json): string {
 
 /**
  * The snippet-style start: Segment's snippet (its stub queue, as in snippet 5.x, with the buffered
- * page context it adds to each call) with `_cdn` set to the self-hosted host, then the standalone build.
+ * page context it adds to each call) with `_cdn` set to the self-hosted host, then the standalone
+ * build from `src` (the site's copy, or trackhook's /analytics.js/v1/<key>/analytics.min.js).
  */
-function snippetPage(site: Site, writeKey: string, cdn: string, calls: string): string {
+function snippetPage(site: Site, writeKey: string, cdn: string, calls: string, src = "/analytics-next/standalone.js"): string {
   return site.page(
     "Snippet test",
     `<script>
@@ -111,7 +112,7 @@ function snippetPage(site: Site, writeKey: string, cdn: string, calls: string): 
     ${calls}
   })();
 </script>
-<script src="/analytics-next/standalone.js"></script>`,
+<script src="${src}"></script>`,
   );
 }
 
@@ -349,6 +350,36 @@ describe("@segment/analytics-next in Chromium", () => {
     expect(mine.find((m) => m.type === "page")).toMatchObject({ anonymousId: expect.any(String), properties: { title: "Snippet test" } });
     expect(mine.find((m) => m.type === "identify")).toMatchObject({ userId, traits: { plan: "free" } });
     expect(mine.find((m) => m.type === "track")).toMatchObject({ userId, event: "Signed Up", properties: { via: "snippet" } });
+  });
+
+  it("loaded by the snippet from the ingest as from Segment's CDN: analytics.js, its settings and the bundles it loads on demand all come from trackhook", async () => {
+    ingest = watchIngest();
+    const userId = randomName("cdn");
+    const script = `${env.ingest.url}/analytics.js/v1/${WRITE_KEY}/analytics.min.js`;
+    // On plain HTTP analytics.js cannot find its CDN host from the script tag (it looks for https://), hence _cdn.
+    const url = snippetPage(site, WRITE_KEY, env.ingest.url, "analytics.page();", script);
+    // Segment's query-string API: analytics.js loads its queryString bundle to identify and track these.
+    page = await (await launched).open(`${url}?ajs_uid=${userId}&ajs_event=Promo%20Seen&ajs_prop_campaign=fall`);
+    await ingest.until((seen) => seen.filter((r) => r.method === "POST").length >= 3, "three POSTs");
+
+    const gets = ingest.seen.filter((r) => r.method === "GET");
+    expect(gets.map((r) => r.path)).toEqual([
+      `/analytics.js/v1/${WRITE_KEY}/analytics.min.js`,
+      `/v1/projects/${WRITE_KEY}/settings`,
+      expect.stringMatching(/^\/analytics-next\/bundles\/queryString\.bundle\.[0-9a-f]+\.js$/),
+    ]);
+    expect(gets.map((r) => r.status)).toEqual([200, 200, 200]);
+    expect(ingest.seen.filter((r) => r.method === "POST").map((r) => r.path).sort()).toEqual(["/v1/i", "/v1/p", "/v1/t"]);
+    expectCleanBrowser(page);
+    expect(page.requests.filter((r) => r.url.startsWith(site.origin) && !r.url.startsWith(`${site.origin}/page-`))).toEqual([]);
+
+    const sent = sentEvents(page);
+    for (const { body } of sent) expect(body.context).toMatchObject({ library: LIBRARY });
+    const stored = await expectStoredAsSent(sent);
+    const mine = stored.filter((m) => sent.some((s) => s.body.messageId === m.body.messageId)).map((m) => m.body as unknown as Json);
+    expect(mine.find((m) => m.type === "identify")).toMatchObject({ userId });
+    expect(mine.find((m) => m.type === "track")).toMatchObject({ userId, event: "Promo Seen", properties: { campaign: "fall" } });
+    expect(mine.find((m) => m.type === "page")).toMatchObject({ properties: { title: "Snippet test" } });
   });
 
   it("with a wrong write key loads no settings, sends nothing and stores nothing", async () => {
