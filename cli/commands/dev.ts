@@ -71,7 +71,9 @@ export const devCommand: Command = {
         `  curl -u "$WRITE_KEY:" ${ingest.url}/v1/track -H 'content-type: application/json' \\\n` +
         `    -d '{"userId":"user-1","event":"Signed Up","properties":{"plan":"pro"}}'\n` +
         `A message without userId/anonymousId (or a track without event) is answered 200 too, as by Segment,\n` +
-        `and not stored: the log says "message not accepted" and why.\n\n` +
+        `and not stored: the log says "message not accepted" and why.\n` +
+        `SDKs take ${ingest.url} as their host (README: "Point your SDKs at trackhook"); a web page can load\n` +
+        `analytics.js from ${ingest.url}/analytics.js/v1/$WRITE_KEY/analytics.min.js (with analytics._cdn = "${ingest.url}").\n\n` +
         `The admin commands (attempts, dead-letters, replay, tail, delete-user) take this NATS; in another terminal\n` +
         `(the port changes with every start):\n` +
         `  export PATH="${dirname(process.execPath)}:$PATH" TRACKHOOK_NATS_URL=${natsUrl}\n\n`,
