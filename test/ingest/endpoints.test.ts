@@ -140,6 +140,13 @@ describe("analytics.js served from the ingest (the snippet's CDN host)", () => {
     expect(gzipped.headers["content-encoding"]).toBe("gzip");
     expect(gzipped.body.length).toBeLessThan(plain.body.length / 2);
     expect(gunzipSync(gzipped.body).equals(plain.body)).toBe(true);
+
+    // Quality 0 refuses gzip; "*" takes it unless gzip itself is refused.
+    for (const [acceptEncoding, gzip] of [["gzip;q=0, br", false], ["br, *;q=0.1", true], ["*, gzip;q=0", false], ["identity", false], ["GZIP;Q=0.5", true]] as const) {
+      const res = await get(`/analytics.js/v1/${WRITE_KEY}/analytics.min.js`, { "accept-encoding": acceptEncoding });
+      expect(res.headers["content-encoding"], acceptEncoding).toBe(gzip ? "gzip" : undefined);
+      expect((gzip ? gunzipSync(res.body) : res.body).equals(plain.body), acceptEncoding).toBe(true);
+    }
   });
 
   it("answers 404 for an unknown or disabled write key", async () => {

@@ -54,11 +54,23 @@ function send(request: FastifyRequest, reply: FastifyReply, asset: Asset, cacheC
     .header("x-content-type-options", "nosniff")
     // Added to the CORS hook's "Origin", not in place of it.
     .header("vary", [reply.getHeader("vary"), "Accept-Encoding"].filter(Boolean).join(", "));
-  if (/\bgzip\b/.test(String(request.headers["accept-encoding"] ?? ""))) {
+  if (acceptsGzip(request.headers["accept-encoding"])) {
     reply.header("content-encoding", "gzip");
     return asset.gzip;
   }
   return asset.raw;
+}
+
+/** Whether an Accept-Encoding header takes gzip: named (or `*`) with a quality above 0. */
+function acceptsGzip(header: string | undefined): boolean {
+  const quality = new Map<string, number>();
+  for (const part of (header ?? "").split(",")) {
+    const [name, ...params] = part.split(";").map((s) => s.trim().toLowerCase());
+    if (!name) continue;
+    const q = params.find((p) => p.startsWith("q="));
+    quality.set(name, q === undefined ? 1 : Number(q.slice(2)) || 0);
+  }
+  return (quality.get("gzip") ?? quality.get("x-gzip") ?? quality.get("*") ?? 0) > 0;
 }
 
 /** dist/umd of the installed @segment/analytics-next, or undefined when it is not installed. */
