@@ -20,9 +20,22 @@ const MAX_DATE_MS = 8.64e15;
 const UNKNOWN_LIBRARY = Object.freeze({ name: "unknown", version: "unknown" });
 const ID_FIELDS = ["userId", "anonymousId", "groupId", "previousId"] as const;
 
+/**
+ * ISO-8601 as SDKs write it: a date, then optionally a time (a fraction of any length: Go sends
+ * nanoseconds) and an offset. Date.parse alone is too lenient ("1" is 2001-01-01) and reads a time
+ * without an offset in the server's zone.
+ */
+const ISO_8601 = /^\d{4}-\d\d-\d\d(?:[T ]\d\d:\d\d(?::\d\d(?:[.,]\d+)?)?(Z|[+-]\d\d(?::?\d\d)?)?)?$/i;
+
 function parseDate(value: unknown): number | undefined {
-  if (typeof value !== "string" || value.length === 0) return undefined;
-  const ms = Date.parse(value);
+  if (typeof value !== "string") return undefined;
+  const iso = ISO_8601.exec(value);
+  if (!iso) return undefined;
+  let text = value.replace(",", ".");
+  // A time without an offset is taken as UTC, wherever the ingest runs; "+05" as "+05:00".
+  if (iso[1] === undefined && value.length > 10) text += "Z";
+  else if (iso[1] !== undefined && iso[1].length === 3) text += ":00";
+  const ms = Date.parse(text);
   return Number.isNaN(ms) ? undefined : ms;
 }
 
@@ -70,12 +83,13 @@ export function enrich(message: Record<string, unknown>, type: MessageType, ctx:
   if (integrations) message.integrations = integrations;
   // All four in one form, UTC with milliseconds, as Segment presents them: SDKs send local
   // offsets (Go: "+05:30") and micro- or nanoseconds (Python, Go), and a receiver should not have
-  // to parse each SDK's style. A string that is not a date is kept as sent; anything else is dropped.
+  // to parse each SDK's style. A sentAt that is not an ISO-8601 date is kept as sent if it is a
+  // string, dropped otherwise.
   message.receivedAt = isoTimestamp(receivedAt);
-  if (sentAt !== undefined && Math.abs(sentAt) <= MAX_DATE_MS) message.sentAt = isoTimestamp(sentAt);
+  if (sentAt !== undefined) message.sentAt = isoTimestamp(sentAt);
   else if (typeof sentAtValue === "string") message.sentAt = sentAtValue;
   else delete message.sentAt; // not text: receivers expect a string or nothing
-  message.originalTimestamp = original !== undefined && Math.abs(original) <= MAX_DATE_MS ? isoTimestamp(original) : message.receivedAt;
+  message.originalTimestamp = original !== undefined ? isoTimestamp(original) : message.receivedAt;
   message.timestamp = isoTimestamp(timestamp);
   return message as StoredMessage;
 }

@@ -67,6 +67,25 @@ describe("timestamps", () => {
     expect(day!.timestamp).toBe("2020-02-03T00:00:00.000Z");
   });
 
+  it("reads only ISO-8601 as a date: a time without an offset is UTC wherever the ingest runs, and \"1\" is no date", async () => {
+    const tz = process.env.TZ;
+    process.env.TZ = "America/New_York"; // the ingest runs in this process: a laptop's zone
+    try {
+      const [local] = await sendAndRead("/v1/track", { userId: "u1", event: "No offset", messageId: uniqueId(), timestamp: "2020-02-03T10:00:00" });
+      expect(local!.originalTimestamp).toBe("2020-02-03T10:00:00.000Z");
+      const [short] = await sendAndRead("/v1/track", { userId: "u1", event: "Hour offset", messageId: uniqueId(), timestamp: "2020-02-03 10:00:00,25+05" });
+      expect(short!.originalTimestamp).toBe("2020-02-03T05:00:00.250Z");
+    } finally {
+      if (tz === undefined) delete process.env.TZ;
+      else process.env.TZ = tz;
+    }
+    // V8's Date.parse reads "1" as 2001-01-01 and "Tuesday 5" as a May date.
+    const [loose] = await sendAndRead("/v1/track", { userId: "u1", event: "Loose", messageId: uniqueId(), timestamp: "1", sentAt: "Tuesday 5" });
+    expect(loose!.originalTimestamp).toBe(loose!.receivedAt);
+    expect(loose!.timestamp).toBe(loose!.receivedAt);
+    expect(loose!.sentAt).toBe("Tuesday 5"); // kept as sent: it is text, just not a date
+  });
+
   it("uses receivedAt when the message has no time at all", async () => {
     const [m] = await sendAndRead("/v1/track", { userId: "u1", event: "Now", messageId: uniqueId() });
     expect(m!.timestamp).toBe(m!.receivedAt);
