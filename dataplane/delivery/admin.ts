@@ -164,11 +164,14 @@ async function* selectDeadLetters(js: JetStreamClient, selection: DeadLetterSele
   });
   let selected = 0;
   for await (const m of read) {
+    // A body that is not a JSON object (the worker dead-letters those as invalid_message) is still
+    // listed and replayed, only never matched by a message id.
     let body: { messageId?: unknown; type?: unknown } = {};
     try {
-      body = m.json();
+      const parsed: unknown = m.json();
+      if (parsed !== null && typeof parsed === "object" && !Array.isArray(parsed)) body = parsed;
     } catch {
-      // Still a dead letter: listed and replayed, only never matched by a message id.
+      // not JSON
     }
     if (messageId !== undefined && body.messageId !== messageId) continue;
     yield { m, body };

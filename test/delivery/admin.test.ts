@@ -4,6 +4,7 @@
 import { spawn, spawnSync } from "node:child_process";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
+import { jetstream } from "@nats-io/jetstream";
 import { describe, expect, it } from "vitest";
 import { ReplayTargetError, readAttempts, readDeadLetters, replayDeadLetters, tail, type DeadLetter, type TailedMessage } from "../../dataplane/delivery/admin.ts";
 import type { AttemptRecord } from "../../dataplane/delivery/mod.ts";
@@ -209,6 +210,30 @@ describe("listing dead letters", () => {
     // Listing moved nothing and left no consumer behind.
     expect(await deadLetters("list-hook")).toHaveLength(2);
     expect(await strayConsumers()).toEqual([]);
+  });
+
+  it("lists a dead letter whose body is not a JSON object, and --message-id passes over it", async () => {
+    const key = addSource("odd-src");
+    await addDestination("odd-hook", { source: "odd-src", urls: [env.receiver.url("/odd")] });
+    // Only a writer other than the ingest could store these; the worker dead-letters them unsent.
+    const js = jetstream(env.nc);
+    await js.publish("trackhook.events.default.odd-src.track", "null");
+    await js.publish("trackhook.events.default.odd-src.track", "[1,2]");
+    await send(key, { userId: "u8", event: "Odd", messageId: "odd-1" });
+    await env.receiver.waitFor("/odd", 1);
+    await waitForDeadLetters("odd-hook", 2);
+    const listed = await collect(readDeadLetters(env.nc, { namespace: "default", destination: "odd-hook" }));
+    expect(listed.map((d) => [d.reason, d.messageId, d.type, d.source])).toEqual([
+      ["invalid_message", undefined, undefined, "default/odd-src"],
+      ["invalid_message", undefined, undefined, "default/odd-src"],
+    ]);
+    expect(await collect(readDeadLetters(env.nc, { namespace: "default", destination: "odd-hook", messageId: "odd-1" }))).toEqual([]);
+    const table = cli("dead-letters", "--destination", "odd-hook");
+    expect(table.status).toBe(0);
+    expect(table.stdout.trimEnd().split("\n").slice(1)).toEqual([
+      expect.stringMatching(/ - +- +default\/odd-src +invalid_message +1 +-$/),
+      expect.stringMatching(/ - +- +default\/odd-src +invalid_message +1 +-$/),
+    ]);
   });
 
   it("a replayed message dead-lettered again still names the source it came from", async () => {

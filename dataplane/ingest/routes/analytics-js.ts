@@ -3,7 +3,7 @@
 // @segment/analytics-next, and GET /analytics-next/bundles/<file> the chunks it loads on demand
 // from its CDN host (the `ajs_*` query-string parameters, middleware, ...). Served from the files
 // the package ships (precompressed .gz included), read once on first use and kept in memory.
-import { readdirSync } from "node:fs";
+import { existsSync, readdirSync } from "node:fs";
 import { readFile } from "node:fs/promises";
 import { createRequire } from "node:module";
 import { dirname, join } from "node:path";
@@ -73,10 +73,11 @@ function acceptsGzip(header: string | undefined): boolean {
   return (quality.get("gzip") ?? quality.get("x-gzip") ?? quality.get("*") ?? 0) > 0;
 }
 
-/** dist/umd of the installed @segment/analytics-next, or undefined when it is not installed. */
+/** dist/umd of the installed @segment/analytics-next, or undefined when it is not installed (or not whole). */
 function packageDir(): string | undefined {
   try {
-    return join(dirname(createRequire(import.meta.url).resolve("@segment/analytics-next/package.json")), "dist", "umd");
+    const dir = join(dirname(createRequire(import.meta.url).resolve("@segment/analytics-next/package.json")), "dist", "umd");
+    return existsSync(join(dir, "standalone.js")) ? dir : undefined;
   } catch {
     return undefined;
   }
