@@ -361,6 +361,9 @@ describe("@segment/analytics-next in Chromium", () => {
     // Segment's query-string API: analytics.js loads its queryString bundle to identify and track these.
     page = await (await launched).open(`${url}?ajs_uid=${userId}&ajs_event=Promo%20Seen&ajs_prop_campaign=fall`);
     await ingest.until((seen) => seen.filter((r) => r.method === "POST").length >= 3, "three POSTs");
+    // DevTools reports a request a moment after the server has answered it.
+    await page.waitFor((p) => sentEvents(p).length >= 3, "the browser's record of the three POSTs");
+    await page.settled();
 
     const gets = ingest.seen.filter((r) => r.method === "GET");
     expect(gets.map((r) => r.path)).toEqual([

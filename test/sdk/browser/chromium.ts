@@ -71,6 +71,8 @@ export class Chromium {
         `--user-data-dir=${profile}`,
         // Tests run as root in containers, where Chromium's sandbox cannot start.
         "--no-sandbox",
+        // A container's /dev/shm is often 64 MB, too small for Chromium's shared memory.
+        "--disable-dev-shm-usage",
         "--disable-gpu",
         "--no-first-run",
         "--no-default-browser-check",
