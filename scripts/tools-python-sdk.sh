@@ -15,6 +15,19 @@ installed() {
 }
 if installed; then exit 0; fi
 
+# Debian ships venv's pip bootstrap apart from python3 (python3-venv): without it `python3 -m venv`
+# fails half-way. Both come from apt when missing, as chromium does in tools-browser.sh.
+can_venv() { command -v "$python" >/dev/null && "$python" -c 'import venv, ensurepip' 2>/dev/null; }
+if ! can_venv && [ -z "${PYTHON:-}" ] && command -v apt-get >/dev/null; then
+  as_root=()
+  [ "$(id -u)" = 0 ] || as_root=(sudo -n)
+  echo "tools: installing python3 and python3-venv (apt)" >&2
+  export DEBIAN_FRONTEND=noninteractive
+  "${as_root[@]}" apt-get install -y -q --no-install-recommends python3 python3-venv >/dev/null 2>&1 \
+    || { "${as_root[@]}" apt-get update -q >/dev/null && "${as_root[@]}" apt-get install -y -q --no-install-recommends python3 python3-venv >/dev/null; } \
+    || true
+  hash -r
+fi
 command -v "$python" >/dev/null || {
   echo "tools: $python is needed for the Segment Python SDK test (Debian: apt-get install python3 python3-venv)" >&2
   exit 1
@@ -23,8 +36,7 @@ command -v "$python" >/dev/null || {
   echo "tools: segment-analytics-python $SEGMENT_PYTHON_VERSION needs Python >= 3.9; $python is $("$python" --version 2>&1)" >&2
   exit 1
 }
-# Debian splits venv's pip bootstrap out of python3: without it `python3 -m venv` fails half-way.
-"$python" -c 'import venv, ensurepip' 2>/dev/null || {
+can_venv || {
   echo "tools: $python cannot create a virtualenv with pip (Debian: apt-get install python3-venv)" >&2
   exit 1
 }
