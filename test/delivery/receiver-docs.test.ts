@@ -2,7 +2,7 @@
 // (Node.js, Python, Go), against real deliveries: each accepts what trackhook signs, and refuses a
 // body with a signature that does not match it, or none.
 import { spawn, type ChildProcess } from "node:child_process";
-import { createHmac } from "node:crypto";
+import { createHmac, randomUUID } from "node:crypto";
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { connect } from "node:net";
 import { tmpdir } from "node:os";
@@ -16,13 +16,16 @@ import { freePort } from "../harness/ports.ts";
 const env = useDelivery();
 
 const DOC = fileURLToPath(new URL("../../docs/receiving-webhooks.md", import.meta.url));
+const NODE_MODULES = fileURLToPath(new URL("../../node_modules", import.meta.url));
 const SECRET = "receiver-docs-secret";
+/** Standard Webhooks secrets are base64 keys with a whsec_ prefix. */
+const STANDARD_SECRET = `whsec_${Buffer.from("receiver-docs-standard-key-32by").toString("base64")}`;
 
 /** The fenced code blocks whose first line says `receiver: <language>`. */
 function receivers(markdown: string): Map<string, string> {
   const found = new Map<string, string>();
   for (const [, code] of markdown.matchAll(/^```\w+\n([\s\S]*?)^```$/gm)) {
-    const language = /^(?:\/\/|#) receiver: (\w+)\n/.exec(code!)?.[1];
+    const language = /^(?:\/\/|#) receiver: ([\w-]+)\n/.exec(code!)?.[1];
     if (language) found.set(language, code!);
   }
   return found;
@@ -30,6 +33,7 @@ function receivers(markdown: string): Map<string, string> {
 
 const RUN: Record<string, { file: string; command: (file: string) => [string, string[]] }> = {
   node: { file: "receiver.cjs", command: (file) => [process.execPath, [file]] },
+  "node-standard-webhooks": { file: "receiver.cjs", command: (file) => [process.execPath, [file]] },
   python: { file: "receiver.py", command: (file) => ["python3", [file]] },
   go: { file: "main.go", command: (file) => ["go", ["run", file]] },
 };
@@ -42,13 +46,14 @@ afterAll(() => {
 });
 
 /** Starts a receiver from the docs; resolves with its URL and what it printed so far, once it accepts connections. */
-async function start(language: string, code: string): Promise<{ url: string; output: () => string }> {
+async function start(language: string, code: string, secret = SECRET): Promise<{ url: string; output: () => string }> {
   const { file, command } = RUN[language]!;
   const path = join(dir, `${language}-${file}`);
   writeFileSync(path, code);
   const port = await freePort();
   const [cmd, args] = command(path);
-  const child = spawn(cmd, args, { cwd: dir, env: { ...process.env, SECRET, PORT: String(port) }, stdio: ["ignore", "pipe", "pipe"] });
+  // NODE_PATH: the snippet's require("standardwebhooks") finds the project's dev dependency.
+  const child = spawn(cmd, args, { cwd: dir, env: { ...process.env, SECRET: secret, PORT: String(port), NODE_PATH: NODE_MODULES }, stdio: ["ignore", "pipe", "pipe"] });
   children.push(child);
   let output = "";
   child.stdout!.setEncoding("utf8").on("data", (c: string) => (output += c));
@@ -76,8 +81,8 @@ const sign = (body: string, secret = SECRET) => createHmac("sha1", secret).updat
 describe("docs/receiving-webhooks.md", () => {
   const code = receivers(readFileSync(DOC, "utf8"));
 
-  it("has a receiver in Node.js, Python and Go", () => {
-    expect([...code.keys()].sort()).toEqual(["go", "node", "python"]);
+  it("has a receiver in Node.js, Python and Go, and one with the Standard Webhooks library", () => {
+    expect([...code.keys()].sort()).toEqual(["go", "node", "node-standard-webhooks", "python"]);
   });
 
   it.each(["node", "python", "go"])("the %s receiver verifies what trackhook signs and refuses the rest", async (language) => {
@@ -107,5 +112,34 @@ describe("docs/receiving-webhooks.md", () => {
     expect(await attempt({ "x-signature": sign(body).slice(0, 20) })).toBe(401);
     expect(await attempt({ "x-signature": "not hex" })).toBe(401);
     expect(await attempt({})).toBe(401);
+  }, 120_000);
+
+  it("the Standard Webhooks receiver verifies what trackhook signs with standardWebhooks: true, and refuses the rest", async () => {
+    const receiver = await start("node-standard-webhooks", code.get("node-standard-webhooks")!, STANDARD_SECRET);
+    const key = env.addSource("docs-standard");
+    await env.setDestination("docs-standard-hook", { sources: ["docs-standard"], urls: [receiver.url], secret: STANDARD_SECRET, standardWebhooks: true });
+    const messageId = "docs-standard-1";
+    const res = await post(`${env.ingest.url}/v1/track`, { userId: "u1", event: "Docs Checked", messageId }, { headers: { authorization: basic(key) } });
+    expect(res.status).toBe(200);
+    const deadline = Date.now() + 15_000;
+    while (!receiver.output().includes(`verified track ${messageId} `)) {
+      if (Date.now() > deadline) throw new Error(`the Standard Webhooks receiver did not verify the delivery: ${receiver.output()}`);
+      await new Promise((r) => setTimeout(r, 50));
+    }
+    expect(await env.deadLetters("docs-standard-hook")).toEqual([]);
+
+    // Straight to the receiver: the library refuses a forged body, another key's signature, an old timestamp.
+    const body = JSON.stringify({ type: "track", messageId: "direct-1", event: "Direct" });
+    const keyBytes = Buffer.from(STANDARD_SECRET.slice("whsec_".length), "base64");
+    const headers = (id: string, at: number, signed = body, keyed = keyBytes) => ({
+      "content-type": "application/json", "webhook-id": id, "webhook-timestamp": String(at),
+      "webhook-signature": `v1,${createHmac("sha256", keyed).update(`${id}.${at}.${signed}`).digest("base64")}`,
+    });
+    const attempt = (h: Record<string, string>, sent = body) => fetch(receiver.url, { method: "POST", headers: h, body: sent }).then((r) => r.status);
+    const now = Math.floor(Date.now() / 1000);
+    expect(await attempt(headers(randomUUID(), now))).toBe(200);
+    expect(await attempt(headers(randomUUID(), now), body.replace("Direct", "Forged"))).toBe(401);
+    expect(await attempt(headers(randomUUID(), now, body, Buffer.from("another key")))).toBe(401);
+    expect(await attempt(headers(randomUUID(), now - 3600))).toBe(401);
   }, 120_000);
 });
