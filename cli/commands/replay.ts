@@ -76,6 +76,9 @@ ${SELECTION_HELP}
     try {
       const { replayed } = await replayDeadLetters(nc, selection);
       process.stdout.write(`replayed ${count(replayed, "message")} to ${namespace}/${name}\n`);
+      if (replayed === 0 && selection.messageId !== undefined) {
+        process.stderr.write(`no dead letter of message ${selection.messageId}${selection.sinceMs !== undefined ? " in that time" : ""}: \`trackhook dead-letters --destination ${namespace}/${name}\` lists them\n`);
+      }
     } catch (err) {
       if (err instanceof ReplayTargetError) fail(err.message);
       else if (err instanceof ReplayInterruptedError) {

@@ -153,6 +153,10 @@ describe("replaying dead letters", () => {
     expect(messageIds(requests.slice(3))).toEqual(["p-3"]);
     expect((await deadLetters("pick-hook")).map((l) => l.body.messageId)).toEqual(["p-1", "p-2"]);
     expect(await replayDeadLetters(env.nc, { namespace: "default", destination: "pick-hook", messageId: "p-3" })).toEqual({ replayed: 0 });
+    const again = cli("replay", "--destination", "pick-hook", "--message-id", "p-3");
+    expect([again.status, again.stdout, again.stderr]).toEqual([
+      0, "replayed 0 messages to default/pick-hook\n", "no dead letter of message p-3: `trackhook dead-letters --destination default/pick-hook` lists them\n",
+    ]);
     expect(await strayConsumers()).toEqual([]);
   });
 
