@@ -85,7 +85,7 @@ if [ "${TRACKHOOK_TOOLS:-all}" != dataplane ]; then
 
   # The official Segment SDKs of other languages, for the compatibility tests (test/ingest/sdk-*.test.ts).
   # One that cannot be installed here fails its own test (which says how to get it), not every test.
-  for sdk in python-sdk go-sdk kotlin-sdk browser; do   # browser: Debian's chromium, for analytics-next
+  for sdk in python-sdk go-sdk java-sdk kotlin-sdk browser; do   # browser: Debian's chromium, for analytics-next
     bash "scripts/tools-$sdk.sh" || echo "tools: scripts/tools-$sdk.sh failed (see above); its SDK test will fail until it succeeds" >&2
   done
 fi

@@ -37,6 +37,17 @@ describe("routes", () => {
     }
   }
 
+  // analytics-java posts to /v1/import/ (its DEFAULT_PATH), and Segment's API takes it.
+  it("takes every route with a trailing slash too: analytics-java posts to /v1/import/", async () => {
+    const batch = [{ ...bodies.track, type: "track", messageId: uniqueId("slash-import") }];
+    expect((await post(`${env.ingest.url}/v1/import/`, { batch }, { headers: auth })).status).toBe(200);
+    const single = uniqueId("slash-track");
+    expect((await post(`${env.ingest.url}/v1/track/`, { ...bodies.track, messageId: single }, { headers: auth })).status).toBe(200);
+    const stored = new Set((await storedMessages(env.nats)).map((m) => m.body.messageId));
+    expect(stored.has(batch[0]!.messageId) && stored.has(single)).toBe(true);
+    expect((await fetch(`${env.ingest.url}/v1/projects/${WRITE_KEY}/settings/`)).status).toBe(200);
+  });
+
   for (const path of ["batch", "import", "b"]) {
     it(`POST /v1/${path} stores a batch of all six kinds, alias included`, async () => {
       const batch = MESSAGE_TYPES.map((type) => ({ ...bodies[type], type, messageId: uniqueId(`${path}-${type}`) }));

@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# Builds the Segment Java SDK driver (test/sdk/java, com.segment.analytics.java:analytics pinned in
+# its pom.xml) into the git-ignored .tools/java-sdk/driver.jar, for test/ingest/sdk-java.test.ts.
+# Maven's local repository is .tools/m2, so a CI cache of .tools keeps the downloads.
+# Idempotent: skipped while the jar is newer than every file of the project.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+src="$PWD/test/sdk/java"
+dir="$PWD/.tools/java-sdk"
+out="$dir/driver.jar"
+
+if [ -f "$out" ] && [ -z "$(find "$src" -type f -newer "$out" -not -path "$src/target/*" -print -quit)" ]; then
+  exit 0
+fi
+need() {
+  echo "tools: $1 is needed to build the analytics-java driver in test/sdk/java (for test/ingest/sdk-java.test.ts): $2" >&2
+  exit 1
+}
+command -v java >/dev/null || need "Java >= 17" "install a JDK (e.g. apt-get install openjdk-17-jdk-headless) or put java on PATH"
+command -v mvn >/dev/null || need "Maven >= 3.6" "install Maven (e.g. apt-get install maven) or put mvn on PATH"
+
+echo "tools: building .tools/java-sdk/driver.jar (com.segment.analytics.java:analytics, see test/sdk/java/pom.xml)" >&2
+mkdir -p "$dir" "$PWD/.tools/m2"
+# Built outside the source tree, then moved into place: a test never runs a half-written jar, and the
+# new file's time is always after the sources'.
+build=$(mktemp -d "$dir/.build.XXXXXX")
+trap 'rm -rf "$build"' EXIT
+# Debian's Maven 3.8 prints bare colour resets even in quiet batch mode: stripped, with empty lines.
+mvn -q -B -Dstyle.color=never -f "$src/pom.xml" -Dmaven.repo.local="$PWD/.tools/m2" -Ddriver.buildDirectory="$build" package 2>&1 \
+  | sed -e 's/\x1b\[0m//g' -e '/^[[:space:]]*$/d' >&2
+tmp="$dir/.driver.jar.$$"
+cp "$build/driver.jar" "$tmp"
+mv -f "$tmp" "$out"
