@@ -41,7 +41,15 @@ const RUN: Record<string, { file: string; command: (file: string) => [string, st
 const dir = mkdtempSync(join(tmpdir(), "trackhook-receiver-docs-"));
 const children: ChildProcess[] = [];
 afterAll(() => {
-  for (const child of children) child.kill("SIGKILL");
+  // Each receiver leads a process group of its own: `go run` leaves the program it built running
+  // when only `go` itself is killed.
+  for (const child of children) {
+    try {
+      process.kill(-child.pid!, "SIGKILL");
+    } catch {
+      // already gone
+    }
+  }
   rmSync(dir, { recursive: true, force: true });
 });
 
@@ -53,7 +61,7 @@ async function start(language: string, code: string, secret = SECRET): Promise<{
   const port = await freePort();
   const [cmd, args] = command(path);
   // NODE_PATH: the snippet's require("standardwebhooks") finds the project's dev dependency.
-  const child = spawn(cmd, args, { cwd: dir, env: { ...process.env, SECRET: secret, PORT: String(port), NODE_PATH: NODE_MODULES }, stdio: ["ignore", "pipe", "pipe"] });
+  const child = spawn(cmd, args, { cwd: dir, env: { ...process.env, SECRET: secret, PORT: String(port), NODE_PATH: NODE_MODULES }, stdio: ["ignore", "pipe", "pipe"], detached: true });
   children.push(child);
   let output = "";
   child.stdout!.setEncoding("utf8").on("data", (c: string) => (output += c));
