@@ -31,7 +31,7 @@ function parseDate(value: unknown): number | undefined {
   if (typeof value !== "string") return undefined;
   const iso = ISO_8601.exec(value);
   if (!iso) return undefined;
-  let text = value.replace(",", ".");
+  let text = value.includes(",") ? value.replace(",", ".") : value;
   // A time without an offset is taken as UTC, wherever the ingest runs; "+05" as "+05:00".
   if (iso[1] === undefined && value.length > 10) text += "Z";
   else if (iso[1] !== undefined && iso[1].length === 3) text += ":00";
