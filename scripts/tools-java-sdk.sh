@@ -17,7 +17,12 @@ need() {
   echo "tools: $1 is needed to build the analytics-java driver in test/sdk/java (for test/ingest/sdk-java.test.ts): $2" >&2
   exit 1
 }
-command -v java >/dev/null || need "Java >= 17" "install a JDK (e.g. apt-get install openjdk-17-jdk-headless) or put java on PATH"
+# A JDK and Maven from apt when missing (Debian's default JDK is 17 or newer).
+if ! command -v java >/dev/null || ! command -v mvn >/dev/null; then
+  bash scripts/apt-install.sh default-jdk-headless maven || true
+  hash -r
+fi
+command -v java >/dev/null || need "Java >= 17" "install a JDK (e.g. apt-get install default-jdk-headless) or put java on PATH"
 command -v mvn >/dev/null || need "Maven >= 3.6" "install Maven (e.g. apt-get install maven) or put mvn on PATH"
 
 echo "tools: building .tools/java-sdk/driver.jar (com.segment.analytics.java:analytics, see test/sdk/java/pom.xml)" >&2

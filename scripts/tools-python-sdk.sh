@@ -16,16 +16,10 @@ installed() {
 if installed; then exit 0; fi
 
 # Debian ships venv's pip bootstrap apart from python3 (python3-venv): without it `python3 -m venv`
-# fails half-way. Both come from apt when missing, as chromium does in tools-browser.sh.
+# fails half-way. Both come from apt when missing (scripts/apt-install.sh).
 can_venv() { command -v "$python" >/dev/null && "$python" -c 'import venv, ensurepip' 2>/dev/null; }
-if ! can_venv && [ -z "${PYTHON:-}" ] && command -v apt-get >/dev/null; then
-  as_root=()
-  [ "$(id -u)" = 0 ] || as_root=(sudo -n)
-  echo "tools: installing python3 and python3-venv (apt)" >&2
-  export DEBIAN_FRONTEND=noninteractive
-  "${as_root[@]}" apt-get install -y -q --no-install-recommends python3 python3-venv >/dev/null 2>&1 \
-    || { "${as_root[@]}" apt-get update -q >/dev/null && "${as_root[@]}" apt-get install -y -q --no-install-recommends python3 python3-venv >/dev/null; } \
-    || true
+if ! can_venv && [ -z "${PYTHON:-}" ]; then
+  bash scripts/apt-install.sh python3 python3-venv || true
   hash -r
 fi
 command -v "$python" >/dev/null || {
