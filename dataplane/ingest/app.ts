@@ -77,8 +77,9 @@ export async function buildIngestApp(deps: IngestAppDeps, input: IngestOptionsIn
     // catalogue's shape and with Retry-After and CORS headers, which Fastify's own 503 lacks.
     return503OnClosing: false,
     keepAliveTimeout: 72_000,
-    // analytics-java posts to /v1/import/ (its DEFAULT_PATH), which Segment's API accepts.
-    routerOptions: { ignoreTrailingSlash: true },
+    // analytics-java posts to <endpoint>/v1/import/ (its DEFAULT_PATH), which Segment's API accepts;
+    // an endpoint given with a trailing slash makes that //v1/import/.
+    routerOptions: { ignoreTrailingSlash: true, ignoreDuplicateSlashes: true },
   });
 
   // Once closing, answers end their connection: a keep-alive connection that goes idle after

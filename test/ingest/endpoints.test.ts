@@ -38,7 +38,7 @@ describe("routes", () => {
   }
 
   // analytics-java posts to /v1/import/ (its DEFAULT_PATH), and Segment's API takes it.
-  it("takes every route with a trailing slash too: analytics-java posts to /v1/import/", async () => {
+  it("takes every route with a trailing or doubled slash too: analytics-java posts to <endpoint>/v1/import/", async () => {
     const batch = [{ ...bodies.track, type: "track", messageId: uniqueId("slash-import") }];
     expect((await post(`${env.ingest.url}/v1/import/`, { batch }, { headers: auth })).status).toBe(200);
     const single = uniqueId("slash-track");
@@ -46,6 +46,10 @@ describe("routes", () => {
     const stored = new Set((await storedMessages(env.nats)).map((m) => m.body.messageId));
     expect(stored.has(batch[0]!.messageId) && stored.has(single)).toBe(true);
     expect((await fetch(`${env.ingest.url}/v1/projects/${WRITE_KEY}/settings/`)).status).toBe(200);
+    // .endpoint("https://events.example.com/") in analytics-java.
+    const doubled = [{ ...bodies.track, type: "track", messageId: uniqueId("slash-double") }];
+    expect((await post(`${env.ingest.url}//v1/import/`, { batch: doubled }, { headers: auth })).status).toBe(200);
+    expect((await storedMessages(env.nats)).some((m) => m.body.messageId === doubled[0]!.messageId)).toBe(true);
   });
 
   for (const path of ["batch", "import", "b"]) {

@@ -4,14 +4,12 @@
 // every batch to "<host>/v1/import/" (its Builder appends DEFAULT_PATH = "/v1/import/", trailing
 // slash included; it has done so for years, and it is also its default URL on api.segment.io).
 //
-// Found here: trackhook serves /v1/import but not /v1/import/ (Fastify's routes do not ignore a
-// trailing slash), so every batch gets 404 not_found, which the SDK does not retry: it reports
-// each message as failed to its Callback and drops it. Nothing configured the documented way is
-// stored. The first test below asserts what Segment does (the batch accepted) and fails until
-// trackhook serves the path with the slash.
+// Found here: trackhook served /v1/import but not /v1/import/, so every batch got 404 not_found,
+// which the SDK does not retry: it reported each message as failed and dropped it. The ingest now
+// ignores trailing (and doubled) slashes; the first test below is the regression test.
 //
-// Everything else works. With the SDK's other option, setUploadURL("<host>/v1/import") (a whole
-// URL, used as given), the remaining tests pass: identify, track, page, screen, group and alias,
+// With the SDK's other option, setUploadURL("<host>/v1/import") (a whole URL, used as given), the
+// remaining tests show the rest: identify, track, page, screen, group and alias,
 // one JSON batch (no gzip, no Authorization header: the write key only in the body, with a batch
 // context carrying context.library and an instanceId, and a `sequence`), are stored under the right
 // subject and Nats-Msg-Id with the fields as sent; the SDK's largest batches fit; a wrong write key
@@ -180,9 +178,8 @@ describe("analytics-java (com.segment.analytics.java:analytics)", () => {
     const exchange = report.exchanges[0]!;
     expect(exchange.url).toBe(`${env.ingest.url}/v1/import/`);
     expectUploadHeaders(exchange);
-    // Segment's API serves the SDK's own default URL, https://api.segment.io/v1/import/. Today
-    // trackhook answers 404 {"code":"not_found","message":"No route for POST /v1/import/"}, and the
-    // SDK, which retries only 5xx, 429 and I/O errors, gives up at once: both messages are lost.
+    // Segment's API serves the SDK's own default URL, https://api.segment.io/v1/import/. A 404 here
+    // would lose both messages: the SDK retries only 5xx, 429 and I/O errors.
     expect(exchange.response?.status, `POST /v1/import/ answered: ${exchange.response?.body}`).toBe(200);
     expect(JSON.parse(exchange.response!.body)).toEqual({ success: true });
     const sentIds = exchange.body!.batch.map((m) => m.messageId as string);

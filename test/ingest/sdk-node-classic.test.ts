@@ -1,7 +1,7 @@
 // The classic Node SDK, analytics-node 6.2 (superseded by @segment/analytics-node, and still in
 // many servers), works against trackhook unchanged: its axios batches to /v1/batch with Basic auth
 // are stored under the right subject and Nats-Msg-Id with the fields as sent; a wrong write key gets
-// a 401, which it does not retry, and nothing is stored. (It sends the first message of a process
+// a 401, which it does not retry, and nothing is stored. (It sends the first message of an instance
 // at once, alone, and the rest in batches.)
 import { createRequire } from "node:module";
 import Analytics from "analytics-node";
