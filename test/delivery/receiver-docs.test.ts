@@ -119,7 +119,19 @@ describe("docs/receiving-webhooks.md", () => {
     expect(await attempt({ "x-signature": sign(body) }, body.replace("Direct", "Forged"))).toBe(401);
     expect(await attempt({ "x-signature": sign(body).slice(0, 20) })).toBe(401);
     expect(await attempt({ "x-signature": "not hex" })).toBe(401);
+    expect(await attempt({ "x-signature": "é" })).toBe(401);
     expect(await attempt({})).toBe(401);
+    // Over 1 MiB: refused without being kept.
+    const huge = JSON.stringify({ type: "track", messageId: "huge", pad: "x".repeat(1024 * 1024) });
+    expect(await attempt({ "x-signature": sign(huge) }, huge)).toBe(413);
+    // A client that connects and sends nothing does not hold up the next request.
+    const idle = connect(Number(new URL(receiver.url).port), "127.0.0.1");
+    await new Promise((r) => idle.once("connect", r));
+    try {
+      expect(await attempt({ "x-signature": sign(body), "x-delivery-id": "d-2" })).toBe(200);
+    } finally {
+      idle.destroy();
+    }
   }, 120_000);
 
   it("the Standard Webhooks receiver verifies what trackhook signs with standardWebhooks: true, and refuses the rest", async () => {
