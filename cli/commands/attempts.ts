@@ -1,5 +1,5 @@
 // `trackhook attempts`: a destination's delivery attempts (every URL of every try), oldest first.
-import { readAttempts } from "../../dataplane/delivery/admin.ts";
+import { UNKNOWN_DESTINATION_HINT, hasDestinationConsumer, readAttempts } from "../../dataplane/delivery/admin.ts";
 import type { AttemptRecord } from "../../dataplane/delivery/worker.ts";
 import { natsUrl } from "../args.ts";
 import { connectAdmin, qualifiedName } from "./replay.ts";
@@ -50,7 +50,8 @@ export const attemptsCommand: Command = {
       const all: AttemptRecord[] = [];
       for await (const r of records) all.push(r);
       if (all.length === 0) {
-        process.stderr.write(`no attempts recorded for ${namespace}/${name}${messageId !== undefined ? ` and message ${messageId}` : ""}\n`);
+        const known = await hasDestinationConsumer(nc, { namespace, destination: name }).catch(() => true);
+        process.stderr.write(`no attempts recorded for ${namespace}/${name}${messageId !== undefined ? ` and message ${messageId}` : ""}${known ? "" : `; ${UNKNOWN_DESTINATION_HINT}`}\n`);
         return;
       }
       process.stdout.write(attemptsTable(all));

@@ -179,6 +179,27 @@ async function* selectDeadLetters(js: JetStreamClient, selection: DeadLetterSele
   }
 }
 
+/**
+ * Whether delivery knows the destination: its durable consumer exists. For the admin commands'
+ * "is the name right?" hint when they find nothing (a removed destination's records remain).
+ */
+export async function hasDestinationConsumer(nc: NatsConnection, ref: DestinationRef): Promise<boolean> {
+  checkName("namespace", ref.namespace);
+  checkName("destination", ref.destination);
+  const jsm = await jetstreamManager(nc);
+  return jsm.consumers.info(EVENTS_STREAM, consumerName(ref.namespace, ref.destination)).then(
+    () => true,
+    (err: Error) => {
+      if (isConsumerNotFound(err) || isStreamNotFound(err)) return false;
+      throw err;
+    },
+  );
+}
+
+/** What the admin commands add when they find nothing for a destination delivery does not know. */
+export const UNKNOWN_DESTINATION_HINT =
+  "no WebhookDestination of that name is being delivered: is the name right? (`kubectl get webhookdestinations -A`, or the documents of your --config)";
+
 /** A dead letter as `trackhook dead-letters` shows it: why it was given up, and what it was. */
 export interface DeadLetter {
   /** Sequence in TRACKHOOK_DLQ. */

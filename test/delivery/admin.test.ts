@@ -209,7 +209,13 @@ describe("listing dead letters", () => {
     const one = cli("dead-letters", "--destination", "list-hook", "--message-id", "list-2", "--json");
     expect(one.stdout.trimEnd().split("\n").map((l) => JSON.parse(l) as DeadLetter)).toEqual([gone[1]]);
     const none = cli("dead-letters", "--destination", "nobody");
-    expect([none.status, none.stdout, none.stderr]).toEqual([0, "", "no dead letters for default/nobody\n"]);
+    expect([none.status, none.stdout]).toEqual([0, ""]);
+    expect(none.stderr).toMatch(/^no dead letters for default\/nobody; no WebhookDestination of that name is being delivered: is the name right\?/);
+    const noAttempts = cli("attempts", "--destination", "nobody");
+    expect(noAttempts.stderr).toMatch(/^no attempts recorded for default\/nobody; no WebhookDestination of that name/);
+    // A destination that exists but has nothing gets no hint.
+    const quiet = cli("dead-letters", "--destination", "list-hook", "--since", "1ms");
+    expect(quiet.stderr).toBe("no dead letters for default/list-hook\n");
 
     // Listing moved nothing and left no consumer behind.
     expect(await deadLetters("list-hook")).toHaveLength(2);
