@@ -1,6 +1,6 @@
 // `trackhook dev`: everything in one process for a laptop, from the same YAML as a cluster.
-import { mkdirSync } from "node:fs";
-import { dirname, resolve } from "node:path";
+import { mkdirSync, realpathSync } from "node:fs";
+import { resolve } from "node:path";
 import { FileConfigProvider } from "../../dataplane/config/mod.ts";
 import { createLogger } from "../../dataplane/logging.ts";
 import { LocalNatsServer, connectNats } from "../../dataplane/nats/mod.ts";
@@ -67,7 +67,7 @@ export const devCommand: Command = {
         `  nats     ${natsUrl}\n` +
         `  sources  ${sources.join(", ") || "(none: add a Source to " + values.config + ")"}\n` +
         `  webhooks ${destinations.join(", ") || "(none: add a WebhookDestination to " + values.config + ")"}\n\n` +
-        `Send a first event (WRITE_KEY is the value in the Source's write-key Secret):\n` +
+        `Send a first event, with WRITE_KEY set to a Source's write key (its Secret's value; examples/dev.yaml has dev-write-key):\n` +
         `  curl -u "$WRITE_KEY:" ${ingest.url}/v1/track -H 'content-type: application/json' \\\n` +
         `    -d '{"userId":"user-1","event":"Signed Up","properties":{"plan":"pro"}}'\n` +
         `A message without userId/anonymousId (or a track without event) is answered 200 too, as by Segment,\n` +
@@ -76,7 +76,9 @@ export const devCommand: Command = {
         `analytics.js from ${ingest.url}/analytics.js/v1/$WRITE_KEY/analytics.min.js (with analytics._cdn = "${ingest.url}").\n\n` +
         `The admin commands (attempts, dead-letters, replay, tail, delete-user) take this NATS; in another terminal\n` +
         `(the port changes with every start):\n` +
-        `  export PATH="${dirname(process.execPath)}:$PATH" TRACKHOOK_NATS_URL=${natsUrl}\n\n`,
+        `  export TRACKHOOK_NATS_URL=${natsUrl}\n` +
+        `  alias trackhook=${shellQuote(`${process.execPath} ${realpathSync(process.argv[1]!)}`)}\n` +
+        `  trackhook tail      # or: trackhook dead-letters --destination <name>\n\n`,
     );
 
     onShutdown(log, async () => {
@@ -88,3 +90,6 @@ export const devCommand: Command = {
     });
   },
 };
+
+/** One shell word, single-quoted. */
+const shellQuote = (text: string) => `'${text.replaceAll("'", `'\\''`)}'`;
