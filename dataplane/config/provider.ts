@@ -59,6 +59,8 @@ export class FileConfigProvider extends ConfigHolder {
   #timer: NodeJS.Timeout | undefined;
   readonly path: string;
   private readonly log: Logger;
+  /** The last reload failed: the next good one says so even when nothing changed. */
+  #failing = false;
 
   constructor(path: string, log: Logger, debounceMs = 200) {
     super(loadConfigFile(path)); // throws ConfigError: invalid config fails at start
@@ -83,9 +85,16 @@ export class FileConfigProvider extends ConfigHolder {
     } catch (err) {
       const problems = err instanceof ConfigError ? err.problems : [String(err)];
       this.log.error({ path: this.path, problems }, "config reload failed; keeping the previous config");
+      this.#failing = true;
       return;
     }
-    if (JSON.stringify(next) === JSON.stringify(this.current())) return;
+    const recovered = this.#failing;
+    this.#failing = false;
+    if (JSON.stringify(next) === JSON.stringify(this.current())) {
+      // Fixed back to what is running: say so, or the last word in the log stays the error.
+      if (recovered) this.log.info({ path: this.path }, "config valid again; unchanged from the config in use");
+      return;
+    }
     this.log.info({ path: this.path, sources: next.sources.length, destinations: next.destinations.length }, "config reloaded");
     this.set(next);
   }

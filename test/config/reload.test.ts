@@ -83,3 +83,28 @@ describe("live config reload from files", () => {
     expect(await statusFor("key-two")).toBe(200);
   });
 });
+
+describe("the log of a file config", () => {
+  it("says when a broken edit is fixed back to the config in use, so the last line is not the error", async () => {
+    const own = mkdtempSync(join(tmpdir(), "trackhook-reload-log-"));
+    const path = join(own, "sources.yaml");
+    const write = (text: string) => {
+      writeFileSync(`${path}.tmp`, text);
+      renameSync(`${path}.tmp`, path);
+    };
+    write(doc({ web: "key-one" }));
+    const lines: Array<{ msg: string }> = [];
+    const watched = new FileConfigProvider(path, createLogger({ level: "info", destination: { write: (line: string) => lines.push(JSON.parse(line) as { msg: string }) } }), 20);
+    try {
+      write("not: [valid");
+      await eventually(async () => lines.some((l) => l.msg.startsWith("config reload failed")));
+      write(doc({ web: "key-one" }));
+      await eventually(async () => lines.some((l) => l.msg.startsWith("config valid again")));
+      // (A save can reach the watcher as more than one event: each may log its reload.)
+      expect(lines.at(-1)?.msg).toBe("config valid again; unchanged from the config in use");
+      expect(new Set(lines.map((l) => l.msg))).toEqual(new Set(["config reload failed; keeping the previous config", "config valid again; unchanged from the config in use"]));
+    } finally {
+      watched.close();
+    }
+  });
+});
