@@ -57,8 +57,19 @@ export function judge(item: unknown, routeType: MessageType | undefined): Verdic
   message.type = type;
   const validate = validateMessage[type];
   if (validate(message)) return { accepted: true, type, message };
-  return { accepted: false, reason: reasonOf(validate.errors ?? []), detail: describeErrors(validate.errors).join("; ") };
+  const reason = reasonOf(validate.errors ?? []);
+  // The schema's own words only where a field is wrong; the rest have plain ones.
+  const detail = REASON_DETAIL[reason] ?? describeErrors(validate.errors).join("; ").replaceAll("(document)", "(message)");
+  return { accepted: false, reason, detail };
 }
+
+const REASON_DETAIL: Partial<Record<RejectReason, string>> = {
+  no_user_anon_id: "neither userId nor anonymousId is set",
+  missing_event: "a track needs an event name",
+  missing_group_id: "a group call needs a groupId",
+  missing_previous_id: "an alias needs a previousId",
+  missing_user_id: "an alias needs a userId",
+};
 
 function reasonOf(errors: ErrorObject[]): RejectReason {
   if (errors.some((e) => e.instancePath === "" && e.keyword === "anyOf")) return "no_user_anon_id";

@@ -1,0 +1,25 @@
+// What the "message not accepted" log line says about a message: the reason, and a detail a
+// developer reading the dev log understands without knowing the schema. Pure logic: no server.
+import { describe, expect, it } from "vitest";
+import { judge } from "../../dataplane/ingest/accept.ts";
+
+describe("judge(): reasons and their details", () => {
+  it.each([
+    [{ event: "Signed Up" }, "track", "no_user_anon_id", "neither userId nor anonymousId is set"],
+    [{ userId: "u1" }, "track", "missing_event", "a track needs an event name"],
+    [{ userId: "u1" }, "group", "missing_group_id", "a group call needs a groupId"],
+    [{ userId: "u1" }, "alias", "missing_previous_id", "an alias needs a previousId"],
+    [{ previousId: "a1", anonymousId: "a2" }, "alias", "missing_user_id", "an alias needs a userId"],
+  ] as const)("%j as %s: %s", (message, type, reason, detail) => {
+    expect(judge({ ...message }, type)).toEqual({ accepted: false, reason, detail });
+  });
+
+  it("names the field when one is wrong, in a message's words", () => {
+    const verdict = judge({ userId: "u1", event: { name: "not text" } }, "track");
+    expect(verdict).toMatchObject({ accepted: false, reason: "invalid_field" });
+    const detail = (verdict as { detail: string }).detail;
+    expect(detail).toMatch(/^event: must be string/);
+    expect(detail).not.toContain("(document)");
+    expect(detail).not.toContain("anyOf");
+  });
+});
