@@ -85,9 +85,12 @@ if [ "${TRACKHOOK_TOOLS:-all}" != dataplane ]; then
 
   # The official Segment SDKs of other languages, for the compatibility tests (test/ingest/sdk-*.test.ts).
   # One that cannot be installed here fails its own test (which says how to get it), not every test.
-  for sdk in python-sdk go-sdk java-sdk kotlin-sdk browser; do   # browser: Debian's chromium, for analytics-next
-    bash "scripts/tools-$sdk.sh" || echo "tools: scripts/tools-$sdk.sh failed (see above); its SDK test will fail until it succeeds" >&2
-  done
+  sdk_tool() { bash "scripts/tools-$1.sh" "${@:2}" || echo "tools: scripts/tools-$1.sh ${*:2} failed (see above); its SDK test will fail until it succeeds" >&2; }
+  sdk_tool python-sdk
+  sdk_tool go-sdk
+  sdk_tool maven-sdk java
+  sdk_tool maven-sdk kotlin
+  sdk_tool browser   # Debian's chromium, for analytics-next
 fi
 
 echo "tools: node $("$bin/node" --version), $( ("$bin/nats-server" --version || nats-server --version) 2>/dev/null)" >&2

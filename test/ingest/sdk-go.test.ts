@@ -5,13 +5,11 @@
 //
 // The SDK is driven by test/sdk/go (a Go program using analytics.NewWithConfig as an application
 // does), built into .tools/bin by scripts/tools-go-sdk.sh; see that directory for the protocol.
-import { spawn } from "node:child_process";
-import { existsSync, readdirSync, statSync } from "node:fs";
-import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { describe, expect, it } from "vitest";
 import { randomName } from "../harness/nats.ts";
 import { WRITE_KEY, storedMessages, useIngest } from "../harness/ingest.ts";
+import { builtDriver, runDriver } from "../harness/sdk-driver.ts";
 
 const env = useIngest();
 
@@ -63,13 +61,7 @@ interface DriverReport {
 }
 
 /** The driver binary, failing (never skipping) with how to build it when it is missing or older than its source. */
-function driverPath(): string {
-  if (!existsSync(DRIVER)) throw new Error(`The analytics-go driver ${DRIVER} is missing: ${BUILD_HINT}.`);
-  const built = statSync(DRIVER).mtimeMs;
-  const newer = readdirSync(DRIVER_SOURCE).filter((f) => statSync(join(DRIVER_SOURCE, f)).mtimeMs > built);
-  if (newer.length > 0) throw new Error(`The analytics-go driver ${DRIVER} is older than test/sdk/go/${newer.join(", ")}: ${BUILD_HINT}.`);
-  return DRIVER;
-}
+const driverPath = () => builtDriver("analytics-go", DRIVER, DRIVER_SOURCE, BUILD_HINT);
 
 /**
  * Runs the SDK once: a client whose batches are sent when full or by Close (no timer flush racing
@@ -79,23 +71,7 @@ function driverPath(): string {
 function runSdk(writeKey: string, calls: DriverCall[], defaultContext?: Json): Promise<DriverReport> {
   const instructions = { endpoint: env.ingest.url, writeKey, batchSize: 100, intervalMs: 60_000, defaultContext, calls };
   const driver = driverPath();
-  return new Promise((resolve, reject) => {
-    const child = spawn(driver, [], { env: { ...process.env, TZ: DRIVER_TZ }, stdio: ["pipe", "pipe", "pipe"], timeout: 15_000 });
-    let stdout = "";
-    let stderr = "";
-    child.stdout.on("data", (c) => (stdout += c));
-    child.stderr.on("data", (c) => (stderr += c));
-    child.on("error", reject);
-    child.on("close", (code, signal) => {
-      if (code !== 0) return reject(new Error(`${driver} exited with ${code ?? signal}:\n${stderr}`));
-      try {
-        resolve(JSON.parse(stdout) as DriverReport);
-      } catch (err) {
-        reject(new Error(`${driver} printed no JSON report (${String(err)}):\n${stdout}\n${stderr}`));
-      }
-    });
-    child.stdin.end(JSON.stringify(instructions));
-  });
+  return runDriver<DriverReport>(driver, [], instructions, { timeoutMs: 15_000, env: { ...process.env, TZ: DRIVER_TZ } });
 }
 
 const isoNearNow = (value: unknown, toleranceMs = 60_000) => {

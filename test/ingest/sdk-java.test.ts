@@ -16,22 +16,22 @@
 // gets 401, which the SDK does not retry either.
 //
 // The SDK is driven by test/sdk/java (Driver.java: the calls through the SDK's MessageBuilders, a
-// Callback, flush() and shutdown() as an application does), built by scripts/tools-java-sdk.sh
+// Callback, flush() and shutdown() as an application does), built by scripts/tools-maven-sdk.sh java
 // into .tools/java-sdk/driver.jar; see Driver.java for what it configures (to observe, nothing
 // more).
-import { spawn } from "node:child_process";
-import { existsSync, readFileSync, readdirSync, statSync } from "node:fs";
+import { readFileSync } from "node:fs";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { describe, expect, it } from "vitest";
 import { randomName } from "../harness/nats.ts";
 import { WRITE_KEY, storedMessages, useIngest } from "../harness/ingest.ts";
+import { builtDriver, runDriver } from "../harness/sdk-driver.ts";
 
 const env = useIngest();
 
 const DRIVER = fileURLToPath(new URL("../../.tools/java-sdk/driver.jar", import.meta.url));
 const DRIVER_SOURCE = fileURLToPath(new URL("../sdk/java/", import.meta.url));
-const BUILD_HINT = "run `npm run tools` (it builds the driver with scripts/tools-java-sdk.sh; Java >= 17 and Maven needed)";
+const BUILD_HINT = "run `npm run tools` (it builds the driver with scripts/tools-maven-sdk.sh java; Java >= 17 and Maven needed)";
 /** The SDK version the driver's pom.xml pins: what context.library and User-Agent must carry. */
 const PINNED = /<segment\.analytics\.java\.version>([^<]+)</.exec(readFileSync(join(DRIVER_SOURCE, "pom.xml"), "utf8"))?.[1];
 const UUID_V4 = /^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$/;
@@ -88,20 +88,8 @@ interface DriverReport {
 }
 
 /** Every file of the driver's project, for the staleness check. */
-function sourceFiles(dir: string): string[] {
-  return readdirSync(dir, { withFileTypes: true }).flatMap((e) =>
-    e.isDirectory() ? (e.name === "target" ? [] : sourceFiles(join(dir, e.name))) : [join(dir, e.name)],
-  );
-}
-
 /** The driver jar, failing (never skipping) with how to build it when it is missing or older than its source. */
-function driverJar(): string {
-  if (!existsSync(DRIVER)) throw new Error(`The analytics-java driver ${DRIVER} is missing: ${BUILD_HINT}.`);
-  const built = statSync(DRIVER).mtimeMs;
-  const newer = sourceFiles(DRIVER_SOURCE).filter((f) => statSync(f).mtimeMs > built);
-  if (newer.length > 0) throw new Error(`The analytics-java driver ${DRIVER} is older than ${newer.join(", ")}: ${BUILD_HINT}.`);
-  return DRIVER;
-}
+const driverJar = () => builtDriver("analytics-java", DRIVER, DRIVER_SOURCE, BUILD_HINT);
 
 /** How the SDK is pointed at trackhook: its endpoint(host) option, or setUploadURL(url). */
 type Target = { endpoint: true } | { uploadURL: string };
@@ -116,23 +104,7 @@ const viaUploadURL = (): Target => ({ uploadURL: `${env.ingest.url}/v1/import` }
 function runSdk(writeKey: string, target: Target, calls: DriverCall[]): Promise<DriverReport> {
   const jar = driverJar();
   const instructions = { host: env.ingest.url, writeKey, timeoutMs: 10_000, ...("uploadURL" in target ? { uploadURL: target.uploadURL } : {}), calls };
-  return new Promise((resolve, reject) => {
-    const child = spawn("java", ["-jar", jar], { stdio: ["pipe", "pipe", "pipe"], timeout: 20_000 });
-    let stdout = "";
-    let stderr = "";
-    child.stdout.setEncoding("utf8").on("data", (c: string) => (stdout += c));
-    child.stderr.setEncoding("utf8").on("data", (c: string) => (stderr += c));
-    child.on("error", (err) => reject(new Error(`java -jar ${jar}: ${err.message} (Java >= 17 must be on PATH)`)));
-    child.on("close", (code, signal) => {
-      if (code !== 0) return reject(new Error(`java -jar ${jar} exited with ${code ?? signal}:\n${stderr}`));
-      try {
-        resolve(JSON.parse(stdout) as DriverReport);
-      } catch (err) {
-        reject(new Error(`java -jar ${jar} printed no JSON report (${String(err)}):\n${stdout}\n${stderr}`));
-      }
-    });
-    child.stdin.end(JSON.stringify(instructions));
-  });
+  return runDriver<DriverReport>("java", ["-jar", jar], instructions, { timeoutMs: 20_000, spawnHint: "Java >= 17 must be on PATH" });
 }
 
 const nearNow = (value: unknown, toleranceMs = 60_000) => {

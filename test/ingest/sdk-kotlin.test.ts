@@ -8,27 +8,27 @@
 // The SDK always builds https:// URLs. For the plain-HTTP test ingest the driver sets one more
 // option, the SDK's Configuration.requestFactory: a RequestFactory whose openConnection swaps the
 // scheme. Nothing else differs from an app's setup (see test/sdk/kotlin/src/main/kotlin/Driver.kt,
-// built by scripts/tools-kotlin-sdk.sh into .tools/kotlin-sdk/driver.jar).
+// built by scripts/tools-maven-sdk.sh kotlin into .tools/kotlin-sdk/driver.jar).
 //
 // When the SDK cannot fetch its settings (here: a write key trackhook does not know) and has none
 // cached, it falls back on settings that say apiHost = api.segment.io/v1, whatever apiHost was
 // configured, and its telemetry reports the error to api.segment.io too: the driver refuses both
 // (nothing leaves the machine). Configuration.defaultSettings naming trackhook keeps the SDK on
 // trackhook; there a wrong key gets 401 and the SDK drops the batch.
-import { spawn } from "node:child_process";
-import { existsSync, mkdtempSync, readFileSync, readdirSync, rmSync, statSync } from "node:fs";
+import { mkdtempSync, readFileSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { describe, expect, it } from "vitest";
 import { randomName } from "../harness/nats.ts";
 import { WRITE_KEY, storedMessages, useIngest } from "../harness/ingest.ts";
+import { builtDriver, runDriver } from "../harness/sdk-driver.ts";
 
 const env = useIngest();
 
 const DRIVER = fileURLToPath(new URL("../../.tools/kotlin-sdk/driver.jar", import.meta.url));
 const DRIVER_SOURCE = fileURLToPath(new URL("../sdk/kotlin/", import.meta.url));
-const BUILD_HINT = "run `npm run tools` (it builds the driver with scripts/tools-kotlin-sdk.sh; Java >= 17 and Maven needed)";
+const BUILD_HINT = "run `npm run tools` (it builds the driver with scripts/tools-maven-sdk.sh kotlin; Java >= 17 and Maven needed)";
 /** The SDK version the driver's pom.xml pins: what context.library and User-Agent must carry. */
 const PINNED = /<segment\.analytics\.kotlin\.version>([^<]+)</.exec(readFileSync(join(DRIVER_SOURCE, "pom.xml"), "utf8"))?.[1];
 const UUID_V4 = /^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$/;
@@ -75,20 +75,8 @@ interface DriverReport {
 }
 
 /** Every file of the driver's project, for the staleness check. */
-function sourceFiles(dir: string): string[] {
-  return readdirSync(dir, { withFileTypes: true }).flatMap((e) =>
-    e.isDirectory() ? (e.name === "target" ? [] : sourceFiles(join(dir, e.name))) : [join(dir, e.name)],
-  );
-}
-
 /** The driver jar, failing (never skipping) with how to build it when it is missing or older than its source. */
-function driverJar(): string {
-  if (!existsSync(DRIVER)) throw new Error(`The analytics-kotlin driver ${DRIVER} is missing: ${BUILD_HINT}.`);
-  const built = statSync(DRIVER).mtimeMs;
-  const newer = sourceFiles(DRIVER_SOURCE).filter((f) => statSync(f).mtimeMs > built);
-  if (newer.length > 0) throw new Error(`The analytics-kotlin driver ${DRIVER} is older than ${newer.join(", ")}: ${BUILD_HINT}.`);
-  return DRIVER;
-}
+const driverJar = () => builtDriver("analytics-kotlin", DRIVER, DRIVER_SOURCE, BUILD_HINT);
 
 /**
  * Runs the SDK once in its own JVM: configured with apiHost = cdnHost = "<ingest>/v1", it makes
@@ -106,25 +94,8 @@ async function runSdk(writeKey: string, calls: DriverCall[], options: Json = {})
   }
 }
 
-function runJar(jar: string, instructions: Json): Promise<DriverReport> {
-  return new Promise((resolve, reject) => {
-    const child = spawn("java", ["-jar", jar], { stdio: ["pipe", "pipe", "pipe"], timeout: 20_000 });
-    let stdout = "";
-    let stderr = "";
-    child.stdout.setEncoding("utf8").on("data", (c: string) => (stdout += c));
-    child.stderr.setEncoding("utf8").on("data", (c: string) => (stderr += c));
-    child.on("error", (err) => reject(new Error(`java -jar ${jar}: ${err.message} (Java >= 17 must be on PATH)`)));
-    child.on("close", (code, signal) => {
-      if (code !== 0) return reject(new Error(`java -jar ${jar} exited with ${code ?? signal}:\n${stderr}`));
-      try {
-        resolve(JSON.parse(stdout) as DriverReport);
-      } catch (err) {
-        reject(new Error(`java -jar ${jar} printed no JSON report (${String(err)}):\n${stdout}\n${stderr}`));
-      }
-    });
-    child.stdin.end(JSON.stringify(instructions));
-  });
-}
+const runJar = (jar: string, instructions: Json) =>
+  runDriver<DriverReport>("java", ["-jar", jar], instructions, { timeoutMs: 20_000, spawnHint: "Java >= 17 must be on PATH" });
 
 const nearNow = (value: unknown, toleranceMs = 60_000) => {
   expect(value).toMatch(ISO_UTC_MS);

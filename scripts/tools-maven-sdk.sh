@@ -1,20 +1,23 @@
 #!/usr/bin/env bash
-# Builds the Segment Java SDK driver (test/sdk/java, com.segment.analytics.java:analytics pinned in
-# its pom.xml) into the git-ignored .tools/java-sdk/driver.jar, for test/ingest/sdk-java.test.ts.
+# Builds a Maven-built Segment SDK driver, test/sdk/<lang> (java: analytics-java, kotlin: analytics-kotlin;
+# the SDK pinned in its pom.xml), into the git-ignored .tools/<lang>-sdk/driver.jar, for test/ingest/sdk-<lang>.test.ts.
+# Usage: bash scripts/tools-maven-sdk.sh java|kotlin
 # Maven's local repository is .tools/m2, so a CI cache of .tools keeps the downloads.
 # Idempotent: skipped while the jar is newer than every file of the project.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-src="$PWD/test/sdk/java"
-dir="$PWD/.tools/java-sdk"
+lang="${1:?usage: tools-maven-sdk.sh java|kotlin}"
+src="$PWD/test/sdk/$lang"
+[ -f "$src/pom.xml" ] || { echo "tools: no Maven driver in test/sdk/$lang" >&2; exit 1; }
+dir="$PWD/.tools/$lang-sdk"
 out="$dir/driver.jar"
 
 if [ -f "$out" ] && [ -z "$(find "$src" -type f -newer "$out" -not -path "$src/target/*" -print -quit)" ]; then
   exit 0
 fi
 need() {
-  echo "tools: $1 is needed to build the analytics-java driver in test/sdk/java (for test/ingest/sdk-java.test.ts): $2" >&2
+  echo "tools: $1 is needed to build the analytics-$lang driver in test/sdk/$lang (for test/ingest/sdk-$lang.test.ts): $2" >&2
   exit 1
 }
 # A JDK and Maven from apt when missing (Debian's default JDK is 17 or newer).
@@ -25,7 +28,7 @@ fi
 command -v java >/dev/null || need "Java >= 17" "install a JDK (e.g. apt-get install default-jdk-headless) or put java on PATH"
 command -v mvn >/dev/null || need "Maven >= 3.6" "install Maven (e.g. apt-get install maven) or put mvn on PATH"
 
-echo "tools: building .tools/java-sdk/driver.jar (com.segment.analytics.java:analytics, see test/sdk/java/pom.xml)" >&2
+echo "tools: building .tools/$lang-sdk/driver.jar (analytics-$lang, see test/sdk/$lang/pom.xml)" >&2
 mkdir -p "$dir" "$PWD/.tools/m2"
 # Built outside the source tree, then moved into place: a test never runs a half-written jar, and the
 # new file's time is always after the sources'.
