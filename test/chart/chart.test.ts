@@ -474,8 +474,9 @@ describe("rendered manifests", () => {
       for (const ingress of ofKind(docs, "Ingress")) {
         for (const rule of ingress.spec.rules) {
           for (const path of rule.http.paths) {
-            // ingest serves /metrics, /healthz and /readyz on its API port: only /v1 goes public.
-            expect(path.path, `${variant}: Ingress path`).toMatch(/^\/v1(\/|$)/);
+            // ingest serves /metrics, /healthz and /readyz on its API port: only the SDK routes
+            // (/v1) and analytics.js (/analytics.js, /analytics-next) go public.
+            expect(path.path, `${variant}: Ingress path`).toMatch(/^\/(v1|analytics\.js|analytics-next)(\/|$)/);
             const svc = byName(docs, "Service", path.backend.service.name);
             expect(svc.metadata.labels["app.kubernetes.io/component"]).toBe("ingest");
             expect(svc.spec.ports.map((p: Manifest) => p.name)).toContain(path.backend.service.port.name);
@@ -519,6 +520,14 @@ describe("rendered manifests", () => {
     const docs = await render({ set: { "networkPolicy.ingestFrom[0].namespaceSelector.matchLabels.team": "edge" } });
     const ingest = ofKind(docs, "NetworkPolicy").find((np) => np.metadata.labels["app.kubernetes.io/component"] === "ingest")!;
     expect(ingest.spec.ingress[0].from).toEqual([{ namespaceSelector: { matchLabels: { team: "edge" } } }]);
+  });
+
+  it("the default Ingress routes the SDK routes and analytics.js, and nothing else of ingest's port", async () => {
+    const docs = await render({ set: { "ingest.ingress.enabled": "true" } });
+    const [ingress] = ofKind(docs, "Ingress");
+    expect(ingress!.spec.rules.map((r: Manifest) => r.http.paths.map((p: Manifest) => `${p.pathType} ${p.path}`))).toEqual([
+      ["Prefix /v1", "Prefix /analytics.js", "Prefix /analytics-next"],
+    ]);
   });
 
   it("NOTES.txt tells how to create a Source and send a first event", async () => {
