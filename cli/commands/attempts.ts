@@ -1,8 +1,8 @@
 // `trackhook attempts`: a destination's delivery attempts (every URL of every try), oldest first.
-import { UNKNOWN_DESTINATION_HINT, hasDestinationConsumer, readAttempts } from "../../dataplane/delivery/admin.ts";
+import { readAttempts } from "../../dataplane/delivery/admin.ts";
 import type { AttemptRecord } from "../../dataplane/delivery/worker.ts";
 import { natsUrl } from "../args.ts";
-import { connectAdmin, qualifiedName } from "./replay.ts";
+import { connectAdmin, qualifiedName, reportNothingFound } from "./replay.ts";
 import { table } from "./table.ts";
 import type { Command } from "./types.ts";
 import { NATS_AUTH_HELP } from "./nats-help.ts";
@@ -50,8 +50,7 @@ export const attemptsCommand: Command = {
       const all: AttemptRecord[] = [];
       for await (const r of records) all.push(r);
       if (all.length === 0) {
-        const known = await hasDestinationConsumer(nc, { namespace, destination: name }).catch(() => true);
-        process.stderr.write(`no attempts recorded for ${namespace}/${name}${messageId !== undefined ? ` and message ${messageId}` : ""}${known ? "" : `; ${UNKNOWN_DESTINATION_HINT}`}\n`);
+        await reportNothingFound(nc, { namespace, destination: name }, `no attempts recorded for ${namespace}/${name}${messageId !== undefined ? ` and message ${messageId}` : ""}`);
         return;
       }
       process.stdout.write(attemptsTable(all));

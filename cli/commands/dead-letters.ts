@@ -1,7 +1,7 @@
 // `trackhook dead-letters`: what is in a destination's dead-letter queue and why, without moving it.
-import { UNKNOWN_DESTINATION_HINT, hasDestinationConsumer, readDeadLetters, type DeadLetter } from "../../dataplane/delivery/admin.ts";
+import { readDeadLetters, type DeadLetter } from "../../dataplane/delivery/admin.ts";
 import { natsUrl } from "../args.ts";
-import { SELECTION_FLAGS, SELECTION_HELP, connectAdmin, deadLetterSelection } from "./replay.ts";
+import { SELECTION_FLAGS, SELECTION_HELP, connectAdmin, deadLetterSelection, reportNothingFound } from "./replay.ts";
 import { table } from "./table.ts";
 import type { Command } from "./types.ts";
 import { NATS_AUTH_HELP } from "./nats-help.ts";
@@ -38,8 +38,7 @@ ${SELECTION_HELP}
       const rows: string[][] = [];
       for await (const d of letters) rows.push(deadLetterRow(d));
       if (rows.length === 0) {
-        const known = await hasDestinationConsumer(nc, selection).catch(() => true);
-        process.stderr.write(`no dead letters for ${namespace}/${name}${known ? "" : `; ${UNKNOWN_DESTINATION_HINT}`}\n`);
+        await reportNothingFound(nc, selection, `no dead letters for ${namespace}/${name}`);
         return;
       }
       process.stdout.write(table(["TIME", "MESSAGE ID", "TYPE", "SOURCE", "REASON", "ATTEMPTS", "LAST"], rows));

@@ -1,7 +1,7 @@
 // `trackhook replay`: moves a destination's dead letters back for delivery to that destination only.
 // Also holds what the admin commands (replay, dead-letters, attempts, tail) share: the NATS flag and names.
 import { connect, type NatsConnection } from "@nats-io/transport-node";
-import { ReplayInterruptedError, ReplayTargetError, replayDeadLetters, type DeadLetterSelection } from "../../dataplane/delivery/admin.ts";
+import { ReplayInterruptedError, ReplayTargetError, destinationConsumer, replayDeadLetters, type DeadLetterSelection, type DestinationRef } from "../../dataplane/delivery/admin.ts";
 import { assertNoCredentialsInUrl, natsAuthOptions } from "../../dataplane/nats/mod.ts";
 import { DEFAULT_NAMESPACE } from "../../dataplane/config/mod.ts";
 import { isDnsLabel } from "../../schema/mod.ts";
@@ -37,6 +37,17 @@ export async function connectAdmin(url: string, name: string): Promise<NatsConne
 export function fail(message: string): void {
   process.stderr.write(`trackhook: ${message}\n`);
   process.exitCode = 1;
+}
+
+/**
+ * What `dead-letters` and `attempts` say when they find nothing; for a destination delivery does
+ * not know, it asks whether the name is right (a removed destination's records remain).
+ */
+export async function reportNothingFound(nc: NatsConnection, ref: DestinationRef, nothing: string): Promise<void> {
+  // null: NATS could not tell, and a guess would mislead; no hint then.
+  const known = (await destinationConsumer(nc, ref).catch(() => null)) !== undefined;
+  const hint = "no WebhookDestination of that name is being delivered: is the name right? (`kubectl get webhookdestinations -A`, or the documents of your --config)";
+  process.stderr.write(`${nothing}${known ? "" : `; ${hint}`}\n`);
 }
 
 /** The flags that pick dead letters, shared by `replay` and `dead-letters`. */

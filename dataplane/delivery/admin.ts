@@ -1,7 +1,7 @@
 // The operations behind `trackhook replay`, `trackhook attempts` and `trackhook tail`, as plain
 // functions over a NATS connection. Reads go through short-lived ordered consumers that are deleted
 // when the read ends (and expire on their own if the process dies), so nothing lingers.
-import { DeliverPolicy, jetstream, jetstreamManager, type Consumer, type JetStreamClient, type JetStreamManager, type JsMsg, type OrderedConsumerOptions } from "@nats-io/jetstream";
+import { DeliverPolicy, jetstream, jetstreamManager, type Consumer, type ConsumerInfo, type JetStreamClient, type JetStreamManager, type JsMsg, type OrderedConsumerOptions } from "@nats-io/jetstream";
 import { headers as natsHeaders, type NatsConnection } from "@nats-io/transport-node";
 import { isDnsLabel, type StoredMessage } from "../../schema/mod.ts";
 import { DEFAULT_NAMESPACE } from "../config/mod.ts";
@@ -113,11 +113,7 @@ export async function replayDeadLetters(nc: NatsConnection, options: DeadLetterS
   const js = jetstream(nc);
 
   // A replay subject nobody consumes would take the messages out of the DLQ and deliver nothing.
-  const durable = consumerName(namespace, destination);
-  const consumer = await jsm.consumers.info(EVENTS_STREAM, durable).catch((err: Error) => {
-    if (isConsumerNotFound(err) || isStreamNotFound(err)) return undefined;
-    throw err;
-  });
+  const consumer = await destinationConsumer(nc, options);
   const replay = replaySubject(namespace, destination);
   if (!consumer) {
     throw new ReplayTargetError(
@@ -180,25 +176,19 @@ async function* selectDeadLetters(js: JetStreamClient, selection: DeadLetterSele
 }
 
 /**
- * Whether delivery knows the destination: its durable consumer exists. For the admin commands'
- * "is the name right?" hint when they find nothing (a removed destination's records remain).
+ * The destination's durable consumer on TRACKHOOK_EVENTS, or undefined when delivery does not know
+ * the destination (no consumer, or no stream yet). A removed destination's records remain, so the
+ * admin commands use this to tell "nothing yet" from "no such destination".
  */
-export async function hasDestinationConsumer(nc: NatsConnection, ref: DestinationRef): Promise<boolean> {
+export async function destinationConsumer(nc: NatsConnection, ref: DestinationRef): Promise<ConsumerInfo | undefined> {
   checkName("namespace", ref.namespace);
   checkName("destination", ref.destination);
   const jsm = await jetstreamManager(nc);
-  return jsm.consumers.info(EVENTS_STREAM, consumerName(ref.namespace, ref.destination)).then(
-    () => true,
-    (err: Error) => {
-      if (isConsumerNotFound(err) || isStreamNotFound(err)) return false;
-      throw err;
-    },
-  );
+  return jsm.consumers.info(EVENTS_STREAM, consumerName(ref.namespace, ref.destination)).catch((err: Error) => {
+    if (isConsumerNotFound(err) || isStreamNotFound(err)) return undefined;
+    throw err;
+  });
 }
-
-/** What the admin commands add when they find nothing for a destination delivery does not know. */
-export const UNKNOWN_DESTINATION_HINT =
-  "no WebhookDestination of that name is being delivered: is the name right? (`kubectl get webhookdestinations -A`, or the documents of your --config)";
 
 /** A dead letter as `trackhook dead-letters` shows it: why it was given up, and what it was. */
 export interface DeadLetter {

@@ -193,8 +193,8 @@ export class DestinationWorker {
       return;
     }
     // The retry window counts from when the message was stored, not from the first attempt.
-    const storedAt = info.timestampNanos / 1e6;
-    if (Date.now() >= storedAt + this.destination.retryWindowMs && info.deliveryCount > 1) {
+    const deadline = info.timestampNanos / 1e6 + this.destination.retryWindowMs;
+    if (Date.now() >= deadline && info.deliveryCount > 1) {
       // Redelivered after the window closed (its dead letter could not be stored before): no more sends.
       await this.#deadLetter(m, "retry_window_exhausted", info.deliveryCount);
       return;
@@ -206,7 +206,6 @@ export class DestinationWorker {
     }
     // Most messages carry no round state: they use the destination's list as it is.
     const round = this.#rounds.get(m.seq);
-    const deadline = storedAt + this.destination.retryWindowMs;
     let urls = this.destination.urls;
     if (round) {
       const now = Date.now();
