@@ -37,6 +37,5 @@ trap 'rm -rf "$build"' EXIT
 # Debian's Maven 3.8 prints bare colour resets even in quiet batch mode: stripped, with empty lines.
 mvn -q -B -Dstyle.color=never -f "$src/pom.xml" -Dmaven.repo.local="$PWD/.tools/m2" -Ddriver.buildDirectory="$build" package 2>&1 \
   | sed -e 's/\x1b\[0m//g' -e '/^[[:space:]]*$/d' >&2
-tmp="$dir/.driver.jar.$$"
-cp "$build/driver.jar" "$tmp"
-mv -f "$tmp" "$out"
+# $build is inside $dir: one atomic rename.
+mv -f "$build/driver.jar" "$out"

@@ -3,6 +3,8 @@
 # Idempotent: a tool whose pinned version is already there is not fetched again.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# .ci/run installs first and then runs `npm test`, whose pretest would check everything again.
+if [ "${TRACKHOOK_TOOLS_READY:-}" = 1 ]; then exit 0; fi
 . scripts/versions.sh
 
 root="$PWD/.tools"

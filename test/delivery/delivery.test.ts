@@ -147,9 +147,7 @@ describe("several URLs, retries and dead letters", () => {
     env.receiver.on("/pause-long", answer(429, { "retry-after": "60" }));
     const key = await addDestination("pauselong", { urls: [env.receiver.url("/pause-long")], retryWindow: "10s" });
     await send(key, "/v1/track", { userId: "u1", event: "Too late", messageId: "pause-long-1" });
-    const deadline = Date.now() + 5_000;
-    while ((await deadLetters("pauselong")).length === 0 && Date.now() < deadline) await new Promise((r) => setTimeout(r, 50));
-    expect(await deadLetters("pauselong")).toEqual([expect.objectContaining({ reason: "retry_window_exhausted", lastStatus: "429" })]);
+    await expect.poll(() => deadLetters("pauselong"), { timeout: 5_000, interval: 50 }).toEqual([expect.objectContaining({ reason: "retry_window_exhausted", lastStatus: "429" })]);
     expect(env.receiver.requests("/pause-long")).toHaveLength(1);
   });
 
@@ -157,10 +155,8 @@ describe("several URLs, retries and dead letters", () => {
     env.receiver.on("/silent", () => {}); // never answers
     const key = await addDestination("silent", { urls: [env.receiver.url("/silent")], timeout: "1s" });
     await send(key, "/v1/track", { userId: "u1", event: "Anyone there?", messageId: "silent-1" });
-    const deadline = Date.now() + 10_000;
     const logged = () => env.logs().find((l) => l.destination === "default/silent" && String(l.msg).startsWith("webhook timed out"));
-    while (!logged() && Date.now() < deadline) await new Promise((r) => setTimeout(r, 100));
-    expect(logged()).toMatchObject({ level: 40, url: env.receiver.url("/silent"), messageId: "silent-1", attempt: 1, timeoutMs: 1000 });
+    await expect.poll(logged, { timeout: 10_000, interval: 100 }).toMatchObject({ level: 40, url: env.receiver.url("/silent"), messageId: "silent-1", attempt: 1, timeoutMs: 1000 });
   });
 
   it("a 404 everywhere goes to the dead-letter queue without a retry", async () => {

@@ -101,11 +101,7 @@ describe("docs/receiving-webhooks.md", () => {
     const messageId = `docs-${language}-1`;
     const res = await post(`${env.ingest.url}/v1/track`, { userId: "u1", event: "Docs Checked", messageId }, { headers: { authorization: basic(key) } });
     expect(res.status).toBe(200);
-    const deadline = Date.now() + 15_000;
-    while (!receiver.output().includes(`verified track ${messageId} `)) {
-      if (Date.now() > deadline) throw new Error(`the ${language} receiver did not verify the delivery: ${receiver.output()}`);
-      await new Promise((r) => setTimeout(r, 50));
-    }
+    await expect.poll(() => receiver.output(), { timeout: 15_000, interval: 50 }).toContain(`verified track ${messageId} `);
     // It printed the delivery id trackhook sent, and trackhook saw a 2xx: no retry, no dead letter.
     expect(receiver.output()).toMatch(new RegExp(`verified track ${messageId} \\S+`));
     expect(await env.deadLetters(`docs-${language}-hook`)).toEqual([]);
@@ -141,11 +137,7 @@ describe("docs/receiving-webhooks.md", () => {
     const messageId = "docs-standard-1";
     const res = await post(`${env.ingest.url}/v1/track`, { userId: "u1", event: "Docs Checked", messageId }, { headers: { authorization: basic(key) } });
     expect(res.status).toBe(200);
-    const deadline = Date.now() + 15_000;
-    while (!receiver.output().includes(`verified track ${messageId} `)) {
-      if (Date.now() > deadline) throw new Error(`the Standard Webhooks receiver did not verify the delivery: ${receiver.output()}`);
-      await new Promise((r) => setTimeout(r, 50));
-    }
+    await expect.poll(() => receiver.output(), { timeout: 15_000, interval: 50 }).toContain(`verified track ${messageId} `);
     expect(await env.deadLetters("docs-standard-hook")).toEqual([]);
 
     // Straight to the receiver: the library refuses a forged body, another key's signature, an old timestamp.

@@ -2,8 +2,11 @@
 // a JVM): the built driver, checked fresh against its sources, and one run of it that takes JSON
 // instructions on stdin and prints a JSON report on stdout.
 import { spawn } from "node:child_process";
-import { existsSync, readdirSync, statSync } from "node:fs";
+import { existsSync, readFileSync, readdirSync, statSync } from "node:fs";
 import { join } from "node:path";
+import { fileURLToPath } from "node:url";
+
+const ROOT = fileURLToPath(new URL("../../", import.meta.url));
 
 /** Every file below `dir`, Maven's `target/` left out. */
 function sourceFiles(dir: string): string[] {
@@ -52,4 +55,19 @@ export function runDriver<Report>(
     });
     child.stdin.end(JSON.stringify(instructions));
   });
+}
+
+/**
+ * A driver built with Maven from test/sdk/<lang> into .tools/<lang>-sdk/driver.jar
+ * (scripts/tools-maven-sdk.sh): the SDK version its pom.xml pins, and one run of it in its own JVM.
+ */
+export function mavenDriver(lang: "java" | "kotlin"): { pinned: string | undefined; run<Report>(instructions: unknown): Promise<Report> } {
+  const source = join(ROOT, "test", "sdk", lang);
+  const jar = join(ROOT, ".tools", `${lang}-sdk`, "driver.jar");
+  const hint = `run \`npm run tools\` (it builds the driver with scripts/tools-maven-sdk.sh ${lang}; Java >= 17 and Maven needed)`;
+  return {
+    pinned: new RegExp(`<segment\\.analytics\\.${lang}\\.version>([^<]+)<`).exec(readFileSync(join(source, "pom.xml"), "utf8"))?.[1],
+    run: <Report>(instructions: unknown) =>
+      runDriver<Report>("java", ["-jar", builtDriver(`analytics-${lang}`, jar, source, hint)], instructions, { timeoutMs: 20_000, spawnHint: "Java >= 17 must be on PATH" }),
+  };
 }

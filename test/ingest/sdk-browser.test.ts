@@ -12,7 +12,8 @@ import type { AddressInfo } from "node:net";
 import { fileURLToPath } from "node:url";
 import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
 import { randomName } from "../harness/nats.ts";
-import { WRITE_KEY, storedMessages, useIngest } from "../harness/ingest.ts";
+import { WRITE_KEY, basic, storedMessages, useIngest } from "../harness/ingest.ts";
+import { isoNearNow, storedAs, type Json } from "../harness/sdk.ts";
 import { Chromium, type Page } from "../sdk/browser/chromium.ts";
 
 // The ingest's default CORS setting ("*": any origin, echoed) is what is tested.
@@ -23,7 +24,6 @@ const SDK_VERSION = (JSON.parse(readFileSync(`${SDK_DIR}package.json`, "utf8")) 
 /** What the UMD and standalone builds put in context.library.version ("npm:next-…" is the bundled npm build). */
 const LIBRARY = { name: "analytics.js", version: `next-${SDK_VERSION}` };
 
-type Json = Record<string, unknown>;
 
 // ---------------------------------------------------------------------------------------------
 // The site: another origin (same loopback address, another port) serving the page and the SDK.
@@ -161,13 +161,6 @@ function watchIngest(): { seen: IngestRequest[]; stop(): void; until(count: (see
   };
 }
 
-const isoNearNow = (value: unknown, toleranceMs = 60_000) => {
-  expect(typeof value).toBe("string");
-  const ms = Date.parse(value as string);
-  expect(new Date(ms).toISOString()).toBe(value);
-  expect(Math.abs(Date.now() - ms)).toBeLessThan(toleranceMs);
-};
-
 // ---------------------------------------------------------------------------------------------
 
 let launched: Promise<Chromium>;
@@ -209,7 +202,7 @@ async function expectCorsExchange(p: Page, seen: IngestRequest[], writeKey: stri
   expect(posts.map((r) => r.path).sort()).toEqual([...eventPaths].sort());
   for (const post of posts) {
     expect(post).toMatchObject({ origin: site.origin, contentType: "text/plain", status: 200 });
-    expect(post.authorization).toBe(`Basic ${Buffer.from(`${writeKey}:`).toString("base64")}`);
+    expect(post.authorization).toBe(basic(writeKey));
     // Authorization is not a CORS-safelisted header: the browser asked first, for this very URL.
     const preflight = seen.slice(0, seen.indexOf(post)).find((r) => r.method === "OPTIONS" && r.path === post.path);
     expect(preflight, `preflight of POST ${post.path}`).toMatchObject({ origin: site.origin, requestMethod: "POST", requestHeaders: "authorization", status: 204 });
@@ -246,12 +239,8 @@ async function expectStoredAsSent(sent: Array<{ body: Json }>) {
   for (const { body: item } of sent) {
     const messageId = item.messageId as string;
     expect(messageId).toMatch(/^ajs-next-/);
-    const hit = byId.get(messageId);
-    expect(hit, `stored ${String(item.type)} ${messageId}`).toBeDefined();
+    const body = storedAs(byId, item.type, messageId);
     expect(stored.filter((m) => m.body.messageId === messageId)).toHaveLength(1);
-    const body = hit!.body as unknown as Json;
-    expect(hit!.subject).toBe(`trackhook.events.default.web.${String(item.type)}`);
-    expect(hit!.msgId).toBe(`default/web/${messageId}`);
     expect(body).not.toHaveProperty("writeKey");
     for (const field of ["type", "userId", "anonymousId", "event", "name", "category", "properties", "traits", "groupId", "previousId", "integrations", "_metadata", "context"]) {
       expect(body[field], `${String(item.type)}.${field}`).toEqual(item[field]);

@@ -19,28 +19,21 @@
 // Callback, flush() and shutdown() as an application does), built by scripts/tools-maven-sdk.sh java
 // into .tools/java-sdk/driver.jar; see Driver.java for what it configures (to observe, nothing
 // more).
-import { readFileSync } from "node:fs";
-import { join } from "node:path";
-import { fileURLToPath } from "node:url";
 import { describe, expect, it } from "vitest";
 import { randomName } from "../harness/nats.ts";
 import { WRITE_KEY, storedMessages, useIngest } from "../harness/ingest.ts";
-import { builtDriver, runDriver } from "../harness/sdk-driver.ts";
+import { ISO_UTC_MS, UUID_V4, isoNearNow, skewCorrectedMs, storedAs, type Json } from "../harness/sdk.ts";
+import { mavenDriver } from "../harness/sdk-driver.ts";
 
 const env = useIngest();
 
-const DRIVER = fileURLToPath(new URL("../../.tools/java-sdk/driver.jar", import.meta.url));
-const DRIVER_SOURCE = fileURLToPath(new URL("../sdk/java/", import.meta.url));
-const BUILD_HINT = "run `npm run tools` (it builds the driver with scripts/tools-maven-sdk.sh java; Java >= 17 and Maven needed)";
+const driver = mavenDriver("java");
 /** The SDK version the driver's pom.xml pins: what context.library and User-Agent must carry. */
-const PINNED = /<segment\.analytics\.java\.version>([^<]+)</.exec(readFileSync(join(DRIVER_SOURCE, "pom.xml"), "utf8"))?.[1];
-const UUID_V4 = /^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$/;
-const ISO_UTC_MS = /^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$/;
+const PINNED = driver.pinned;
 /** The SDK's own limits (AnalyticsClient): 32 KiB a message, 500 KiB a batch; trackhook's are the same. */
 const SDK_MSG_MAX = 32 * 1024;
 const SDK_BATCH_MAX = 500 * 1024;
 
-type Json = Record<string, unknown>;
 
 /** One call, made through the SDK's MessageBuilder of that type; see test/sdk/java/.../Driver.java. */
 interface DriverCall {
@@ -87,10 +80,6 @@ interface DriverReport {
   totalMs: number;
 }
 
-/** Every file of the driver's project, for the staleness check. */
-/** The driver jar, failing (never skipping) with how to build it when it is missing or older than its source. */
-const driverJar = () => builtDriver("analytics-java", DRIVER, DRIVER_SOURCE, BUILD_HINT);
-
 /** How the SDK is pointed at trackhook: its endpoint(host) option, or setUploadURL(url). */
 type Target = { endpoint: true } | { uploadURL: string };
 const viaEndpoint: Target = { endpoint: true };
@@ -102,15 +91,8 @@ const viaUploadURL = (): Target => ({ uploadURL: `${env.ingest.url}/v1/import` }
  * in this process.
  */
 function runSdk(writeKey: string, target: Target, calls: DriverCall[]): Promise<DriverReport> {
-  const jar = driverJar();
-  const instructions = { host: env.ingest.url, writeKey, timeoutMs: 10_000, ...("uploadURL" in target ? { uploadURL: target.uploadURL } : {}), calls };
-  return runDriver<DriverReport>("java", ["-jar", jar], instructions, { timeoutMs: 20_000, spawnHint: "Java >= 17 must be on PATH" });
+  return driver.run<DriverReport>({ host: env.ingest.url, writeKey, timeoutMs: 10_000, ...("uploadURL" in target ? { uploadURL: target.uploadURL } : {}), calls });
 }
-
-const nearNow = (value: unknown, toleranceMs = 60_000) => {
-  expect(value).toMatch(ISO_UTC_MS);
-  expect(Math.abs(Date.now() - Date.parse(value as string))).toBeLessThan(toleranceMs);
-};
 
 const ingestAuthority = () => new URL(env.ingest.url).host;
 
@@ -213,7 +195,7 @@ describe("analytics-java (com.segment.analytics.java:analytics)", () => {
     expect(body.context).toEqual({ library: { name: "analytics-java", version: PINNED }, instanceId: expect.stringMatching(UUID_V4) });
     expect(body.sequence).toBe(1);
     expect(body.writeKey).toBe(WRITE_KEY);
-    nearNow(body.sentAt);
+    isoNearNow(body.sentAt);
     const sent = body.batch;
     expect(sent.map((m) => m.type)).toEqual(calls.map((c) => c.type));
     expect(report.callbacks).toEqual(sent.map((m) => ({ outcome: "success", type: m.type, messageId: m.messageId, error: null })));
@@ -231,18 +213,14 @@ describe("analytics-java (com.segment.analytics.java:analytics)", () => {
     expect(sent[0]!.integrations).toEqual({});
     expect(sent[1]!.properties).toEqual({ orderId: "o-1", revenue: 42.5, items: [{ sku: "a" }, null], note: "Café ☕ <b>&</b>" });
     expect(exchange.bodyText).toContain(String.raw`"note":"Café ☕ \u003cb\u003e\u0026\u003c/b\u003e"`);
-    for (const item of sent.slice(0, 6)) nearNow(item.timestamp);
+    for (const item of sent.slice(0, 6)) isoNearNow(item.timestamp);
     expect(sent[6]!.timestamp).toBe(new Date(past).toISOString());
 
     const stored = await storedMessages(env.nats);
     const byId = new Map(stored.map((m) => [m.body.messageId, m]));
     for (const item of sent) {
       const messageId = item.messageId as string;
-      const hit = byId.get(messageId);
-      expect(hit, `stored ${String(item.type)} ${messageId}`).toBeDefined();
-      const kept = hit!.body as unknown as Json;
-      expect(hit!.subject).toBe(`trackhook.events.default.web.${String(item.type)}`);
-      expect(hit!.msgId).toBe(`default/web/${messageId}`);
+      const kept = storedAs(byId, item.type, messageId);
       expect(kept).not.toHaveProperty("writeKey");
       expect(kept).not.toHaveProperty("sequence");
       // Every field as sent.
@@ -255,10 +233,9 @@ describe("analytics-java (com.segment.analytics.java:analytics)", () => {
       // kept as originalTimestamp and sentAt, and `timestamp` is skew-corrected from them.
       expect(kept.originalTimestamp).toBe(item.timestamp);
       expect(kept.sentAt).toBe(body.sentAt);
-      nearNow(kept.receivedAt);
-      const [received, sentAt, original] = [kept.receivedAt, kept.sentAt, kept.originalTimestamp].map((v) => Date.parse(v as string));
-      expect(kept.timestamp).toBe(new Date(received! - (sentAt! - original!)).toISOString());
-      expect(Date.parse(kept.timestamp as string)).toBeLessThanOrEqual(received!);
+      isoNearNow(kept.receivedAt);
+      expect(kept.timestamp).toBe(new Date(skewCorrectedMs(kept)).toISOString());
+      expect(Date.parse(kept.timestamp as string)).toBeLessThanOrEqual(Date.parse(kept.receivedAt as string));
     }
 
     // Spot checks on the values themselves, so an SDK change cannot make the loop above vacuous.

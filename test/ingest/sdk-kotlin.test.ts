@@ -15,26 +15,21 @@
 // configured, and its telemetry reports the error to api.segment.io too: the driver refuses both
 // (nothing leaves the machine). Configuration.defaultSettings naming trackhook keeps the SDK on
 // trackhook; there a wrong key gets 401 and the SDK drops the batch.
-import { mkdtempSync, readFileSync, rmSync } from "node:fs";
+import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { fileURLToPath } from "node:url";
 import { describe, expect, it } from "vitest";
 import { randomName } from "../harness/nats.ts";
 import { WRITE_KEY, storedMessages, useIngest } from "../harness/ingest.ts";
-import { builtDriver, runDriver } from "../harness/sdk-driver.ts";
+import { ISO_UTC_MS, UUID_V4, isoNearNow, skewCorrectedMs, storedAs, type Json } from "../harness/sdk.ts";
+import { mavenDriver } from "../harness/sdk-driver.ts";
 
 const env = useIngest();
 
-const DRIVER = fileURLToPath(new URL("../../.tools/kotlin-sdk/driver.jar", import.meta.url));
-const DRIVER_SOURCE = fileURLToPath(new URL("../sdk/kotlin/", import.meta.url));
-const BUILD_HINT = "run `npm run tools` (it builds the driver with scripts/tools-maven-sdk.sh kotlin; Java >= 17 and Maven needed)";
+const driver = mavenDriver("kotlin");
 /** The SDK version the driver's pom.xml pins: what context.library and User-Agent must carry. */
-const PINNED = /<segment\.analytics\.kotlin\.version>([^<]+)</.exec(readFileSync(join(DRIVER_SOURCE, "pom.xml"), "utf8"))?.[1];
-const UUID_V4 = /^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$/;
-const ISO_UTC_MS = /^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$/;
+const PINNED = driver.pinned;
 
-type Json = Record<string, unknown>;
 
 type DriverCall =
   | { type: "identify"; userId: string; traits?: Json }
@@ -74,10 +69,6 @@ interface DriverReport {
   totalMs: number;
 }
 
-/** Every file of the driver's project, for the staleness check. */
-/** The driver jar, failing (never skipping) with how to build it when it is missing or older than its source. */
-const driverJar = () => builtDriver("analytics-kotlin", DRIVER, DRIVER_SOURCE, BUILD_HINT);
-
 /**
  * Runs the SDK once in its own JVM: configured with apiHost = cdnHost = "<ingest>/v1", it makes
  * `calls`, flushes and reports once its uploads are done. Async on purpose: the ingest answering
@@ -85,22 +76,13 @@ const driverJar = () => builtDriver("analytics-kotlin", DRIVER, DRIVER_SOURCE, B
  * each run and is removed once the JVM has exited.
  */
 async function runSdk(writeKey: string, calls: DriverCall[], options: Json = {}): Promise<DriverReport> {
-  const jar = driverJar();
   const storageDir = mkdtempSync(join(tmpdir(), "trackhook-sdk-kotlin-"));
   try {
-    return await runJar(jar, { host: env.ingest.url, writeKey, timeoutMs: 10_000, storageDir, calls, ...options });
+    return await driver.run<DriverReport>({ host: env.ingest.url, writeKey, timeoutMs: 10_000, storageDir, calls, ...options });
   } finally {
     rmSync(storageDir, { recursive: true, force: true });
   }
 }
-
-const runJar = (jar: string, instructions: Json) =>
-  runDriver<DriverReport>("java", ["-jar", jar], instructions, { timeoutMs: 20_000, spawnHint: "Java >= 17 must be on PATH" });
-
-const nearNow = (value: unknown, toleranceMs = 60_000) => {
-  expect(value).toMatch(ISO_UTC_MS);
-  expect(Math.abs(Date.now() - Date.parse(value as string))).toBeLessThan(toleranceMs);
-};
 
 /** What the SDK's Segment destination does to an event before queueing it: drops a blank userId and empty traits. */
 const asQueued = (event: Json): Json =>
@@ -189,7 +171,7 @@ describe("analytics-kotlin (com.segment.analytics.kotlin:core)", () => {
       expect(upload.bodyBytes).toBeLessThan(Buffer.byteLength(JSON.stringify(upload.body)));
       expect(Object.keys(upload.body!)).toEqual(["batch", "sentAt", "writeKey"]);
       expect(upload.body!.writeKey).toBe(WRITE_KEY);
-      nearNow(upload.body!.sentAt);
+      isoNearNow(upload.body!.sentAt);
     }
     expect(report.state.storedFiles).toEqual([]);
 
@@ -223,11 +205,7 @@ describe("analytics-kotlin (com.segment.analytics.kotlin:core)", () => {
     for (const { item, sentAt } of sent) {
       const messageId = item.messageId as string;
       expect(messageId).toMatch(UUID_V4);
-      const hit = storedById.get(messageId);
-      expect(hit, `stored ${String(item.type)} ${messageId}`).toBeDefined();
-      const kept = hit!.body as unknown as Json;
-      expect(hit!.subject).toBe(`trackhook.events.default.web.${String(item.type)}`);
-      expect(hit!.msgId).toBe(`default/web/${messageId}`);
+      const kept = storedAs(storedById, item.type, messageId);
       expect(kept).not.toHaveProperty("writeKey");
       // Every field as sent, context (library, instanceId) and _metadata included.
       for (const [field, value] of Object.entries(item)) {
@@ -239,9 +217,8 @@ describe("analytics-kotlin (com.segment.analytics.kotlin:core)", () => {
       expect(item.timestamp).toMatch(ISO_UTC_MS);
       expect(kept.originalTimestamp).toBe(item.timestamp);
       expect(kept.sentAt).toBe(sentAt);
-      nearNow(kept.receivedAt);
-      const [received, sentMs, original] = [kept.receivedAt, kept.sentAt, kept.originalTimestamp].map((v) => Date.parse(v as string));
-      expect(kept.timestamp).toBe(new Date(received! - (sentMs! - original!)).toISOString());
+      isoNearNow(kept.receivedAt);
+      expect(kept.timestamp).toBe(new Date(skewCorrectedMs(kept)).toISOString());
     }
     // One context.instanceId per SDK instance.
     expect(new Set(sent.map((s) => (s.item.context as Json).instanceId)).size).toBe(1);

@@ -7,7 +7,8 @@ import { createRequire } from "node:module";
 import Analytics from "analytics-node";
 import { describe, expect, it } from "vitest";
 import { randomName } from "../harness/nats.ts";
-import { WRITE_KEY, storedMessages, useIngest } from "../harness/ingest.ts";
+import { WRITE_KEY, basic, storedMessages, useIngest } from "../harness/ingest.ts";
+import { skewCorrectedMs, storedAs } from "../harness/sdk.ts";
 
 const env = useIngest();
 const VERSION = (createRequire(import.meta.url)("analytics-node/package.json") as { version: string }).version;
@@ -51,14 +52,6 @@ function sdk(writeKey: string): { analytics: Analytics; seen: Seen; callback: (e
   return { analytics, seen, callback: (err) => seen.callbackErrors.push(err?.message) };
 }
 
-async function waitFor(done: () => boolean, what: string, timeoutMs = 10_000): Promise<void> {
-  const deadline = Date.now() + timeoutMs;
-  while (!done()) {
-    if (Date.now() > deadline) throw new Error(`no ${what} within ${timeoutMs} ms`);
-    await new Promise((r) => setTimeout(r, 10));
-  }
-}
-
 describe("analytics-node (classic, 6.x)", () => {
   it("delivers identify, track, page, screen, group and alias, stored as sent", async () => {
     const { analytics, seen, callback } = sdk(WRITE_KEY);
@@ -74,7 +67,7 @@ describe("analytics-node (classic, 6.x)", () => {
     analytics.group({ userId, groupId, traits: { name: "Initech", employees: 120 } }, callback);
     analytics.alias({ userId, previousId }, callback);
     await analytics.flush();
-    await waitFor(() => seen.callbackErrors.length === 6, "the six callbacks");
+    await expect.poll(() => seen.callbackErrors.length, { timeout: 10_000, interval: 10 }).toBe(6);
 
     expect(seen.handlerErrors).toEqual([]);
     expect(seen.callbackErrors).toEqual([undefined, undefined, undefined, undefined, undefined, undefined]);
@@ -83,7 +76,7 @@ describe("analytics-node (classic, 6.x)", () => {
     expect(seen.statuses).toEqual([200, 200]);
     for (const request of seen.requests) {
       expect(request.url).toBe(`${env.ingest.url}/v1/batch`);
-      expect(request.authorization).toBe(`Basic ${Buffer.from(`${WRITE_KEY}:`).toString("base64")}`);
+      expect(request.authorization).toBe(basic(WRITE_KEY));
       // {batch, timestamp, sentAt}: the batch-level timestamp is not a message field and is ignored.
       expect(Object.keys(request.body).sort()).toEqual(["batch", "sentAt", "timestamp"]);
     }
@@ -95,19 +88,14 @@ describe("analytics-node (classic, 6.x)", () => {
     for (const item of sent) {
       const messageId = item.messageId as string;
       expect(messageId).toMatch(/^node-[0-9a-f]{32}-[0-9a-f-]{36}$/);
-      const hit = byId.get(messageId);
-      expect(hit, `stored ${String(item.type)} ${messageId}`).toBeDefined();
-      const body = hit!.body as unknown as Record<string, unknown>;
-      expect(hit!.subject).toBe(`trackhook.events.default.web.${String(item.type)}`);
-      expect(hit!.msgId).toBe(`default/web/${messageId}`);
+      const body = storedAs(byId, item.type, messageId);
       for (const field of ["userId", "anonymousId", "event", "name", "category", "properties", "traits", "groupId", "previousId", "_metadata"]) {
         expect(body[field], `${String(item.type)}.${field}`).toEqual(item[field]);
       }
       expect(body.context).toEqual({ library: { name: "analytics-node", version: VERSION } });
       expect(body.sentAt).toBe(item.batchSentAt);
       expect(body.originalTimestamp).toBe(item.timestamp);
-      const [received, sentAt, original] = [body.receivedAt, body.sentAt, body.originalTimestamp].map((v) => Date.parse(v as string));
-      expect(Date.parse(body.timestamp as string)).toBe(received! - (sentAt! - original!));
+      expect(Date.parse(body.timestamp as string)).toBe(skewCorrectedMs(body));
     }
 
     const storedOf = (type: string) => byId.get(sent.find((s) => s.type === type)!.messageId as string)!.body as unknown as Record<string, unknown>;
@@ -126,7 +114,7 @@ describe("analytics-node (classic, 6.x)", () => {
     analytics.identify({ userId, traits: { plan: "free" } }, callback);
     analytics.track({ userId, event: "Should Not Land" }, callback);
     await analytics.flush();
-    await waitFor(() => seen.callbackErrors.length === 2, "both callbacks");
+    await expect.poll(() => seen.callbackErrors.length, { timeout: 10_000, interval: 10 }).toBe(2);
 
     // One request per flush (the first message goes alone), each answered 401 and not retried.
     expect(seen.statuses).toEqual([401, 401]);

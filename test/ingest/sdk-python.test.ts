@@ -3,12 +3,13 @@
 // writeKey, plain or gzip, are stored under the right subject and Nats-Msg-Id with the fields as
 // sent (timestamps in UTC), and a wrong write key comes back to the SDK's on_error as a 401 APIError.
 // The SDK runs in its own process (test/sdk/python/send.py, in the venv `npm run tools` builds).
-import { spawn } from "node:child_process";
 import { existsSync, readFileSync } from "node:fs";
 import { fileURLToPath } from "node:url";
 import { describe, expect, it } from "vitest";
 import { randomName } from "../harness/nats.ts";
-import { WRITE_KEY, storedMessages, useIngest } from "../harness/ingest.ts";
+import { WRITE_KEY, basic, storedMessages, useIngest } from "../harness/ingest.ts";
+import { ISO_UTC_MS, UUID_V4, storedAs, type Json } from "../harness/sdk.ts";
+import { runDriver } from "../harness/sdk-driver.ts";
 
 const env = useIngest();
 
@@ -19,7 +20,6 @@ const DRIVER = `${repo}test/sdk/python/send.py`;
 const VERSIONS = `${repo}scripts/versions.sh`;
 const PINNED = /^SEGMENT_PYTHON_VERSION=(\S+)$/m.exec(readFileSync(VERSIONS, "utf8"))?.[1];
 
-type Json = Record<string, unknown>;
 interface SentBatch {
   batch: Json[];
   sentAt: string;
@@ -51,25 +51,12 @@ async function runSdk(writeKey: string, calls: Array<{ method: string; kwargs: J
     throw new Error(`The Segment Python SDK venv is missing (${PYTHON}): run \`npm run tools\` (it runs scripts/tools-python-sdk.sh)`);
   }
   // A retry would only hide a bad answer behind backoff delays; 10 s bounds a hung request.
-  const input = JSON.stringify({ host: env.ingest.url, writeKey, options: { max_retries: 0, timeout: 10, ...options }, calls });
-  const child = spawn(PYTHON, [DRIVER], { stdio: ["pipe", "pipe", "pipe"], env: { ...process.env, PYTHONDONTWRITEBYTECODE: "1" } });
-  let stdout = "";
-  let stderr = "";
-  child.stdout.setEncoding("utf8").on("data", (c: string) => (stdout += c));
-  child.stderr.setEncoding("utf8").on("data", (c: string) => (stderr += c));
-  const timer = setTimeout(() => child.kill("SIGKILL"), 20_000);
-  const code = await new Promise<number | null>((resolve, reject) => {
-    child.on("error", reject);
-    child.on("close", resolve);
-    child.stdin.end(input);
-  }).finally(() => clearTimeout(timer));
-  if (code !== 0) throw new Error(`send.py exited with ${code}:\n${stderr}`);
-  const report = JSON.parse(stdout) as DriverReport;
+  const instructions = { host: env.ingest.url, writeKey, options: { max_retries: 0, timeout: 10, ...options }, calls };
+  const report = await runDriver<DriverReport>(PYTHON, [DRIVER], instructions, { timeoutMs: 20_000, env: { ...process.env, PYTHONDONTWRITEBYTECODE: "1" } });
   expect(report.sdk.version, `the venv has analytics-python ${report.sdk.version}, the installer pins ${PINNED}: run \`npm run tools\``).toBe(PINNED);
   return report;
 }
 
-const ISO_UTC_MS = /^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$/;
 /** A date-time string near the test's clock. The SDK writes `+00:00` offsets, trackhook `Z`. */
 const nearNow = (value: unknown, toleranceMs = 60_000) => {
   expect(typeof value).toBe("string");
@@ -78,8 +65,6 @@ const nearNow = (value: unknown, toleranceMs = 60_000) => {
   expect(Math.abs(Date.now() - ms)).toBeLessThan(toleranceMs);
   return ms;
 };
-const UUID4 = /^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$/;
-const basicAuth = (key: string) => `Basic ${Buffer.from(`${key}:`).toString("base64")}`;
 
 describe("segment-analytics-python", () => {
   it("is installed in .tools/python-sdk at the version the installer pins", () => {
@@ -120,7 +105,7 @@ describe("segment-analytics-python", () => {
       expect(JSON.parse(request.responseText)).toEqual({ success: true });
       expect(request.method).toBe("POST");
       expect(request.url).toBe(`${env.ingest.url}/v1/batch`);
-      expect(request.headers.Authorization).toBe(basicAuth(WRITE_KEY));
+      expect(request.headers.Authorization).toBe(basic(WRITE_KEY));
       expect(request.headers["Content-Type"]).toBe("application/json");
       expect(request.headers["User-Agent"]).toBe(`analytics-python/${PINNED}`);
       expect(request.headers["Content-Encoding"]).toBe(gzip ? "gzip" : undefined);
@@ -143,12 +128,8 @@ describe("segment-analytics-python", () => {
     const byId = new Map(stored.map((m) => [m.body.messageId, m]));
     for (const { item, sentAt } of sent) {
       const messageId = item.messageId as string;
-      expect(messageId).toMatch(UUID4);
-      const hit = byId.get(messageId);
-      expect(hit, `stored ${String(item.type)} ${messageId}`).toBeDefined();
-      const body = hit!.body as unknown as Json;
-      expect(hit!.subject).toBe(`trackhook.events.default.web.${String(item.type)}`);
-      expect(hit!.msgId).toBe(`default/web/${messageId}`);
+      expect(messageId).toMatch(UUID_V4);
+      const body = storedAs(byId, item.type, messageId);
       expect(body.type).toBe(item.type);
       expect(body).not.toHaveProperty("writeKey");
       // The SDK sends every field of the call, null when not given; trackhook drops the nulls.
@@ -207,7 +188,7 @@ describe("segment-analytics-python", () => {
     // 401 is not retryable for the SDK: one request, one answer, one on_error call for the batch.
     expect(report.requests.map((r) => r.status)).toEqual([401]);
     const request = report.requests[0]!;
-    expect(request.headers.Authorization).toBe(basicAuth("not-a-real-key"));
+    expect(request.headers.Authorization).toBe(basic("not-a-real-key"));
     expect(JSON.parse(request.responseText)).toMatchObject({ success: false, code: "invalid_write_key" });
     const sentIds = request.body.batch.map((m) => m.messageId as string);
     expect(sentIds).toEqual(report.calls.map((c) => c.message.messageId));

@@ -5,6 +5,7 @@ import { Analytics } from "@segment/analytics-node";
 import { describe, expect, it } from "vitest";
 import { randomName } from "../harness/nats.ts";
 import { WRITE_KEY, storedMessages, useIngest } from "../harness/ingest.ts";
+import { isoNearNow } from "../harness/sdk.ts";
 
 const env = useIngest();
 
@@ -33,14 +34,6 @@ function sdk(writeKey: string): { analytics: Analytics; seen: SdkObservations } 
   analytics.on("http_response", (res) => seen.statuses.push(res.status));
   return { analytics, seen };
 }
-
-const isoNearNow = (value: unknown, toleranceMs = 60_000) => {
-  expect(typeof value).toBe("string");
-  const ms = Date.parse(value as string);
-  expect(Number.isNaN(ms)).toBe(false);
-  expect(new Date(ms).toISOString()).toBe(value);
-  expect(Math.abs(Date.now() - ms)).toBeLessThan(toleranceMs);
-};
 
 describe("@segment/analytics-node", () => {
   it("delivers identify, track, page, screen, group and alias, stored as sent", async () => {

@@ -57,8 +57,7 @@ describe("operator: Source and WebhookDestination", () => {
     // The destination starts at its creationTimestamp, which has whole seconds: the previous
     // test's pings, sent within a second before it, may arrive too.
     const isM1 = (r: { body: Buffer }) => (JSON.parse(r.body.toString()) as { messageId?: string }).messageId === "m-1";
-    await env.waitFor("m-1 at the receiver", async () => env.receiver.requests("/hook").some(isM1));
-    const request = env.receiver.requests("/hook").find(isM1);
+    const request = await env.waitFor("m-1 at the receiver", async () => env.receiver.requests("/hook").find(isM1));
     const body = JSON.parse(request!.body.toString()) as Record<string, unknown>;
     expect(body).toMatchObject({ type: "track", event: "Order Completed", userId: "u-1", messageId: "m-1", version: 1 });
     expect(request!.headers["x-signature"]).toBe(createHmac("sha1", "s3cret").update(request!.body).digest("hex"));

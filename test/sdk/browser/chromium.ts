@@ -19,8 +19,6 @@ export interface CdpEvent {
 }
 
 export class Chromium {
-  /** "HeadlessChrome/<version>", from Browser.getVersion. */
-  version = "";
   readonly #child: ChildProcess;
   readonly #toBrowser: Writable;
   readonly #profile: string;
@@ -102,11 +100,11 @@ export class Chromium {
         child.once("error", reject);
       });
       let timer: NodeJS.Timeout | undefined;
-      const version = await Promise.race([
+      // Its first answer says the browser is ready.
+      await Promise.race([
         browser.send("Browser.getVersion"),
         new Promise<never>((_, reject) => (timer = setTimeout(() => reject(new Error(`chromium did not answer within 15 s: ${browser.#stderr}`)), 15_000))),
       ]).finally(() => clearTimeout(timer));
-      browser.version = String(version.product);
     } catch (err) {
       await browser.close();
       throw err;
