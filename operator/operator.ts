@@ -176,7 +176,7 @@ export class Operator {
     // reconcile may run. Without it, a newer Source that copied another's key and came first
     // would take that key's traffic until the older one's turn. (An entry whose Source is gone
     // loses the key to the first live claimant, as the orphan collection below removes it.)
-    const owners = await KvConfigProvider.start(this.#nc, this.#log.child({ reading: "write-key owners" }), undefined, "sources");
+    const owners = await KvConfigProvider.start(this.#nc, this.#log.child({ reading: "write-key owners" }), { part: "sources", kv });
     for (const s of owners.current().sources) if (this.#inScope(s.namespace)) ctx.sourceDigests.set(`${s.namespace}/${s.name}`, s.writeKeySha256);
     owners.close();
     this.#synced = true;

@@ -56,6 +56,9 @@ const LabelSelector = Type.Object(
  * headers delivery sets itself. User-Agent may be replaced; a Content-Type is accepted but the
  * body always goes as application/json (as before this list existed).
  */
+/** Why a reserved header is refused, in the CRD's CEL rule and in compile's problems alike. */
+export const RESERVED_HEADER_REASON = "is set by trackhook itself (framing, signature or delivery id) and cannot be a custom header";
+
 export const RESERVED_WEBHOOK_HEADERS: readonly string[] = [
   "host", "content-length", "transfer-encoding", "connection", "keep-alive", "upgrade", "expect", "te", "trailer",
   "proxy-connection", "content-encoding", "x-signature", "x-delivery-id", "webhook-id", "webhook-timestamp", "webhook-signature",
@@ -79,7 +82,7 @@ const WebhookHeader = Type.Object(
     "x-kubernetes-validations": [
       {
         rule: `!(self.name.lowerAscii() in [${RESERVED_WEBHOOK_HEADERS.map((h) => `'${h}'`).join(", ")}])`,
-        message: "this header is set by trackhook itself (framing, signature or delivery id) and cannot be a custom header",
+        message: `this header ${RESERVED_HEADER_REASON}`,
       },
     ],
   },

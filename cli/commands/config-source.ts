@@ -39,5 +39,5 @@ export function openConfigFiles(from: ConfigFrom, log: Logger): ConfigProvider |
  * content): ingest reads the Sources only, delivery the destinations only.
  */
 export async function openConfig(files: ConfigProvider | undefined, nc: NatsConnection, log: Logger, part: ConfigPart): Promise<ConfigProvider> {
-  return files ?? KvConfigProvider.start(nc, log, undefined, part);
+  return files ?? KvConfigProvider.start(nc, log, { part });
 }

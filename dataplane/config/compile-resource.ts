@@ -3,6 +3,7 @@
 // means the same thing on a laptop and in a cluster.
 import { createHash } from "node:crypto";
 import {
+  RESERVED_HEADER_REASON,
   RESERVED_WEBHOOK_HEADERS,
   parseDuration,
   type CompiledDestination,
@@ -125,7 +126,7 @@ export function compileDestination(
   const headers = (spec.headers ?? []).map((header, i) => {
     const lower = header.name.toLowerCase();
     if (RESERVED_HEADERS.has(lower)) {
-      problems.push({ reason: "InvalidSpec", field: `spec.headers[${i}].name`, message: `${header.name} is set by trackhook itself (framing, signature or delivery id) and cannot be a custom header` });
+      problems.push({ reason: "InvalidSpec", field: `spec.headers[${i}].name`, message: `${header.name} ${RESERVED_HEADER_REASON}` });
     } else if (seen.has(lower)) {
       problems.push({ reason: "InvalidSpec", field: `spec.headers[${i}].name`, message: `${header.name} is given twice (header names are case-insensitive)` });
     }
@@ -163,11 +164,11 @@ export function compileDestination(
 }
 
 /**
- * When a destination never edited was created, as ISO text (the Kubernetes client may hand the
- * timestamp over as a Date). Only such a destination is new: one disabled and enabled again
- * (a later generation) starts from when its consumer is made.
+ * When a destination never edited was created, as ISO text. Only such a destination is new: one
+ * disabled and enabled again (a later generation) starts from when its consumer is made. The
+ * timestamp is checked: a --config file may hold any text there.
  */
-function createdAt(metadata: { creationTimestamp?: string | Date; generation?: number }): { createdAt?: string } {
-  const time = metadata.creationTimestamp === undefined || (metadata.generation ?? 1) > 1 ? NaN : new Date(metadata.creationTimestamp).getTime();
+function createdAt({ creationTimestamp, generation = 1 }: { creationTimestamp?: string; generation?: number }): { createdAt?: string } {
+  const time = creationTimestamp !== undefined && generation <= 1 ? Date.parse(creationTimestamp) : NaN;
   return Number.isNaN(time) ? {} : { createdAt: new Date(time).toISOString() };
 }

@@ -99,6 +99,8 @@ export class KvConfigProvider extends ConfigHolder {
   readonly #destinations = new Map<string, CompiledDestination>();
   readonly #log: Logger;
   readonly #part: ConfigPart;
+  /** For a part's "is there anything to load?" (the whole bucket's status says it for "all"). */
+  #jsm: JetStreamManager | undefined;
   #stopped = false;
   #ready = false;
   #stopWatch: () => void = () => {};
@@ -110,27 +112,30 @@ export class KvConfigProvider extends ConfigHolder {
   }
 
   /**
-   * Resolves once the bucket's current content (of `part`) is loaded. Waits for the bucket when
-   * the operator has not created it yet, logging every `retryMs`.
+   * Resolves once the bucket's current content (of `part`, "all" by default) is loaded. Waits for
+   * the bucket when the operator has not created it yet, logging every `retryMs` (2 s by default),
+   * unless the caller already holds it (`kv`).
    */
-  static async start(nc: NatsConnection, log: Logger, retryMs = 2000, part: ConfigPart = "all"): Promise<KvConfigProvider> {
+  static async start(nc: NatsConnection, log: Logger, options: { retryMs?: number; part?: ConfigPart; kv?: KV } = {}): Promise<KvConfigProvider> {
+    const { retryMs = 2000, part = "all" } = options;
     const provider = new KvConfigProvider(log, part);
-    const kv = await openWhenCreated(nc, log, retryMs, () => provider.#stopped);
-    await provider.#follow(kv, retryMs, await jetstreamManager(nc, { checkAPI: false }));
+    const kv = options.kv ?? (await openWhenCreated(nc, log, retryMs, () => provider.#stopped));
+    if (part !== "all") provider.#jsm = await jetstreamManager(nc, { checkAPI: false });
+    await provider.#follow(kv, retryMs);
     return provider;
   }
 
   /** Whether the followed part of the bucket has no entry (not even a delete marker) to load. */
-  async #nothingToLoad(status: KvStatus, jsm: JetStreamManager): Promise<boolean> {
-    if (this.#part === "all") return status.values === 0;
-    return !(await hasMessagesOn(jsm, status.streamInfo.config.name, `$KV.${CONFIG_BUCKET}.${PART_KEYS[this.#part]}`));
+  async #nothingToLoad(status: KvStatus): Promise<boolean> {
+    if (!this.#jsm) return status.values === 0;
+    return !(await hasMessagesOn(this.#jsm, status.streamInfo.config.name, `$KV.${CONFIG_BUCKET}.${PART_KEYS[this.#part]}`));
   }
 
   get ready(): boolean {
     return this.#ready;
   }
 
-  async #follow(kv: KV, retryMs: number, jsm: JetStreamManager): Promise<void> {
+  async #follow(kv: KV, retryMs: number): Promise<void> {
     let loaded!: () => void;
     const initialLoad = new Promise<void>((resolve) => (loaded = resolve));
     let revision = 0;
@@ -149,7 +154,7 @@ export class KvConfigProvider extends ConfigHolder {
             revision = 0;
           }
           created = status.streamInfo.created;
-          const empty = await this.#nothingToLoad(status, jsm);
+          const empty = await this.#nothingToLoad(status);
           // One key filter, so the consumer's create request names it (what permissions check).
           const watch = await kv.watch({ key: PART_KEYS[this.#part], ...(revision > 0 ? { resumeFromRevision: revision + 1 } : {}) });
           this.#stopWatch = () => watch.stop();

@@ -2,8 +2,8 @@
 // client-go's metadata informers do. The operator watches Secrets only to hear that one changed:
 // their values must never be transferred, held or parsed, and a cluster's Secrets (Helm release
 // records, service account tokens) can be large and many.
-import type { KubeConfig} from "@kubernetes/client-node";
-import { HttpMethod, RequestContext } from "@kubernetes/client-node";
+import type { KubeConfig } from "@kubernetes/client-node";
+import { ApiException, HttpMethod, RequestContext } from "@kubernetes/client-node";
 import { fetch } from "undici";
 import type { KubeObject } from "./client.ts";
 
@@ -28,8 +28,11 @@ export async function listMetadata(kc: KubeConfig, path: string): Promise<{ item
   await kc.applySecurityAuthentication(context);
   context.setHeaderParam("Accept", `application/json;${AS_METADATA_LIST}`);
   const response = await fetch(context.getUrl(), { headers: context.getHeaders(), dispatcher: context.getDispatcher() as never });
-  const body = (await response.json()) as { kind?: string; items?: KubeObject[]; metadata?: { resourceVersion?: string }; message?: string };
-  if (response.status !== 200) throw Object.assign(new Error(`GET ${path}: ${response.status} ${body.message ?? ""}`.trim()), { code: response.status });
+  const text = await response.text();
+  // As client-node's own calls fail, so that apiStatus(), isNotFound() and apiErrorMessage() read it
+  // (a proxy's error page need not be JSON).
+  if (response.status !== 200) throw new ApiException(response.status, `GET ${path}`, text, Object.fromEntries(response.headers));
+  const body = JSON.parse(text) as { kind?: string; items?: KubeObject[]; metadata?: { resourceVersion?: string } };
   // A server that cannot convert would answer the full objects: never keep those.
   if (body.kind !== "PartialObjectMetadataList") throw new Error(`GET ${path}: expected PartialObjectMetadataList, got ${body.kind}`);
   return { items: body.items ?? [], metadata: body.metadata };

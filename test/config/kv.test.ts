@@ -37,7 +37,7 @@ describe("config keys", () => {
 
 describe("KvConfigProvider", () => {
   it("waits for the bucket, loads what is there, then follows puts and deletes", async () => {
-    const starting = KvConfigProvider.start(await nats.connect(), log, 50);
+    const starting = KvConfigProvider.start(await nats.connect(), log, { retryMs: 50 });
     await new Promise((r) => setTimeout(r, 200)); // no bucket yet: the provider keeps waiting
     const writer = new ConfigWriter(await ensureConfigBucket(nats.nc));
     await writer.put(sourceKey("shop", "web"), source("web"));
@@ -96,7 +96,7 @@ describe("KvConfigProvider", () => {
     await (await ensureConfigBucket(nats.nc)).destroy(); // a clean slate after the tests above
     const writer = new ConfigWriter(await ensureConfigBucket(nats.nc));
     for (const name of ["a", "b", "c", "d"]) await writer.put(sourceKey("shop", name), source(name));
-    const provider = await KvConfigProvider.start(await nats.connect(), log, 50);
+    const provider = await KvConfigProvider.start(await nats.connect(), log, { retryMs: 50 });
     try {
       expect(provider.current().sources).toHaveLength(4);
       await writer.kv.destroy();

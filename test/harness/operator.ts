@@ -62,8 +62,8 @@ export function useOperatorEnv(prefix: string): OperatorEnv {
     namespace = await cluster.randomNamespace(prefix);
     nats = await startNats();
     // Ingest creates the events stream; the data plane waits for the bucket the operator creates.
-    const ingestConfig = KvConfigProvider.start(await nats.connect(), log, 100);
-    const deliveryConfig = KvConfigProvider.start(await nats.connect(), log, 100);
+    const ingestConfig = KvConfigProvider.start(await nats.connect(), log, { retryMs: 100 });
+    const deliveryConfig = KvConfigProvider.start(await nats.connect(), log, { retryMs: 100 });
     await ensureConfigBucket(nats.nc); // the operator's job, done here so both can start in any order
     providers.push(await ingestConfig, await deliveryConfig);
     ingest = await startIngest(nats, { config: providers[0]! });

@@ -63,7 +63,7 @@ describe("docs/nats-permissions.conf", () => {
     // Ingest: its stream, the Sources of the bucket (and only those), a stored message.
     const ingestNc = await as("ingest");
     await ensureStream(await jetstreamManager(ingestNc), eventsStreamConfig(DEFAULT_STREAM));
-    const ingestConfig = await KvConfigProvider.start(ingestNc, log, 50, "sources");
+    const ingestConfig = await KvConfigProvider.start(ingestNc, log, { retryMs: 50, part: "sources" });
     expect(ingestConfig.current()).toEqual({ sources: [source], destinations: [] });
     const app = await buildIngestApp({ nc: ingestNc, config: ingestConfig });
     const res = await app.inject({ method: "POST", url: "/v1/track", headers: { authorization: basic(WRITE_KEY), "content-type": "application/json" }, payload: { userId: "u1", event: "Allowed", messageId: "perm-1" } });
@@ -71,7 +71,7 @@ describe("docs/nats-permissions.conf", () => {
 
     // Delivery: the destinations (and only those), the message delivered and signed.
     const deliveryNc = await as("delivery");
-    const deliveryConfig = await KvConfigProvider.start(deliveryNc, log, 50, "destinations");
+    const deliveryConfig = await KvConfigProvider.start(deliveryNc, log, { retryMs: 50, part: "destinations" });
     expect(deliveryConfig.current()).toEqual({ sources: [], destinations: [destination] });
     const sender = new WebhookSender({ allowPrivateNetworks: true, userAgent: "trackhook/test" });
     const service = await DeliveryService.start({ nc: deliveryNc, config: deliveryConfig, sender, log, metrics: new DeliveryMetrics({ defaultMetrics: false }) });
