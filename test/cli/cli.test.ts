@@ -90,6 +90,12 @@ describe("trackhook CLI", () => {
         });
       });
       expect(stderr).toContain("curl -u \"$WRITE_KEY:\"");
+      // The lines it prints for another terminal work as printed: the admin commands reach its NATS.
+      await expect.poll(() => stderr, { timeout: 5_000 }).toMatch(/^ {2}alias trackhook=.*$/m);
+      const lines = ["export TRACKHOOK_NATS_URL=", "alias trackhook="].map((start) => stderr.split("\n").find((l) => l.trim().startsWith(start))!.trim());
+      const other = spawnSync("bash", ["-c", `shopt -s expand_aliases\n${lines.join("\n")}\ntrackhook dead-letters --destination nobody`], { encoding: "utf8", timeout: 20_000 });
+      expect([other.status, other.stdout]).toEqual([0, ""]);
+      expect(other.stderr).toMatch(/^no dead letters for default\/nobody; no WebhookDestination of that name/);
       const res = await post(`${url}/v1/track`, { userId: "user-1", event: "Signed Up" }, { headers: { authorization: basic("dev-write-key") } });
       expect(res).toMatchObject({ status: 200, json: { success: true } });
       // One /metrics for everything dev runs.
