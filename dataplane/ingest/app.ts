@@ -1,7 +1,8 @@
 // The ingest app factory: a Fastify instance with the Tracking API, CORS, settings, health and
 // metrics. The entrypoint (cli/commands/ingest.ts) connects NATS, builds this, and listens;
 // tests build it the same way and use inject() or listen on port 0.
-import type { Readable } from "node:stream";
+import { STATUS_CODES } from "node:http";
+import type { Duplex, Readable } from "node:stream";
 import Fastify, { LogController, type FastifyBaseLogger, type FastifyError, type FastifyInstance, type FastifyRequest, type onResponseHookHandler } from "fastify";
 import { jetstreamManager } from "@nats-io/jetstream";
 import type { NatsConnection } from "@nats-io/transport-node";
@@ -77,6 +78,15 @@ export async function buildIngestApp(deps: IngestAppDeps, input: IngestOptionsIn
     // catalogue's shape and with Retry-After and CORS headers, which Fastify's own 503 lacks.
     return503OnClosing: false,
     keepAliveTimeout: 72_000,
+    requestTimeout: options.requestTimeoutMs,
+    // Node checks requestTimeout on this interval (30 s by default, half the timeout here), and
+    // ignores it when headersTimeout (60 s by default) is the longer of the two.
+    http: {
+      connectionsCheckingInterval: Math.min(30_000, Math.ceil(options.requestTimeoutMs / 4)),
+      headersTimeout: Math.min(60_000, options.requestTimeoutMs),
+    },
+    // Requests Node refuses before Fastify sees them: answered in the catalogue's shape, counted.
+    clientErrorHandler: (err, socket) => answerClientError(err, socket, metrics, options.requestTimeoutMs, deps.logger),
     // analytics-java posts to <endpoint>/v1/import/ (its DEFAULT_PATH), which Segment's API accepts;
     // an endpoint given with a trailing slash makes that //v1/import/.
     routerOptions: { ignoreTrailingSlash: true, ignoreDuplicateSlashes: true },
@@ -109,8 +119,10 @@ export async function buildIngestApp(deps: IngestAppDeps, input: IngestOptionsIn
     route.onResponse = [...[route.onResponse ?? []].flat(), count];
   });
 
-  // A client that goes away mid-request gets no answer, so onResponse never runs for it.
+  // A client that goes away mid-request gets no answer, so onResponse never runs for it. A
+  // request cut off by requestTimeout was answered and counted by answerClientError.
   app.addHook("onRequestAbort", async (request) => {
+    if (answeredByNode.has(request.raw.socket)) return;
     metrics.countRequest(request.routeOptions.url ?? "unmatched", 499, "client_aborted");
   });
 
@@ -122,8 +134,6 @@ export async function buildIngestApp(deps: IngestAppDeps, input: IngestOptionsIn
     if (error.statusCode >= 500) request.log.error({ reqId: request.id, err, code: error.code }, error.message);
     else request.log.info({ reqId: request.id, code: error.code, route: request.routeOptions.url }, error.message);
     if (error.retryAfter) reply.header("retry-after", String(error.retryAfter));
-    // The rest of an over-size body is not read; the connection cannot be reused.
-    if (error.code.endsWith("_too_large")) reply.header("connection", "close");
     reply.code(error.statusCode).send(error.toJSON());
   });
   app.setNotFoundHandler((request, reply) => {
@@ -148,6 +158,39 @@ export async function buildIngestApp(deps: IngestAppDeps, input: IngestOptionsIn
   analyticsJsRoutes(app, state);
   opsRoutes(app, state);
   return app;
+}
+
+/** Connections answered by answerClientError, whose request (if one had begun) must not count again as aborted. */
+const answeredByNode = new WeakSet<object>();
+
+/**
+ * Fastify's default handler of Node's clientError, in the catalogue's shape and counted: a
+ * request timed out (408), headers over Node's limit (431), or bytes that are not HTTP (400).
+ * Nothing of the request was parsed, so the route is "unmatched" and no CORS header is known.
+ */
+function answerClientError(err: NodeJS.ErrnoException, socket: Duplex, metrics: IngestMetrics, timeoutMs: number, log: Logger | undefined): void {
+  // A reset connection, one already gone, or a client that closed mid-request (counted as
+  // client_aborted if its request had begun): nobody to answer.
+  if (err.code === "ECONNRESET" || err.code === "HPE_INVALID_EOF_STATE" || socket.destroyed) {
+    socket.destroy();
+    return;
+  }
+  const error = err.code === "ERR_HTTP_REQUEST_TIMEOUT"
+    ? errors.requestTimeout(Math.round(timeoutMs / 1000))
+    : err.code === "HPE_HEADER_OVERFLOW"
+      ? errors.headersTooLarge()
+      : errors.malformedRequest();
+  answeredByNode.add(socket);
+  metrics.countRequest("unmatched", error.statusCode, error.code);
+  log?.info({ code: error.code, err: { code: err.code, message: err.message } }, error.message);
+  if (socket.writable) {
+    const body = JSON.stringify(error.toJSON());
+    socket.write(
+      `HTTP/1.1 ${error.statusCode} ${STATUS_CODES[error.statusCode]}\r\nContent-Type: application/json; charset=utf-8\r\n` +
+        `Content-Length: ${Buffer.byteLength(body)}\r\nConnection: close\r\n\r\n${body}`,
+    );
+  }
+  socket.destroy();
 }
 
 function fromFastifyError(err: FastifyError): IngestError {

@@ -2,41 +2,56 @@
 // gzip bomb is stopped after `limit` bytes of output instead of being inflated in memory.
 import type { IncomingHttpHeaders } from "node:http";
 import type { Readable } from "node:stream";
-import { createGunzip, createInflate, type Gunzip, type Inflate } from "node:zlib";
+import { createGunzip, createInflate, createInflateRaw, type Gunzip, type Inflate, type InflateRaw } from "node:zlib";
 import { errors, type IngestError } from "./errors.ts";
 
 /** Messages nested deeper than this are not accepted: nothing in a Segment message needs it, and JSON.stringify would overflow the stack on it. */
 export const MAX_JSON_DEPTH = 64;
 
+/**
+ * How much of an over-size body is still read (and thrown away) after the 400. A client that is
+ * still sending when the answer comes would otherwise have its connection reset under it, and
+ * many (undici, fetch) then report a network error, which SDKs retry, instead of the 400, which
+ * they do not. Past this, the connection is closed: the client is not a well-meaning SDK.
+ */
+export const DRAIN_LIMIT_BYTES = 8 * 1024 * 1024;
+
+type Decoder = Gunzip | Inflate | InflateRaw;
+
 export function readBoundedBody(raw: Readable, headers: IncomingHttpHeaders, limit: number, tooLarge: () => IngestError): Promise<Buffer> {
-  const encoding = (headers["content-encoding"] ?? "identity").trim().toLowerCase();
-  let decoder: Gunzip | Inflate | undefined;
-  if (encoding === "gzip" || encoding === "x-gzip") decoder = createGunzip();
-  else if (encoding === "deflate") decoder = createInflate();
-  else if (encoding !== "identity") return Promise.reject(errors.unsupportedEncoding(encoding));
+  // An empty header is no encoding (RFC 9110 lists codings; none listed means identity).
+  const encoding = headers["content-encoding"]?.trim().toLowerCase() || "identity";
+  if (encoding !== "identity" && encoding !== "gzip" && encoding !== "x-gzip" && encoding !== "deflate") {
+    return Promise.reject(errors.unsupportedEncoding(encoding));
+  }
+  const compressed = encoding !== "identity";
 
   // Compressed data can be a little larger than its output; anything past this margin cannot fit.
   // Compressed bytes are bounded too: gzip members that inflate to nothing cost no output.
-  const wireLimit = decoder ? limit + 16 * 1024 : limit;
-  if (Number(headers["content-length"]) > wireLimit) return Promise.reject(tooLarge());
+  const wireLimit = compressed ? limit + 16 * 1024 : limit;
+  if (Number(headers["content-length"]) > wireLimit) {
+    drain(raw, 0);
+    return Promise.reject(tooLarge());
+  }
 
   return new Promise<Buffer>((resolve, reject) => {
     const chunks: Buffer[] = [];
     let size = 0;
     let wireBytes = 0;
     let settled = false;
+    let received = false;
+    // Made on the first bytes, which tell a zlib stream from raw DEFLATE (below).
+    let decoder: Decoder | undefined;
 
-    // Stops reading without destroying the socket, so the 400 still reaches the client; the
-    // error handler adds Connection: close because the rest of the body stays unread.
-    const stop = (err: Error) => {
+    const stop = (err: IngestError) => {
       if (settled) return;
       settled = true;
       raw.off("data", onWire);
-      raw.pause();
-      if (decoder) {
-        raw.unpipe(decoder);
-        decoder.destroy();
-      }
+      decoder?.destroy();
+      // The rest of an over-size body is read and dropped, so that the 400 reaches the client;
+      // after any other failure nothing more is wanted from this request.
+      if (err.code.endsWith("_too_large") && !received) drain(raw, wireBytes);
+      else raw.pause();
       reject(err);
     };
     const onOutput = (chunk: Buffer) => {
@@ -44,32 +59,59 @@ export function readBoundedBody(raw: Readable, headers: IncomingHttpHeaders, lim
       if (size > limit) stop(tooLarge());
       else chunks.push(chunk);
     };
-    const onWire = (chunk: Buffer) => {
-      wireBytes += chunk.length;
-      if (wireBytes > wireLimit) stop(tooLarge());
-      else if (!decoder) onOutput(chunk);
-    };
     const onEnd = () => {
       if (settled) return;
       settled = true;
       resolve(Buffer.concat(chunks, size));
     };
-
-    let received = false;
-    raw.on("data", onWire);
-    raw.on("end", () => (received = true));
-    raw.on("error", (err) => stop(errors.clientAborted(err)));
-    // "close" also follows a complete body, before the decompressor has finished with it.
-    raw.on("close", () => received || stop(errors.clientAborted()));
-    if (decoder) {
-      raw.pipe(decoder);
+    const startDecoder = (first: Buffer) => {
+      decoder = encoding === "deflate" && !hasZlibHeader(first) ? createInflateRaw() : encoding === "deflate" ? createInflate() : createGunzip();
       decoder.on("data", onOutput);
       decoder.on("end", onEnd);
       decoder.on("error", (err) => stop(errors.invalidCompression(err)));
-    } else {
-      raw.on("end", onEnd);
-    }
+    };
+    // Written to the decoder without backpressure: the compressed input is bounded by wireLimit.
+    const onWire = (chunk: Buffer) => {
+      wireBytes += chunk.length;
+      if (wireBytes > wireLimit) stop(tooLarge());
+      else if (!compressed) onOutput(chunk);
+      else {
+        if (!decoder) startDecoder(chunk);
+        decoder!.write(chunk);
+      }
+    };
+
+    raw.on("data", onWire);
+    raw.on("end", () => {
+      received = true;
+      if (!compressed) onEnd();
+      else if (!decoder) stop(errors.invalidCompression(new Error("empty compressed body")));
+      else decoder.end();
+    });
+    raw.on("error", (err) => stop(errors.clientAborted(err)));
+    // "close" also follows a complete body, before the decompressor has finished with it.
+    raw.on("close", () => received || stop(errors.clientAborted()));
   });
+}
+
+/**
+ * HTTP's "deflate" is the zlib format (RFC 9110), but some clients send raw DEFLATE under that
+ * name. A zlib stream starts with a method byte of 8 and a check making the first two bytes a
+ * multiple of 31; raw DEFLATE starting so is possible but, with the check, unlikely.
+ */
+function hasZlibHeader(first: Buffer): boolean {
+  if (first.length < 2) return true; // too short to tell: the common format, which says so if wrong
+  return (first[0]! & 0x0f) === 8 && ((first[0]! << 8) | first[1]!) % 31 === 0;
+}
+
+/** Reads and drops the rest of a request body, up to DRAIN_LIMIT_BYTES in all; then closes the connection. */
+function drain(raw: Readable, alreadyRead: number): void {
+  let bytes = alreadyRead;
+  raw.on("data", (chunk: Buffer) => {
+    bytes += chunk.length;
+    if (bytes > DRAIN_LIMIT_BYTES) (raw as Readable & { socket?: { destroy(): void } }).socket?.destroy();
+  });
+  raw.resume();
 }
 
 /**

@@ -16,6 +16,9 @@ export type IngestErrorCode =
   | "not_found"
   | "storage_unavailable"
   | "client_aborted"
+  | "request_timeout"
+  | "headers_too_large"
+  | "malformed_request"
   | "storage_full"
   | "shutting_down"
   | "internal_error";
@@ -66,5 +69,9 @@ export const errors = {
     new IngestError("shutting_down", 503, "This server is shutting down; retry (another replica will answer)", { retryAfter }),
   /** The client went away mid-body: nothing was read, nothing stored, nobody to answer. */
   clientAborted: (cause?: unknown) => new IngestError("client_aborted", 400, "The client closed the connection before the body was read", { cause }),
+  requestTimeout: (seconds: number) =>
+    new IngestError("request_timeout", 408, `The request was not received in full within ${seconds} s`),
+  headersTooLarge: () => new IngestError("headers_too_large", 431, "The request's headers are over the server's limit"),
+  malformedRequest: () => new IngestError("malformed_request", 400, "The request is not valid HTTP"),
   internal: (cause?: unknown) => new IngestError("internal_error", 500, "Internal error", { cause }),
 } as const;

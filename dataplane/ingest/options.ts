@@ -24,6 +24,13 @@ export const IngestOptionsSchema = Type.Object(
     trustedProxies: Type.Array(Type.String(), { default: [] }),
     /** How long a JetStream publish may take before the request gets 503. */
     publishTimeoutMs: Type.Integer({ minimum: 100, default: 5000 }),
+    /**
+     * How long a request may take to arrive, headers and body (Node's requestTimeout; Fastify
+     * turns it off). A client that stalls mid-body is answered 408 and disconnected after this,
+     * instead of holding a socket and its buffered bytes for ever. Generous: a 500KB batch over a
+     * poor mobile link takes tens of seconds.
+     */
+    requestTimeoutMs: Type.Integer({ minimum: 1000, default: 60_000 }),
     /** Retry-After seconds on a 503. */
     retryAfterSeconds: Type.Integer({ minimum: 1, default: 5 }),
     /** The public base URL SDKs use (e.g. https://events.example.com), for the settings endpoint; default: the request's Host. */

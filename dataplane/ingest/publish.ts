@@ -15,6 +15,15 @@ import type { IngestMetrics } from "./metrics.ts";
 
 export type PublishOutcome = "stored" | "duplicate";
 
+/**
+ * How a request's publishes ended. A failure (answered 503) may come after JetStream stored some
+ * of a batch: `outcomes` then holds what was confirmed before it (undefined for the rest), so
+ * that those are counted as stored.
+ */
+export type PublishResult =
+  | { ok: true; outcomes: PublishOutcome[] }
+  | { ok: false; error: IngestError; outcomes: Array<PublishOutcome | undefined> };
+
 /** A message ready to store: the enriched message and its JSON bytes. */
 export interface PreparedMessage {
   message: StoredMessage;
@@ -34,8 +43,7 @@ interface Request {
   remaining: number;
   tokens: string[];
   timer: NodeJS.Timeout;
-  resolve(outcomes: PublishOutcome[]): void;
-  reject(err: IngestError): void;
+  resolve(result: PublishResult): void;
 }
 
 interface Pending {
@@ -68,16 +76,15 @@ export class EventPublisher {
     this.#subscription = nc.subscribe(`${this.#inbox}*`, { callback: (err, msg) => err ? undefined : this.#onReply(msg) });
   }
 
-  /** Stores all messages; resolves with each one's outcome, or rejects with a 503 IngestError. */
-  publish(source: CompiledSource, messages: PreparedMessage[]): Promise<PublishOutcome[]> {
-    return new Promise((resolve, reject) => {
+  /** Stores all messages; resolves with each one's outcome, or with the 503 that failed them. Never rejects. */
+  publish(source: CompiledSource, messages: PreparedMessage[]): Promise<PublishResult> {
+    return new Promise((resolve) => {
       const request: Request = {
         outcomes: new Array(messages.length),
         remaining: messages.length,
         tokens: [],
         timer: setTimeout(() => this.#fail(request, errors.storageUnavailable(this.#options.retryAfterSeconds, new Error("PubAck timeout"))), this.#options.timeoutMs),
         resolve,
-        reject,
       };
       this.#turn.add(() => {
         const startedAt = performance.now();
@@ -127,7 +134,7 @@ export class EventPublisher {
     request.outcomes[index] = ack.duplicate ? "duplicate" : "stored";
     if (--request.remaining === 0) {
       clearTimeout(request.timer);
-      request.resolve(request.outcomes);
+      request.resolve({ ok: true, outcomes: request.outcomes });
     }
   }
 
@@ -136,7 +143,7 @@ export class EventPublisher {
     request.remaining = -1;
     clearTimeout(request.timer);
     for (const token of request.tokens) this.#pending.delete(token);
-    request.reject(err);
+    request.resolve({ ok: false, error: err, outcomes: request.outcomes });
   }
 
   close(): void {

@@ -7,6 +7,7 @@ import { dirname, join } from "node:path";
 import { gunzipSync } from "node:zlib";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { MESSAGE_TYPES } from "../../schema/mod.ts";
+import { EVENTS_STREAM } from "../../dataplane/nats/mod.ts";
 import { startNats, type NatsHarness } from "../harness/nats.ts";
 import { DEFAULT_STREAM, WRITE_KEY, basic, post, startIngest, storedMessages, uniqueId, useIngest, type IngestHarness } from "../harness/ingest.ts";
 
@@ -226,4 +227,25 @@ describe("a full stream", () => {
     const stored = new Set((await storedMessages(small)).map((m) => m.body.messageId));
     for (const a of answers) expect(stored.has(a.id)).toBe(a.status === 200);
   });
+
+  it("counts the messages of a batch that were stored before the stream filled up as accepted, only the rest as failed", async () => {
+    const before = await messageCounts(full);
+    const batch = Array.from({ length: 20 }, () => ({ type: "track", userId: "u", event: "Fill", messageId: uniqueId("part"), properties: { pad: "x".repeat(6 * 1024) } }));
+    // The test above filled the stream: empty it, so that the 120KB batch fits in part.
+    await small.jsm.streams.purge(EVENTS_STREAM);
+    const res = await post(`${full.url}/v1/batch`, { batch }, { headers: auth });
+    expect(res).toMatchObject({ status: 503, json: { code: "storage_full" } });
+    const storedNow = (await storedMessages(small)).filter((m) => batch.some((b) => b.messageId === m.body.messageId)).length;
+    expect(storedNow).toBeGreaterThan(0);
+    expect(storedNow).toBeLessThan(batch.length);
+    const after = await messageCounts(full);
+    expect(after.accepted - before.accepted).toBe(storedNow);
+    expect(after.failed - before.failed).toBe(batch.length - storedNow);
+  });
 });
+
+async function messageCounts(ingest: IngestHarness): Promise<{ accepted: number; failed: number }> {
+  const values = (await ingest.metrics.messages.get()).values;
+  const sum = (outcome: string) => values.filter((v) => v.labels.outcome === outcome).reduce((total, v) => total + v.value, 0);
+  return { accepted: sum("accepted"), failed: sum("failed") };
+}

@@ -147,6 +147,5 @@ describe("other answers", () => {
   it("a large body sent to a route that takes none is read only up to the single-message limit", async () => {
     const res = await post(`${env.ingest.url}/v1/nowhere`, undefined, { headers: auth, raw: JSON.stringify({ pad: "x".repeat(40 * 1024) }) });
     expect(res).toMatchObject({ status: 400, json: { code: "request_too_large" } });
-    expect(res.headers.get("connection")).toBe("close");
   });
 });

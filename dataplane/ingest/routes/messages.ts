@@ -43,6 +43,14 @@ export function messageRoutes(app: FastifyInstance, state: IngestState): void {
     // Content-Type. The parser hands the unread stream on as the body.
     scope.removeAllContentTypeParsers();
     scope.addContentTypeParser("*", (_request, payload, done) => done(null, payload));
+    // Any Content-Type is read as JSON (ADR 2), a malformed one too ("application/json,
+    // text/plain", from a client merging headers), which Fastify would answer with 415 before
+    // the parser above is asked. Without the header, a body goes to that parser. (mediaType is
+    // undefined for a malformed value; Fastify caches the parse, which it needs anyway.)
+    scope.addHook("onRequest", (request, _reply, done) => {
+      if (request.headers["content-type"] !== undefined && request.mediaType === undefined) request.headers["content-type"] = undefined;
+      done();
+    });
 
     // The handler is handed its route's config by closure: request.routeOptions builds a new
     // object per read.
@@ -131,19 +139,20 @@ async function handle(state: IngestState, request: FastifyRequest, config: Route
   }
 
   if (accepted.length > 0) {
-    let outcomes;
-    try {
-      outcomes = await state.publisher.publish(source, accepted);
-    } catch (err) {
-      state.metrics.countMessages(sourceId, "failed", (err as { code?: string }).code ?? "storage_unavailable", accepted.length);
-      throw err;
-    }
+    const result = await state.publisher.publish(source, accepted);
     let stored = 0;
-    outcomes.forEach((outcome, i) => {
+    let confirmed = 0;
+    // forEach skips the holes a failure leaves: the messages JetStream did not confirm.
+    result.outcomes.forEach((outcome, i) => {
+      confirmed++;
       if (outcome === "stored") stored++;
       else notAccepted("duplicate_message_id", "messageId already seen for this source", accepted[i]!.message);
     });
     if (stored > 0) state.metrics.countMessages(sourceId, "accepted", "", stored);
+    if (!result.ok) {
+      state.metrics.countMessages(sourceId, "failed", result.error.code, accepted.length - confirmed);
+      throw result.error;
+    }
   }
   return { success: true };
 }
