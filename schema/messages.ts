@@ -9,7 +9,7 @@ export const STORED_TYPES = [...MESSAGE_TYPES, "delete"] as const;
 export type StoredType = (typeof STORED_TYPES)[number];
 
 /** An identifier: SDKs send strings, hand-written HTTP calls sometimes numbers (kept as strings). */
-const Identifier = Type.Union([Type.String({ minLength: 1, maxLength: 1024 }), Type.Number()]);
+const Identifier = Type.Union([Type.String({ minLength: 1 }), Type.Number()]);
 const FreeObject = Type.Object({}, { additionalProperties: true });
 /**
  * Date fields take any value: one that is not a date string is ignored for timestamp arithmetic
@@ -46,7 +46,7 @@ function kind<T extends Record<string, TSchema>>(type: MessageType, fields: T, e
 
 export const IdentifyMessage = kind("identify", { traits: Type.Optional(FreeObject) });
 export const TrackMessage = kind("track", {
-  event: Type.String({ minLength: 1, maxLength: 1024 }),
+  event: Type.String({ minLength: 1 }),
   properties: Type.Optional(FreeObject),
 });
 export const PageMessage = kind("page", {

@@ -25,18 +25,45 @@ const ID_FIELDS = ["userId", "anonymousId", "groupId", "previousId"] as const;
  * nanoseconds) and an offset. Date.parse alone is too lenient ("1" is 2001-01-01) and reads a time
  * without an offset in the server's zone.
  */
-const ISO_8601 = /^\d{4}-\d\d-\d\d(?:[T ]\d\d:\d\d(?::\d\d(?:[.,]\d+)?)?(Z|[+-]\d\d(?::?\d\d)?)?)?$/i;
+const ISO_8601 = /^(\d{4})-(\d\d)-(\d\d)(?:[T ]\d\d:\d\d(?::\d\d(?:[.,]\d+)?)?(Z|[+-]\d\d(?::?\d\d)?)?)?$/i;
+
+const DAYS_IN_MONTH = [31, 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31];
 
 function parseDate(value: unknown): number | undefined {
   if (typeof value !== "string") return undefined;
   const iso = ISO_8601.exec(value);
   if (!iso) return undefined;
+  // Date.parse rolls a day past the month's end over ("2026-02-30" is March 2nd).
+  const day = Number(iso[3]);
+  if (day > 28) {
+    const year = Number(iso[1]), month = Number(iso[2]);
+    const leap = year % 4 === 0 && (year % 100 !== 0 || year % 400 === 0);
+    if (day > (month === 2 && leap ? 29 : (DAYS_IN_MONTH[month - 1] ?? 31))) return undefined;
+  }
   let text = value.includes(",") ? value.replace(",", ".") : value;
   // A time without an offset is taken as UTC, wherever the ingest runs; "+05" as "+05:00".
-  if (iso[1] === undefined && value.length > 10) text += "Z";
-  else if (iso[1] !== undefined && iso[1].length === 3) text += ":00";
+  const offset = iso[4];
+  if (offset === undefined && value.length > 10) text += "Z";
+  else if (offset !== undefined && offset.length === 3) text += ":00";
   const ms = Date.parse(text);
   return Number.isNaN(ms) ? undefined : ms;
+}
+
+/** Libraries that only run on the user's device: browsers and mobile apps. */
+const DEVICE_LIBRARIES = new Set([
+  "analytics.js", "analytics-ios", "analytics-swift", "analytics-android",
+  "analytics-react-native", "@segment/analytics-react-native", "analytics-flutter",
+]);
+
+/**
+ * Whether a message came straight from the user's device, whose address Segment then records as
+ * context.ip ("for client side events only", research/segment.md §1.9): analytics.js and the
+ * mobile SDKs never set context.direct. analytics-kotlin also runs on servers; on Android it
+ * describes the device.
+ */
+function sentFromDevice(context: Record<string, unknown>): boolean {
+  const name = (context.library as { name: string }).name;
+  return DEVICE_LIBRARIES.has(name) || (name === "analytics-kotlin" && isObject(context.device));
 }
 
 const isObject = (value: unknown): value is Record<string, unknown> =>
@@ -59,7 +86,7 @@ export function enrich(message: Record<string, unknown>, type: MessageType, ctx:
     ? { ...(isObject(batch?.integrations) ? batch.integrations : {}), ...(isObject(message.integrations) ? message.integrations : {}) }
     : undefined;
   if (!isObject(context.library) || typeof context.library.name !== "string") context.library = { ...UNKNOWN_LIBRARY };
-  if (context.direct === true && typeof context.ip !== "string") context.ip = ctx.ip();
+  if (typeof context.ip !== "string" && (context.direct === true || sentFromDevice(context))) context.ip = ctx.ip();
 
   // Clock-skew correction as Segment does it: timestamp = receivedAt - (sentAt - originalTimestamp).
   const sentAtValue = message.sentAt ?? batch?.sentAt;

@@ -86,6 +86,17 @@ describe("timestamps", () => {
     expect(loose!.sentAt).toBe("Tuesday 5"); // kept as sent: it is text, just not a date
   });
 
+  it("takes no impossible calendar date for a date (Date.parse rolls 2026-02-30 over to March 2nd)", async () => {
+    for (const timestamp of ["2026-02-29T12:00:00Z", "2026-02-30T12:00:00Z", "2026-04-31", "2026-13-01T00:00:00Z"]) {
+      const [m] = await sendAndRead("/v1/track", { userId: "u1", event: "Impossible", messageId: uniqueId(), timestamp });
+      expect(m!.originalTimestamp, timestamp).toBe(m!.receivedAt);
+    }
+    const [leap] = await sendAndRead("/v1/track", { userId: "u1", event: "Leap day", messageId: uniqueId(), timestamp: "2028-02-29T12:00:00Z" });
+    expect(leap!.originalTimestamp).toBe("2028-02-29T12:00:00.000Z");
+    const [endOfMonth] = await sendAndRead("/v1/track", { userId: "u1", event: "31st", messageId: uniqueId(), timestamp: "2026-12-31T23:59:59.999+00:00" });
+    expect(endOfMonth!.originalTimestamp).toBe("2026-12-31T23:59:59.999Z");
+  });
+
   it("uses receivedAt when the message has no time at all", async () => {
     const [m] = await sendAndRead("/v1/track", { userId: "u1", event: "Now", messageId: uniqueId() });
     expect(m!.timestamp).toBe(m!.receivedAt);
@@ -130,6 +141,20 @@ describe("generated and defaulted fields", () => {
     expect(direct!.context.ip).toBe("203.0.113.7");
     const [indirect] = await sendAndRead("/v1/track", { userId: "u1", event: "Server", messageId: uniqueId() }, { "x-forwarded-for": "203.0.113.7" });
     expect(indirect!.context).not.toHaveProperty("ip");
+  });
+
+  it("sets context.ip for events from a browser or a mobile app, as Segment does for client-side events, but not for a server's", async () => {
+    const forwarded = { "x-forwarded-for": "203.0.113.9" };
+    const [browser] = await sendAndRead("/v1/t", { userId: "u1", event: "Web", messageId: uniqueId(), context: { library: { name: "analytics.js", version: "next-1.84.3" } } }, forwarded);
+    expect(browser!.context.ip).toBe("203.0.113.9");
+    const [ios] = await sendAndRead("/v1/track", { userId: "u1", event: "iOS", messageId: uniqueId(), context: { library: { name: "analytics-swift", version: "1.5.0" } } }, forwarded);
+    expect(ios!.context.ip).toBe("203.0.113.9");
+    const [android] = await sendAndRead("/v1/track", { userId: "u1", event: "Android", messageId: uniqueId(), context: { library: { name: "analytics-kotlin", version: "1.27.0" }, device: { model: "Pixel 9" } } }, forwarded);
+    expect(android!.context.ip).toBe("203.0.113.9");
+    for (const library of [{ name: "analytics-kotlin", version: "1.27.0" }, { name: "analytics-python", version: "2.4.0" }, { name: "@segment/analytics-node", version: "3.1.0" }]) {
+      const [server] = await sendAndRead("/v1/track", { userId: "u1", event: "Server", messageId: uniqueId(), context: { library } }, forwarded);
+      expect(server!.context, library.name).not.toHaveProperty("ip");
+    }
   });
 
   it("keeps a context.ip the caller set", async () => {

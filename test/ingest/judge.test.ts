@@ -22,4 +22,20 @@ describe("judge(): reasons and their details", () => {
     expect(detail).not.toContain("(document)");
     expect(detail).not.toContain("anyOf");
   });
+
+  it("takes ids and event names of any length: the 32KB message limit is the only bound (no undocumented 1,024)", () => {
+    expect(judge({ userId: "u".repeat(5000), event: "e".repeat(5000) }, "track")).toMatchObject({ accepted: true });
+    expect(judge({ userId: "u1", groupId: "g".repeat(2000) }, "group")).toMatchObject({ accepted: true });
+  });
+
+  it.each([
+    [{ userId: "u1", event: "E", properties: [1, 2] }, "track", /^properties: must be object/],
+    [{ userId: "u1", name: 5 }, "page", /^name: must be string/],
+    [{ userId: "u1", event: "E", integrations: { Mixpanel: "false" } }, "track", /^integrations\.Mixpanel: must be boolean/],
+    [{ userId: "u1", messageId: "m".repeat(101) }, "identify", /^messageId: must NOT have more than 100 characters/],
+  ] as const)("does not accept a field of the wrong type (ADR 2): %j as %s", (message, type, detail) => {
+    const verdict = judge({ ...message }, type);
+    expect(verdict).toMatchObject({ accepted: false, reason: "invalid_field" });
+    expect((verdict as { detail: string }).detail).toMatch(detail);
+  });
 });

@@ -242,9 +242,11 @@ async function expectStoredAsSent(sent: Array<{ body: Json }>) {
     const body = storedAs(byId, item.type, messageId);
     expect(stored.filter((m) => m.body.messageId === messageId)).toHaveLength(1);
     expect(body).not.toHaveProperty("writeKey");
-    for (const field of ["type", "userId", "anonymousId", "event", "name", "category", "properties", "traits", "groupId", "previousId", "integrations", "_metadata", "context"]) {
+    for (const field of ["type", "userId", "anonymousId", "event", "name", "category", "properties", "traits", "groupId", "previousId", "integrations", "_metadata"]) {
       expect(body[field], `${String(item.type)}.${field}`).toEqual(item[field]);
     }
+    // The ingest adds the browser's address, as Segment does for client-side events.
+    expect(body.context, `${String(item.type)}.context`).toEqual({ ...(item.context as Json), ip: "127.0.0.1" });
     expect(body.sentAt).toBe(item.sentAt);
     expect(body.originalTimestamp).toBe(item.timestamp);
     isoNearNow(body.receivedAt);
