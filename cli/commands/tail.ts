@@ -4,7 +4,7 @@ import { jetstreamManager } from "@nats-io/jetstream";
 import { tail } from "../../dataplane/delivery/admin.ts";
 import { EVENTS_STREAM, hasMessagesOn, sourceSubjects } from "../../dataplane/nats/mod.ts";
 import { natsUrl } from "../args.ts";
-import { connectAdmin, qualifiedName } from "./replay.ts";
+import { connectAdmin, fail, qualifiedName } from "./replay.ts";
 import type { Command } from "./types.ts";
 import { NATS_AUTH_HELP } from "./nats-help.ts";
 
@@ -40,6 +40,9 @@ export const tailCommand: Command = {
           await once(process.stdout, "drain", { signal: stop.signal }).catch(() => {});
         }
       }
+      // The messages end on their own only when NATS is gone for good (the client gave up
+      // reconnecting): a watcher must not look as if it finished normally.
+      if (!stop.signal.aborted) fail(`stopped: the connection to NATS at ${url} was lost`);
     } finally {
       process.off("SIGINT", onSignal);
       process.off("SIGTERM", onSignal);

@@ -8,7 +8,7 @@ import type { CompiledDestination } from "../../schema/mod.ts";
 import { isoTimestamp } from "../iso-time.ts";
 import type { Logger } from "../logging.ts";
 import type { TurnBatch } from "../nats/mod.ts";
-import { EVENTS_STREAM, attemptsSubject, consumerName, dlqSubject, replaySubject } from "../nats/mod.ts";
+import { EVENTS_STREAM, attemptsSubject, consumerName, dlqSubject, replaySubject, sourceOfEventSubject } from "../nats/mod.ts";
 import { type AttemptOutcome, backoffMs, combine, nextRoundDelayMs } from "./outcome.ts";
 import { signingKeys, standardWebhookHeaders, webhookBody, xSignature, type DeliverableMessage, type SigningKeys } from "./payload.ts";
 import { routesTo } from "./routing.ts";
@@ -98,6 +98,7 @@ export class DestinationWorker {
   readonly #log: Logger;
   readonly #metrics: DeliveryMetrics;
   readonly #label: string;
+  readonly #sources = new Map<string, string>();
   readonly #limit: ConcurrencyLimit;
   readonly #share: ConcurrencyLimit;
   readonly #nc: NatsConnection;
@@ -217,7 +218,8 @@ export class DestinationWorker {
       }
     }
     const body = webhookBody(message, m.data);
-    const headers = this.#headersFor(message, body);
+    const headers = this.#headersFor(m, message, body);
+    const sentAt = Date.now();
     const sends = urls.map((url) => this.#sender.send({ url, body, headers, timeoutMs: this.destination.timeoutMs }));
     // One 2xx delivers the message: ack it then, without waiting for slower URLs (which are
     // still awaited below, for their records and so they keep counting against the limits).
@@ -233,7 +235,7 @@ export class DestinationWorker {
     const results = await Promise.all(sends);
 
     const attempt = info.deliveryCount;
-    this.#record(m, message, attempt, results);
+    this.#record(m, message, attempt, sentAt, results);
     const outcome = combine(results.map((r) => r.outcome));
     if (outcome.kind === "delivered") {
       this.#rounds.delete(m.seq);
@@ -307,10 +309,15 @@ export class DestinationWorker {
     for (const [seq, round] of this.#rounds) if (round.expiresAt < now) this.#rounds.delete(seq);
   }
 
-  #headersFor(message: DeliverableMessage, body: Uint8Array): Record<string, string> {
+  #headersFor(m: JsMsg, message: DeliverableMessage, body: Uint8Array): Record<string, string> {
     const headers: Record<string, string> = { ...this.#customHeaders };
-    // Encoded: a messageId may hold characters a header value cannot.
-    const deliveryId = `${this.#label}/${encodeURIComponent(message.messageId)}`;
+    // messageIds are unique per source only (two sources may both send "order-1001"), so the
+    // source is part of the id. A replayed message's own subject names the destination; the
+    // subject it was first stored on names the source. Encoded: a messageId may hold
+    // characters a header value cannot.
+    const subject = m.subject === this.#replaySubject ? (m.headers?.get("Trackhook-Original-Subject") ?? "") : m.subject;
+    const source = this.#sourceOf(subject);
+    const deliveryId = `${this.#label}/${source}/${encodeURIComponent(message.messageId)}`;
     headers[DELIVERY_ID_HEADER] = deliveryId;
     const keys = this.#signingKeys;
     if (keys) {
@@ -324,7 +331,8 @@ export class DestinationWorker {
    * Attempt records are published without waiting for a PubAck: a lost record only loses
    * history, and waiting cost a round trip per message. They leave with the turn's other traffic.
    */
-  #record(m: JsMsg, message: DeliverableMessage, attempt: number, results: SendResult[]): void {
+  /** @param sentAt when the round's requests were sent (records are written when the last one ends). */
+  #record(m: JsMsg, message: DeliverableMessage, attempt: number, sentAt: number, results: SendResult[]): void {
     const replay = m.subject === this.#replaySubject ? ({ replay: true } as const) : {};
     for (const r of results) {
       const o = r.outcome;
@@ -334,7 +342,7 @@ export class DestinationWorker {
       if (error === "timeout") this.#logTimeout(r.url, message.messageId, attempt);
       const record: AttemptRecord = {
         destination: this.#label, url: this.#shownUrl(r.url), messageId: message.messageId, streamSequence: m.seq, attempt,
-        outcome: o.kind, latencyMs: Math.round(r.latencyMs), at: isoTimestamp(Date.now()), ...replay,
+        outcome: o.kind, latencyMs: Math.round(r.latencyMs), at: isoTimestamp(sentAt), ...replay,
         ...(status !== undefined ? { status } : {}), ...(error ? { error } : {}), ...(r.responseSnippet ? { response: r.responseSnippet } : {}),
       };
       // As bytes: nats.js would encode a string with TextEncoder, which allocates per call
@@ -348,6 +356,18 @@ export class DestinationWorker {
         }
       });
     }
+  }
+
+  /** The source of an event subject, remembered: a destination reads a few sources' few types. */
+  #sourceOf(subject: string): string {
+    let source = this.#sources.get(subject);
+    if (source === undefined) {
+      // "-" cannot be a source's name (a DNS label): a message of no known subject is still delivered.
+      source = sourceOfEventSubject(subject) ?? "-";
+      if (this.#sources.size >= 1024) this.#sources.clear();
+      this.#sources.set(subject, source);
+    }
+    return source;
   }
 
   /** A URL as records and logs show it (redacted). */

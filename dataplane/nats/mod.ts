@@ -1,6 +1,6 @@
 export {
   EVENTS_STREAM, EVENTS_SUBJECTS, REPLAY_SUBJECTS, DLQ_STREAM, DLQ_SUBJECTS, ATTEMPTS_STREAM, ATTEMPTS_SUBJECTS, CONSUMER_PREFIX,
-  eventSubject, eventMsgId, namespaceSubjects, sourceSubjects, replaySubject, dlqSubject, attemptsSubject, consumerName, parseConsumerName,
+  eventSubject, eventMsgId, namespaceSubjects, sourceSubjects, sourceOfEventSubject, replaySubject, dlqSubject, attemptsSubject, consumerName, parseConsumerName,
 } from "./subjects.ts";
 export { eventsStreamConfig, dlqStreamConfig, attemptsStreamConfig, ensureStream, hasMessagesOn, isStreamNotFound, isConsumerNotFound, DEFAULT_SIDE_STREAM, type EventsStreamSettings, type SideStreamSettings } from "./streams.ts";
 export { connectNats, type ConnectOptions } from "./connect.ts";

@@ -20,6 +20,12 @@ export function eventSubject(namespace: string, source: string, type: StoredType
   return `trackhook.events.${namespace}.${source}.${type}`;
 }
 
+/** The source of an event subject (`trackhook.events.<namespace>.<source>.<type>`); undefined for other subjects. */
+export function sourceOfEventSubject(subject: string): string | undefined {
+  const parts = subject.split(".");
+  return parts.length === 5 && parts[0] === "trackhook" && parts[1] === "events" ? parts[3] : undefined;
+}
+
 /** The subjects of a source's messages, for a destination's consumer filter. */
 export function sourceSubjects(namespace: string, source: string): string {
   return `trackhook.events.${namespace}.${source}.>`;

@@ -58,7 +58,7 @@ describe("payloads, headers and signatures", () => {
       expect(r.headers["x-team"]).toBe("growth");
       expect(r.headers["x-signature"]).toBe(createHmac("sha1", "s3cret").update(r.body).digest("hex"));
       const body = JSON.parse(r.body.toString());
-      expect(r.headers["x-delivery-id"]).toBe(`default/kinds/${body.messageId}`);
+      expect(r.headers["x-delivery-id"]).toBe(`default/kinds/kinds/${body.messageId}`);
       expect(body).toMatchObject({ version: 1, timestamp: expect.any(String), context: expect.any(Object) });
     }
     const body = (id: string) => JSON.parse(byId.get(id)!.body.toString());
@@ -270,11 +270,25 @@ describe("a stored message that is not JSON", () => {
 });
 
 describe("review regressions", () => {
+  it("the same messageId from two sources of one destination gets two delivery ids (regression: a receiver dropping repeats lost the second)", async () => {
+    const shopKey = env.addSource("shop-a");
+    const appKey = env.addSource("shop-b");
+    await env.setDestination("both-shops", { sources: ["shop-a", "shop-b"], urls: [env.receiver.url("/both-shops")], secret: "s3cret", standardWebhooks: true });
+    await send(shopKey, "/v1/track", { userId: "alice", event: "Order Completed", messageId: "order-1001" });
+    await send(appKey, "/v1/track", { userId: "bob", event: "Order Completed", messageId: "order-1001" });
+    const requests = await env.receiver.waitFor("/both-shops", 2);
+    const ids = requests.map((r) => [JSON.parse(r.body.toString()).userId, r.headers["x-delivery-id"], r.headers["webhook-id"]]);
+    expect(ids.sort()).toEqual([
+      ["alice", "default/both-shops/shop-a/order-1001", "default/both-shops/shop-a/order-1001"],
+      ["bob", "default/both-shops/shop-b/order-1001", "default/both-shops/shop-b/order-1001"],
+    ]);
+  });
+
   it("a messageId with characters a header cannot hold is delivered, its delivery id encoded", async () => {
     const key = await addDestination("unicode", { urls: [env.receiver.url("/unicode")], standardWebhooks: true, secret: "s3cret" });
     await send(key, "/v1/track", { userId: "u1", event: "Unicode", messageId: "✓-3" });
     const [r] = await env.receiver.waitFor("/unicode", 1);
-    expect(r!.headers["x-delivery-id"]).toBe(`default/unicode/${encodeURIComponent("✓-3")}`);
+    expect(r!.headers["x-delivery-id"]).toBe(`default/unicode/unicode/${encodeURIComponent("✓-3")}`);
     expect(JSON.parse(r!.body.toString()).messageId).toBe("✓-3");
   });
 

@@ -269,7 +269,7 @@ describe("trackhook deliver SIGKILLed mid-run", () => {
     expect([...seen.keys()].filter((id) => !sentIds.has(id))).toEqual([]);
     // Every copy of a message carries the one stable delivery id receivers deduplicate on.
     for (const [id, deliveryIds] of seen) {
-      expect(new Set(deliveryIds), id).toEqual(new Set([`default/${DESTINATION}/${id}`]));
+      expect(new Set(deliveryIds), id).toEqual(new Set([`default/${DESTINATION}/${DESTINATION}/${id}`])); // the source is named as the destination
     }
     // The restarted process is still running.
     expect(deliverer.child.exitCode).toBeNull();
