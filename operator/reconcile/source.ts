@@ -31,24 +31,24 @@ async function applySource(ctx: OperatorContext, namespace: string, name: string
     await setReady(ctx, source, { status: "False", reason: first!.reason, message: `${first!.field}: ${first!.message}; the source accepts no messages` });
     return;
   }
-  // Two Sources with one key: the older keeps it whatever order they are reconciled in, so
-  // copying another tenant's key into a new Source never takes its traffic. Created in the same
-  // second (the timestamps' resolution), the one already in effect keeps it.
+  // Two Sources with one key: the one in effect keeps it, whatever their ages, so that neither
+  // a new Source nor an old one whose Secret is edited can take another tenant's key (and its
+  // traffic); who holds which key is read back from the bucket before the first reconcile. A
+  // holder whose Source is gone (its removal not reconciled yet) holds nothing.
   const id = `${namespace}/${name}`;
-  const created = (ns: string, n: string) => ctx.sources.get(ns, n)?.metadata.creationTimestamp ?? "9999";
   const clash = [...digests].find(([other, digest]) => other !== id && digest === result.value.writeKeySha256);
   if (clash) {
     const [otherNs, otherName] = clash[0].split("/") as [string, string];
-    if (ctx.sources.get(otherNs, otherName) && created(otherNs, otherName) <= created(namespace, name)) {
+    if (ctx.sources.get(otherNs, otherName)) {
       digests.delete(id);
       await ctx.config.delete(key);
-      await setReady(ctx, source, { status: "False", reason: "DuplicateWriteKey", message: `Source ${clash[0]} already uses the same write key; give each Source its own` });
+      // Another namespace's Source is not named: the key may have been copied from a public page.
+      const holder = otherNs === namespace ? `Source ${clash[0]}` : "a Source in another namespace";
+      await setReady(ctx, source, { status: "False", reason: "DuplicateWriteKey", message: `${holder} already uses the same write key; give each Source its own` });
       return;
     }
-    // This one is older: it takes the key, and the other is reconciled again (and refused).
     digests.delete(clash[0]);
     await ctx.config.delete(sourceKey(otherNs, otherName));
-    ctx.requeue("Source", otherNs, otherName);
   }
   const previous = digests.get(id);
   digests.set(id, result.value.writeKeySha256);

@@ -43,3 +43,29 @@ describe("a copied write key after an operator restart", () => {
     }
   });
 });
+
+describe("an older Source edited to another's write key", () => {
+  it("is refused; the Source in effect keeps the key and its traffic (regression: the older by creationTimestamp took it)", async () => {
+    const operator = await startOperator(env);
+    try {
+      await env.apply([secretYaml("old-key", { writeKey: "old-own-key" }), sourceYaml("old-tenant", { name: "old-key" })].join("---\n"));
+      await env.waitReady("Source", "old-tenant");
+      // Created a second later, so that old-tenant is the older by its creationTimestamp.
+      await new Promise((r) => setTimeout(r, 1100));
+      await env.apply([secretYaml("new-key", { writeKey: "public-snippet-key" }), sourceYaml("new-tenant", { name: "new-key" })].join("---\n"));
+      await env.waitReady("Source", "new-tenant");
+      const kv = await new Kvm(env.nats.nc).open(CONFIG_BUCKET);
+      const newEntry = await kv.get(sourceKey(env.namespace, "new-tenant"));
+
+      await env.apply(secretYaml("old-key", { writeKey: "public-snippet-key" }));
+      const refused = await env.waitReady("Source", "old-tenant", "False");
+      expect(refused.status!.conditions![0]).toMatchObject({ reason: "DuplicateWriteKey", message: expect.stringContaining(`Source ${env.namespace}/new-tenant already uses the same write key`) });
+      expect((await kv.get(sourceKey(env.namespace, "old-tenant")))?.operation).not.toBe("PUT");
+      const kept = await env.waitReady("Source", "new-tenant");
+      expect(kept.status!.conditions![0]).toMatchObject({ status: "True" });
+      expect((await kv.get(sourceKey(env.namespace, "new-tenant")))?.revision).toBe(newEntry?.revision);
+    } finally {
+      await operator.stop();
+    }
+  });
+});
