@@ -64,6 +64,15 @@ export const RESERVED_WEBHOOK_HEADERS: readonly string[] = [
   "proxy-connection", "content-encoding", "x-signature", "x-delivery-id", "webhook-id", "webhook-timestamp", "webhook-signature",
 ];
 
+/**
+ * What HTTP lets a header value hold (RFC 9110: tab, space, visible ASCII and obs-text), the check
+ * undici makes before sending: a value outside it fails every request without one being sent.
+ * Valid as a JavaScript and as an RE2 (CEL) regular expression.
+ */
+export const HEADER_VALUE = "^[\\t\\x20-\\x7e\\x80-\\xff]*$";
+/** Why a header value is refused, in the CRD's CEL rule and in compile's problems alike. */
+export const HEADER_VALUE_REASON = "may hold only tabs, spaces, visible ASCII and Latin-1 characters (HTTP allows no others in a header)";
+
 const WebhookHeader = Type.Object(
   {
     name: Type.String({ minLength: 1, maxLength: 256, pattern: HEADER_NAME, description: "HTTP header name." }),
@@ -84,9 +93,47 @@ const WebhookHeader = Type.Object(
         rule: `!(self.name.lowerAscii() in [${RESERVED_WEBHOOK_HEADERS.map((h) => `'${h}'`).join(", ")}])`,
         message: `this header ${RESERVED_HEADER_REASON}`,
       },
+      { rule: `!has(self.value) || self.value.matches(r'${HEADER_VALUE}')`, message: `the value ${HEADER_VALUE_REASON}`, fieldPath: ".value" },
     ],
   },
 );
+
+/** Why a URL with no host or an impossible port is refused, in the CRD's CEL rule and in compile's problems alike. */
+export const URL_HOST_REASON = "needs a host, and a port (if given) from 1 to 65535";
+/** Why the same URL twice is refused: the receiver would get every message twice. */
+export const URL_DUPLICATE_REASON = "is listed twice: the receiver would get every message twice";
+
+/** Bounds of a duration field, as Go durations: the CRD's CEL rule and compile's check share them. */
+export interface DurationBounds {
+  min: string;
+  max: string;
+}
+
+/**
+ * spec.timeout. The spec's receivers answer within 5 s (the default). Under a second, a TLS
+ * handshake and ordinary latency would fail as timeouts; over 30 s, a delivery pod shutting down
+ * could not finish its requests within the chart's 60 s grace period, and a crashed worker's
+ * messages would wait longer to be redelivered (ack_wait is timeout + 30 s).
+ */
+export const TIMEOUT_BOUNDS: DurationBounds = { min: "1s", max: "30s" };
+
+/**
+ * spec.retryWindow. The spec retries for up to four hours (the default). Seconds are allowed so
+ * that trials and tests dead-letter quickly. A week covers a receiver down over a long weekend;
+ * past that a person has to look, and dead letters (kept 14 days) with `trackhook replay` are the
+ * tool. The events stream must keep messages longer than the window (`--stream-max-age`, 72h by
+ * default, is raised for windows of days).
+ */
+export const RETRY_WINDOW_BOUNDS: DurationBounds = { min: "1s", max: "168h" };
+
+/** Why a duration is refused, in the CRD's CEL rule and in compile's problems alike. */
+export const durationBoundsReason = ({ min, max }: DurationBounds): string => `must be from ${min} to ${max}`;
+
+/** Kubernetes' CEL duration() reads Go durations, of which DURATION_PATTERN is a subset. */
+const durationRule = (bounds: DurationBounds) => ({
+  rule: `duration(self) >= duration('${bounds.min}') && duration(self) <= duration('${bounds.max}')`,
+  message: durationBoundsReason(bounds),
+});
 
 export const WebhookDestinationSpec = Type.Object(
   {
@@ -116,6 +163,13 @@ export const WebhookDestinationSpec = Type.Object(
             rule: "self.all(u, isURL(u) && url(u).getScheme() in ['http', 'https'])",
             message: "every URL must be an http or https URL",
           },
+          {
+            // isURL accepts "http://:8080/" and any number as a port; undici can send to neither.
+            // The size check first: int() of a longer number fails with a conversion error instead.
+            rule: "self.all(u, !isURL(u) || (url(u).getHostname() != '' && (url(u).getPort() == '' || (url(u).getPort().size() <= 5 && int(url(u).getPort()) >= 1 && int(url(u).getPort()) <= 65535))))",
+            message: `every URL ${URL_HOST_REASON}`,
+          },
+          { rule: "self.all(u, self.filter(x, x == u).size() == 1)", message: `a URL ${URL_DUPLICATE_REASON}` },
         ],
       },
     ),
@@ -125,10 +179,22 @@ export const WebhookDestinationSpec = Type.Object(
     sharedSecretRef: Type.Optional(SecretKeySelector("the shared secret that signs requests (X-Signature)")),
     enabled: Type.Optional(Type.Boolean({ default: true, description: "When false, nothing is delivered." })),
     timeout: Type.Optional(
-      Type.String({ default: "5s", pattern: DURATION_PATTERN, maxLength: 32, description: "Time allowed for one whole request, e.g. 5s." }),
+      Type.String({
+        default: "5s",
+        pattern: DURATION_PATTERN,
+        maxLength: 32,
+        description: `Time allowed for one whole request, e.g. 5s (from ${TIMEOUT_BOUNDS.min} to ${TIMEOUT_BOUNDS.max}).`,
+        "x-kubernetes-validations": [durationRule(TIMEOUT_BOUNDS)],
+      }),
     ),
     retryWindow: Type.Optional(
-      Type.String({ default: "4h", pattern: DURATION_PATTERN, maxLength: 32, description: "How long a message is retried, from the time it was stored, e.g. 4h." }),
+      Type.String({
+        default: "4h",
+        pattern: DURATION_PATTERN,
+        maxLength: 32,
+        description: `How long a message is retried, from the time it was stored, e.g. 4h (from ${RETRY_WINDOW_BOUNDS.min} to ${RETRY_WINDOW_BOUNDS.max}).`,
+        "x-kubernetes-validations": [durationRule(RETRY_WINDOW_BOUNDS)],
+      }),
     ),
     maxInFlight: Type.Optional(
       Type.Integer({ default: 100, minimum: 1, maximum: 10_000, description: "Most messages in delivery at once for this destination." }),

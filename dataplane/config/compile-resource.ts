@@ -3,10 +3,18 @@
 // means the same thing on a laptop and in a cluster.
 import { createHash } from "node:crypto";
 import {
+  HEADER_VALUE,
+  HEADER_VALUE_REASON,
   RESERVED_HEADER_REASON,
   RESERVED_WEBHOOK_HEADERS,
+  RETRY_WINDOW_BOUNDS,
+  TIMEOUT_BOUNDS,
+  URL_DUPLICATE_REASON,
+  URL_HOST_REASON,
+  durationBoundsReason,
   parseDuration,
   type CompiledDestination,
+  type DurationBounds,
   type CompiledSource,
   type SourceDocument,
   type WebhookDestinationDocument,
@@ -103,6 +111,44 @@ export function resolveSourceNames(spec: WebhookDestinationDocument["spec"], sou
 }
 
 const RESERVED_HEADERS = new Set(RESERVED_WEBHOOK_HEADERS);
+const HEADER_VALUE_RE = new RegExp(HEADER_VALUE);
+
+/**
+ * Why a webhook URL could never be sent to, or undefined. The schema's pattern lets through what
+ * only a URL parser can refuse: "http://:8080/" (no host) or a port past 65535 would dead-letter
+ * every message as `network_error` while the destination looked fine. Port 0 parses but cannot be
+ * dialled.
+ */
+function urlProblem(text: string): string | undefined {
+  // The authority as written: new URL() refuses both cases with the same bare "Invalid URL".
+  const authority = /^[a-z][a-z0-9+.-]*:\/\/([^/?#]*)/i.exec(text)?.[1] ?? "";
+  const [, host = "", port] = /^(\[[^\]]*\]|[^:]*)(?::(.*))?$/.exec(authority) ?? [];
+  if (host === "" || (port !== undefined && port !== "" && !(/^[0-9]+$/.test(port) && Number(port) >= 1 && Number(port) <= 65535))) {
+    return URL_HOST_REASON;
+  }
+  try {
+    new URL(text);
+  } catch {
+    return "is not a valid URL (a malformed host?)";
+  }
+  return undefined;
+}
+
+/** A duration field within its bounds, in ms; a problem naming the field otherwise. */
+function boundedDuration(field: string, text: string, bounds: DurationBounds, problems: Problem[]): number {
+  let ms: number;
+  try {
+    ms = parseDuration(text);
+  } catch (err) {
+    problems.push({ reason: "InvalidSpec", field, message: (err as Error).message });
+    return 0;
+  }
+  // Within bounds also keeps it a safe integer, and ack_wait (timeout + 30 s) within JetStream's range.
+  if (!(ms >= parseDuration(bounds.min) && ms <= parseDuration(bounds.max))) {
+    problems.push({ reason: "InvalidSpec", field, message: `${text} ${durationBoundsReason(bounds)}` });
+  }
+  return ms;
+}
 
 /**
  * A validated WebhookDestination → its compiled form, with Secrets read and the source selector
@@ -133,13 +179,37 @@ export function compileDestination(
     seen.add(lower);
     const field = header.valueFrom ? `spec.headers[${i}].valueFrom.secretKeyRef` : `spec.headers[${i}].value`;
     const value = header.valueFrom ? (secretValue(secrets, namespace, field, header.valueFrom.secretKeyRef, problems) ?? "") : (header.value ?? "");
-    // HTTP forbids these in a header value; every request would fail while Ready said True.
+    // undici refuses such a value before sending: every message would be dead-lettered while Ready said True.
+    const reason = header.valueFrom ? "SecretValueInvalid" : "InvalidSpec";
     if (/[\r\n\0]/.test(value)) {
-      problems.push({ reason: header.valueFrom ? "SecretValueInvalid" : "InvalidSpec", field, message: `the value of header ${header.name} contains a line break or NUL (a trailing newline from --from-file?)` });
+      problems.push({ reason, field, message: `the value of header ${header.name} contains a line break or NUL (a trailing newline from --from-file?)` });
+    } else if (!HEADER_VALUE_RE.test(value)) {
+      // A literal value's offending character is shown; a Secret's value is never.
+      const bad = header.valueFrom ? undefined : [...value].find((c) => !HEADER_VALUE_RE.test(c));
+      const shown = bad === undefined ? "" : ` (here U+${bad.codePointAt(0)!.toString(16).toUpperCase().padStart(4, "0")})`;
+      problems.push({ reason, field, message: `the value of header ${header.name} ${HEADER_VALUE_REASON}${shown}` });
     }
     return { name: header.name, value };
   });
+  const urls = new Map<string, number>(); // normalised URL -> its first index
+  for (const [i, text] of spec.urls.entries()) {
+    const problem = urlProblem(text);
+    if (problem) {
+      problems.push({ reason: "InvalidSpec", field: `spec.urls[${i}]`, message: problem });
+      continue;
+    }
+    const href = new URL(text).href; // "https://A.example" and "https://a.example/" are one receiver
+    const first = urls.get(href);
+    if (first !== undefined) problems.push({ reason: "InvalidSpec", field: `spec.urls[${i}]`, message: `${URL_DUPLICATE_REASON} (as spec.urls[${first}])` });
+    else urls.set(href, i);
+  }
+  const timeoutMs = boundedDuration("spec.timeout", spec.timeout ?? "5s", TIMEOUT_BOUNDS, problems);
+  const retryWindowMs = boundedDuration("spec.retryWindow", spec.retryWindow ?? "4h", RETRY_WINDOW_BOUNDS, problems);
   const sharedSecret = spec.sharedSecretRef ? secretValue(secrets, namespace, "spec.sharedSecretRef", spec.sharedSecretRef, problems) : undefined;
+  if (sharedSecret !== undefined && sharedSecret.trim() !== sharedSecret) {
+    // The receiver holds the secret without it: every signature would be wrong.
+    problems.push({ reason: "SecretValueInvalid", field: "spec.sharedSecretRef", message: `the shared secret in Secret ${namespace}/${spec.sharedSecretRef!.name} starts or ends with whitespace (a trailing newline from --from-file?)` });
+  }
   if (spec.standardWebhooks && !spec.sharedSecretRef) {
     problems.push({ reason: "InvalidSpec", field: "spec.standardWebhooks", message: "needs spec.sharedSecretRef (the signature's key)" });
   }
@@ -154,8 +224,8 @@ export function compileDestination(
       urls: spec.urls,
       headers,
       ...(sharedSecret ? { sharedSecret } : {}),
-      timeoutMs: parseDuration(spec.timeout ?? "5s"),
-      retryWindowMs: parseDuration(spec.retryWindow ?? "4h"),
+      timeoutMs,
+      retryWindowMs,
       maxInFlight: spec.maxInFlight ?? 100,
       standardWebhooks: spec.standardWebhooks ?? false,
       ...createdAt(doc.metadata),

@@ -4,7 +4,8 @@ import { mkdtempSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { describe, expect, it } from "vitest";
-import { ConfigError, loadConfigFile, sha256Hex } from "../../dataplane/config/mod.ts";
+import { ConfigError, compileDestination, loadConfigFile, sha256Hex } from "../../dataplane/config/mod.ts";
+import type { WebhookDestinationDocument } from "../../schema/mod.ts";
 
 function configDir(files: Record<string, string>): string {
   const dir = mkdtempSync(join(tmpdir(), "trackhook-config-"));
@@ -23,6 +24,14 @@ apiVersion: trackhook.io/v1alpha1
 kind: Source
 metadata: { name: ${name} }
 spec: { writeKeySecretRef: { name: ${secretName}, key: ${key} }${extra} }
+`;
+
+/** A destination of Source web with one URL unless `extra` (more spec lines, each indented two spaces) gives urls. */
+const destination = (name: string, extra = "") => `apiVersion: trackhook.io/v1alpha1
+kind: WebhookDestination
+metadata: { name: ${name} }
+spec:
+  sources: [web]${extra.includes("urls:") ? "" : `\n  urls: ["https://hooks.example.com/in"]`}${extra}
 `;
 
 function problemsOf(path: string): string[] {
@@ -198,9 +207,83 @@ spec: { sources: [web], urls: ["https://hooks.example.com/in"], timeout: 5, retr
 `].join("---\n"),
     });
     const text = problemsOf(dir).join("\n");
-    expect(text).toMatch(/spec.timeout: must be string \(Time allowed for one whole request, e.g. 5s.\)/);
-    expect(text).toMatch(/spec.retryWindow: is not valid: How long a message is retried, from the time it was stored, e.g. 4h./);
+    expect(text).toMatch(/spec.timeout: must be string \(Time allowed for one whole request, e.g. 5s \(from 1s to 30s\).\)/);
+    expect(text).toMatch(/spec.retryWindow: is not valid: How long a message is retried, from the time it was stored, e.g. 4h \(from 1s to 168h\)./);
     expect(text).not.toMatch(/pattern/);
+  });
+
+  it("rejects URLs no request can go to, and one URL listed twice (regression: accepted, then every message dead-lettered or sent twice)", () => {
+    const dir = configDir({
+      "a.yaml": [secret("k", "writeKey", "x"), source("web", "k", "writeKey"), destination("urls", `
+  urls: ["http://:47311/ok", "http://example.com:99999/x", "http://example.com:0/x", "https://Hooks.example.com", "https://hooks.example.com/"]`)].join("---\n"),
+    });
+    expect(problemsOf(dir)).toEqual([
+      expect.stringMatching(/document 3 \(WebhookDestination urls\): spec.urls\[0\]: needs a host, and a port \(if given\) from 1 to 65535$/),
+      expect.stringMatching(/WebhookDestination urls\): spec.urls\[1\]: needs a host, and a port \(if given\) from 1 to 65535$/),
+      expect.stringMatching(/WebhookDestination urls\): spec.urls\[2\]: needs a host, and a port \(if given\) from 1 to 65535$/),
+      expect.stringMatching(/WebhookDestination urls\): spec.urls\[4\]: is listed twice: the receiver would get every message twice \(as spec.urls\[3\]\)$/),
+    ]);
+  });
+
+  it("takes URLs with an IPv6 host, an explicit port or an empty one", () => {
+    const dir = configDir({
+      "a.yaml": [secret("k", "writeKey", "x"), source("web", "k", "writeKey"), destination("ok", `
+  urls: ["http://[::1]:8080/in", "https://hooks.example.com:65535/in", "http://hooks.example.com:/in"]`)].join("---\n"),
+    });
+    expect(loadConfigFile(dir).destinations[0]!.urls).toHaveLength(3);
+  });
+
+  it("rejects a header value HTTP cannot carry, naming the header (regression: every message dead-lettered as network_error, no request sent)", () => {
+    const dir = configDir({
+      "a.yaml": [secret("k", "writeKey", "x"), secret("tok", "token", "Bearer 😀"), source("web", "k", "writeKey"), destination("hdr", `
+  headers:
+    - { name: X-Emoji, value: "hi 😀" }
+    - { name: X-Bell, value: "a\\u0007b" }
+    - { name: X-Latin, value: "café\\tau lait" }
+    - { name: Authorization, valueFrom: { secretKeyRef: { name: tok, key: token } } }`)].join("---\n"),
+    });
+    expect(problemsOf(dir)).toEqual([
+      expect.stringMatching(/WebhookDestination hdr\): spec.headers\[0\].value: the value of header X-Emoji may hold only tabs, spaces, visible ASCII and Latin-1 characters .* \(here U\+1F600\)$/),
+      expect.stringMatching(/spec.headers\[1\].value: the value of header X-Bell may hold only .* \(here U\+0007\)$/),
+      // A Secret's value is never shown, not even one character of it.
+      expect.stringMatching(/spec.headers\[3\].valueFrom.secretKeyRef: the value of header Authorization may hold only .*\(HTTP allows no others in a header\)$/),
+    ]);
+  });
+
+  it("rejects a shared secret with a trailing newline, as write keys and header values (regression: every signature was wrong)", () => {
+    const dir = configDir({
+      "a.yaml": [secret("k", "writeKey", "x"), secret("hook", "secret", "signing-secret\n"), source("web", "k", "writeKey"), destination("signed", `
+  sharedSecretRef: { name: hook, key: secret }`)].join("---\n"),
+    });
+    expect(problemsOf(dir)).toEqual([
+      expect.stringMatching(/WebhookDestination signed\): spec.sharedSecretRef: the shared secret in Secret default\/hook starts or ends with whitespace \(a trailing newline from --from-file\?\)$/),
+    ]);
+  });
+
+  it("bounds timeout and retryWindow, naming the field (regression: 0s failed with only destinations[0].timeoutMs, 9999999999h overflowed ack_wait)", () => {
+    const dir = configDir({
+      "a.yaml": [
+        secret("k", "writeKey", "x"),
+        source("web", "k", "writeKey"),
+        destination("zero", "\n  timeout: 0s\n  retryWindow: 0s"),
+        destination("tiny", "\n  timeout: 0.1ms"),
+        destination("huge", "\n  timeout: 9999999999h\n  retryWindow: 169h"),
+      ].join("---\n"),
+    });
+    expect(problemsOf(dir)).toEqual([
+      expect.stringMatching(/document 3 \(WebhookDestination zero\): spec.timeout: 0s must be from 1s to 30s$/),
+      expect.stringMatching(/document 3 \(WebhookDestination zero\): spec.retryWindow: 0s must be from 1s to 168h$/),
+      expect.stringMatching(/document 4 \(WebhookDestination tiny\): spec.timeout: 0.1ms must be from 1s to 30s$/),
+      expect.stringMatching(/document 5 \(WebhookDestination huge\): spec.timeout: 9999999999h must be from 1s to 30s$/),
+      expect.stringMatching(/document 5 \(WebhookDestination huge\): spec.retryWindow: 169h must be from 1s to 168h$/),
+    ]);
+  });
+
+  it("takes the bounds themselves: seconds-long retry windows (as tests use) up to a week", () => {
+    const dir = configDir({
+      "a.yaml": [secret("k", "writeKey", "x"), source("web", "k", "writeKey"), destination("low", "\n  timeout: 1s\n  retryWindow: 1s"), destination("high", "\n  timeout: 30s\n  retryWindow: 168h")].join("---\n"),
+    });
+    expect(loadConfigFile(dir).destinations.map((d) => [d.timeoutMs, d.retryWindowMs])).toEqual([[1000, 1000], [30_000, 604_800_000]]);
   });
 
   it("rejects two Sources sharing one write key", () => {
@@ -222,5 +305,42 @@ spec: { sources: [web], urls: ["https://hooks.example.com/in"], timeout: 5, retr
 
   it("reports a missing path", () => {
     expect(problemsOf("/no/such/trackhook/config")).toEqual(["/no/such/trackhook/config: no such file or directory"]);
+  });
+});
+
+describe("a WebhookDestination as the operator compiles it", () => {
+  // The operator shows the first problem's reason as Ready=False's reason, and the field in its message.
+  const compile = (spec: Partial<WebhookDestinationDocument["spec"]>, secrets: Record<string, string> = {}) =>
+    compileDestination(
+      "shop",
+      { apiVersion: "trackhook.io/v1alpha1", kind: "WebhookDestination", metadata: { name: "hook" }, spec: { sources: ["web"], urls: ["https://hooks.example.com/in"], ...spec } },
+      [{ name: "web" }],
+      (_namespace, name) => (name === "hook-secret" ? new Map(Object.entries(secrets)) : undefined),
+    );
+  const reasons = (result: ReturnType<typeof compile>) => (result.ok ? [] : result.problems.map((p) => `${p.reason} ${p.field}`));
+
+  it("a shared secret with surrounding whitespace is SecretValueInvalid", () => {
+    for (const value of ["s3cret\n", " s3cret", "s3cret\t"]) {
+      expect(reasons(compile({ sharedSecretRef: { name: "hook-secret", key: "secret" } }, { secret: value }))).toEqual(["SecretValueInvalid spec.sharedSecretRef"]);
+    }
+    expect(compile({ sharedSecretRef: { name: "hook-secret", key: "secret" } }, { secret: "s3cret" }).ok).toBe(true);
+  });
+
+  it("a header value from a Secret that HTTP cannot carry is SecretValueInvalid; a literal one InvalidSpec", () => {
+    const result = compile(
+      { headers: [{ name: "Authorization", valueFrom: { secretKeyRef: { name: "hook-secret", key: "token" } } }, { name: "X-Emoji", value: "😀" }] },
+      { token: "Bearer ✓" },
+    );
+    expect(reasons(result)).toEqual(["SecretValueInvalid spec.headers[0].valueFrom.secretKeyRef", "InvalidSpec spec.headers[1].value"]);
+    expect(JSON.stringify(result)).not.toContain("✓");
+  });
+
+  it("bad URLs and out-of-bounds durations are InvalidSpec, each naming its field", () => {
+    expect(reasons(compile({ urls: ["http://:47311/ok", "https://a.example/x", "https://a.example/x"], timeout: "0s", retryWindow: "9999999999h" }))).toEqual([
+      "InvalidSpec spec.urls[0]",
+      "InvalidSpec spec.urls[2]",
+      "InvalidSpec spec.timeout",
+      "InvalidSpec spec.retryWindow",
+    ]);
   });
 });
