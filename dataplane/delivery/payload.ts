@@ -50,8 +50,13 @@ export function signingKeys(sharedSecret: string): SigningKeys {
   return { xSignature: createSecretKey(Buffer.from(sharedSecret, "utf8")), standardWebhooks: standardWebhooksKey(sharedSecret) };
 }
 
-/** Standard base64 with its padding: what the Standard Webhooks libraries accept as a secret. */
-const BASE64 = /^(?:[A-Za-z0-9+/]{4})+(?:[A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)?$|^(?:[A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)$/;
+/**
+ * Standard base64, padded or not (at most two `=`), four characters at the least: what the
+ * JavaScript library's `new Webhook(secret)` decodes (@stablelib/base64), and Buffer.from(, "base64")
+ * decodes each such string to the same bytes. Taking only padded ones as base64 signed with the
+ * wrong key whenever a secret's padding had been dropped.
+ */
+const BASE64 = /^(?=.{4})[A-Za-z0-9+/]+={0,2}$/;
 
 /**
  * The Standard Webhooks key, as the official libraries derive it (`new Webhook(secret)`): the

@@ -74,8 +74,9 @@ describe("body and signatures", () => {
 
   it("Standard Webhooks signs id.timestamp.body with HMAC-SHA256, base64, v1 prefix", () => {
     const body = Buffer.from('{"type":"track"}');
-    const headers = standardWebhookHeaders("msg_1", 1700000000, body, "s3cret");
-    const expected = createHmac("sha256", "s3cret").update(`msg_1.1700000000.${body.toString()}`).digest("base64");
+    // Not base64 (a '-'), so its UTF-8 bytes are the key; "s3cret" would be base64 to the libraries.
+    const headers = standardWebhookHeaders("msg_1", 1700000000, body, "s3cret-key");
+    const expected = createHmac("sha256", "s3cret-key").update(`msg_1.1700000000.${body.toString()}`).digest("base64");
     expect(headers).toEqual({ "webhook-id": "msg_1", "webhook-timestamp": "1700000000", "webhook-signature": `v1,${expected}` });
     const key = Buffer.from("c2VjcmV0LWJ5dGVz", "base64");
     expect(standardWebhookHeaders("m", 1, body, "whsec_c2VjcmV0LWJ5dGVz")["webhook-signature"]).toBe(`v1,${createHmac("sha256", key).update(`m.1.${body.toString()}`).digest("base64")}`);
