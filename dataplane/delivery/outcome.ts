@@ -14,7 +14,9 @@ export type DeliveryErrorCode =
   | "dns_error"
   | "tls_verification_failed"
   | "private_address_refused"
-  | "network_error";
+  | "network_error"
+  /** No request: every URL was pausing (Retry-After, or not answering) for the whole window. */
+  | "url_paused";
 
 /** Retry-After is honoured within these bounds: a receiver cannot stall us for hours, nor make us hammer it. */
 export const RETRY_AFTER_BOUNDS_MS = { min: 1_000, max: 15 * 60_000 } as const;

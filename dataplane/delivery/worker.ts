@@ -15,6 +15,7 @@ import { routesTo } from "./routing.ts";
 import type { DeliveryMetrics } from "./metrics.ts";
 import type { ConcurrencyLimit } from "./limit.ts";
 import type { SendRequest, SendResult } from "./sender.ts";
+import { UrlPauses } from "./url-pause.ts";
 
 /** What the worker needs of an HTTP sender (dataplane/delivery/sender.ts). */
 export interface WebhookSending {
@@ -72,6 +73,8 @@ export interface DestinationWorkerDeps {
 
 /** The last round of a message comes this long before its retry window closes, at the latest. */
 const FINAL_ROUND_MARGIN_MS = 1_000;
+/** What a round that sent nothing (every URL pausing) came to, for its metrics and dead letter. */
+const URL_PAUSED: AttemptOutcome = { kind: "retry", error: "url_paused" };
 /** A last round is not scheduled sooner than this: it would retry URLs that just failed. */
 const MIN_FINAL_ROUND_DELAY_MS = 1_000;
 /** How often #rounds is swept of entries whose message finished elsewhere (another replica). */
@@ -99,6 +102,8 @@ export class DestinationWorker {
   readonly #metrics: DeliveryMetrics;
   readonly #label: string;
   readonly #sources = new Map<string, string>();
+  /** URLs that no message is sent to for a while (Retry-After, or not answering). */
+  readonly #pauses = new UrlPauses();
   readonly #limit: ConcurrencyLimit;
   readonly #share: ConcurrencyLimit;
   readonly #nc: NatsConnection;
@@ -205,14 +210,16 @@ export class DestinationWorker {
       this.#turn.add(() => m.ack());
       return;
     }
-    // Most messages carry no round state: they use the destination's list as it is.
+    // Most messages carry no round state, and most destinations no paused URL: they use the
+    // destination's list as it is.
     const round = this.#rounds.get(m.seq);
     let urls = this.destination.urls;
-    if (round) {
+    if (round || !this.#pauses.empty) {
       const now = Date.now();
-      urls = urls.filter((url) => !round.dead.has(url) && (round.notBefore.get(url) ?? 0) <= now);
+      urls = urls.filter((url) => !round?.dead.has(url) && (round?.notBefore.get(url) ?? 0) <= now && this.#pauses.claim(url, now, this.destination.timeoutMs));
       if (urls.length === 0) {
-        // Redelivered before any URL's pause ended (another replica's nak, say): wait on.
+        // Redelivered before any URL's pause ended (another replica's nak, or a pause of the
+        // URL's own): wait on, without an attempt.
         await this.#retryOrGiveUp(m, round, info.deliveryCount, deadline, undefined);
         return;
       }
@@ -236,6 +243,7 @@ export class DestinationWorker {
 
     const attempt = info.deliveryCount;
     this.#record(m, message, attempt, sentAt, results);
+    this.#notePauses(results);
     const outcome = combine(results.map((r) => r.outcome));
     if (outcome.kind === "delivered") {
       this.#rounds.delete(m.seq);
@@ -254,14 +262,20 @@ export class DestinationWorker {
   async #retryOrGiveUp(m: JsMsg, round: RoundState | undefined, attempt: number, deadline: number, results: SendResult[] | undefined): Promise<void> {
     const now = Date.now();
     const live = this.destination.urls.filter((url) => !round?.dead.has(url));
-    const last = round?.last ?? combine((results ?? []).map((r) => r.outcome));
+    const last = round?.last ?? (results ? combine(results.map((r) => r.outcome)) : URL_PAUSED);
     if (live.length === 0) {
       await this.#deadLetter(m, "permanent_failure", attempt, last);
       return;
     }
     // Whole milliseconds: nak() takes an integer delay.
     const remaining = Math.floor(deadline - now);
-    const dueAt = (url: string) => round?.notBefore.get(url);
+    // A URL is due when both its pause for this message (Retry-After) and its pause for all of
+    // them (Retry-After, or the breaker) have ended.
+    const dueAt = (url: string) => {
+      const own = round?.notBefore.get(url);
+      const all = this.#pauses.pausedUntil(url, now);
+      return all > 0 ? Math.max(all, own ?? 0) : own;
+    };
     const waits = live.map((url) => {
       const at = dueAt(url);
       return at === undefined ? undefined : Math.max(0, at - now);
@@ -355,6 +369,24 @@ export class DestinationWorker {
           this.#log.warn({ err: (err as Error).message }, "attempt record not published");
         }
       });
+    }
+  }
+
+  /** Lets the destination's URL pauses learn from a round; logs a URL's pause beginning and ending. */
+  #notePauses(results: SendResult[]): void {
+    const now = Date.now();
+    for (const r of results) {
+      const change = this.#pauses.note(r.url, r.outcome, now);
+      if (change?.kind === "paused") {
+        this.#log.warn(
+          { url: this.#shownUrl(r.url), reason: change.reason, pauseMs: change.forMs },
+          change.reason === "retry_after"
+            ? "webhook URL asked for a pause (Retry-After): no message is sent to it until it ends"
+            : "webhook URL is not answering: no message is sent to it for a while, then one tries it again (the destination's other URLs go on)",
+        );
+      } else if (change?.kind === "resumed") {
+        this.#log.info({ url: this.#shownUrl(r.url) }, "webhook URL answers again: messages are sent to it again");
+      }
     }
   }
 

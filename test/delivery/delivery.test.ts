@@ -308,6 +308,35 @@ describe("review regressions", () => {
     expect(info.num_ack_pending).toBe(0); // acked well before the hanging URL's timeout
   });
 
+  it("a backup URL that never answers does not hold back the URL that does (regression: 400 messages took 15 s, 20 a second)", async () => {
+    env.receiver.on("/dead-backup", () => {}); // never answers; the 1 s timeout ends each request
+    const key = await addDestination("backup", { urls: [env.receiver.url("/backup-ok"), env.receiver.url("/dead-backup")], timeout: "1s", maxInFlight: 10 });
+    const started = Date.now();
+    const batch = Array.from({ length: 200 }, (_, i) => ({ type: "track", userId: "u1", event: "Backed up", messageId: `backup-${i}` }));
+    await send(key, "/v1/batch", { batch });
+    await env.receiver.waitFor("/backup-ok", 200, 15_000);
+    // Held back, 200 messages 10 at a time would take 20 timeouts (20 s). The first rounds wait
+    // for the dead URL; once it is paused, the rest go at once.
+    expect(Date.now() - started).toBeLessThan(8_000);
+    expect(env.receiver.requests("/dead-backup").length).toBeLessThan(60);
+    expect(env.logs().some((l) => l.destination === "default/backup" && String(l.msg).startsWith("webhook URL is not answering"))).toBe(true);
+  });
+
+  it("a URL's Retry-After holds back the destination's next messages too, not only the one it answered (regression: they were sent at once)", async () => {
+    env.receiver.on("/ra-3s", (_req, n, res) => void (n === 0 ? res.writeHead(429, { "retry-after": "3" }).end("slow down") : res.end("ok")));
+    const key = await addDestination("ratelimited", { urls: [env.receiver.url("/ra-3s")] });
+    await send(key, "/v1/track", { userId: "u1", event: "First", messageId: "ra-1" });
+    const [first] = await env.receiver.waitFor("/ra-3s", 1);
+    await new Promise((r) => setTimeout(r, 200)); // the 429 reaches the worker
+    for (let i = 2; i <= 4; i++) await send(key, "/v1/track", { userId: "u1", event: "Next", messageId: `ra-${i}` });
+    await new Promise((r) => setTimeout(r, 1_500));
+    expect(env.receiver.requests("/ra-3s")).toHaveLength(1);
+    const all = await env.receiver.waitFor("/ra-3s", 5, 15_000);
+    for (const r of all.slice(1)) expect(r.at - first!.at).toBeGreaterThanOrEqual(3_000);
+    const delivered = new Set(all.slice(1).map((r) => JSON.parse(r.body.toString()).messageId));
+    expect(delivered).toEqual(new Set(["ra-1", "ra-2", "ra-3", "ra-4"]));
+  });
+
   it("a disabled destination is sent nothing more, even what it had buffered", async () => {
     env.receiver.on("/slow", (_req, _n, res) => void setTimeout(() => res.end("ok"), 200));
     const key = await addDestination("slow", { urls: [env.receiver.url("/slow")], maxInFlight: 2 });

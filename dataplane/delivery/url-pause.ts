@@ -1,0 +1,93 @@
+// Pauses that one destination's messages all respect, per URL: a Retry-After, and a circuit
+// breaker for a URL that does not answer at all. Without them every message waited for a dead
+// URL's whole timeout (holding its in-flight slot), so one hung backup URL cut a destination to
+// maxInFlight / timeout messages a second (20/s) while its other URL answered at once; and a
+// receiver that asked for a pause with Retry-After kept getting new messages.
+import type { AttemptOutcome, DeliveryErrorCode } from "./outcome.ts";
+
+export interface UrlPauseOptions {
+  /** Consecutive attempts without an HTTP answer that open the breaker. */
+  threshold: number;
+  /** The first pause; each reopening doubles it, up to maxMs. */
+  baseMs: number;
+  maxMs: number;
+}
+
+export const URL_PAUSE_DEFAULTS: UrlPauseOptions = Object.freeze({ threshold: 5, baseMs: 5_000, maxMs: 5 * 60_000 });
+
+/** Errors that mean no HTTP answer came: the receiver is down or unreachable, not refusing one message. */
+const UNREACHABLE: ReadonlySet<DeliveryErrorCode> = new Set(["timeout", "connection_refused", "connection_reset", "dns_error", "network_error"]);
+
+interface UrlState {
+  /** Not sent to before this (ms since the epoch). */
+  until: number;
+  /** Consecutive attempts without an answer. */
+  unreachable: number;
+  /** Times the breaker opened in a row, for the doubling. */
+  opened: number;
+}
+
+export type PauseChange =
+  | { kind: "paused"; reason: "unreachable" | "retry_after"; forMs: number }
+  | { kind: "resumed" };
+
+export class UrlPauses {
+  readonly #options: UrlPauseOptions;
+  readonly #urls = new Map<string, UrlState>();
+
+  constructor(options: UrlPauseOptions = URL_PAUSE_DEFAULTS) {
+    this.#options = options;
+  }
+
+  /** Whether no URL has any state: the common case, checked before anything else. */
+  get empty(): boolean {
+    return this.#urls.size === 0;
+  }
+
+  /** When the URL may next be sent to (0: it may now). Reads only. */
+  pausedUntil(url: string, now: number): number {
+    const state = this.#urls.get(url);
+    return state && state.until > now ? state.until : 0;
+  }
+
+  /**
+   * Whether a round may send to the URL now. Once a breaker's pause ends, one round is let
+   * through to probe it, and the others wait for the probe (up to `probeMs`, the timeout).
+   */
+  claim(url: string, now: number, probeMs: number): boolean {
+    const state = this.#urls.get(url);
+    if (!state) return true;
+    if (state.until > now) return false;
+    if (state.unreachable >= this.#options.threshold) state.until = now + probeMs;
+    return true;
+  }
+
+  /** Takes an attempt's outcome into account; says when the URL's pause begins or ends, to log. */
+  note(url: string, outcome: AttemptOutcome, now: number): PauseChange | undefined {
+    const state = this.#urls.get(url);
+    const error = "error" in outcome ? outcome.error : undefined;
+    if (outcome.kind === "retry" && error !== undefined && UNREACHABLE.has(error)) {
+      const s = state ?? { until: 0, unreachable: 0, opened: 0 };
+      this.#urls.set(url, s);
+      if (++s.unreachable < this.#options.threshold) return undefined;
+      const forMs = Math.min(this.#options.maxMs, this.#options.baseMs * 2 ** s.opened);
+      s.opened++;
+      s.until = now + forMs;
+      return { kind: "paused", reason: "unreachable", forMs };
+    }
+    if ("status" in outcome && outcome.status !== undefined) {
+      // An HTTP answer: the URL is reachable.
+      const wasOpen = state !== undefined && state.unreachable >= this.#options.threshold;
+      if (outcome.kind === "retry" && outcome.retryAfterMs !== undefined) {
+        // Concurrent rounds may each bring a Retry-After: the pause is told once.
+        const already = state !== undefined && state.until > now && !wasOpen;
+        this.#urls.set(url, { until: Math.max(now + outcome.retryAfterMs, already ? state.until : 0), unreachable: 0, opened: 0 });
+        return already ? undefined : { kind: "paused", reason: "retry_after", forMs: outcome.retryAfterMs };
+      }
+      if (state && (state.until <= now || wasOpen)) this.#urls.delete(url);
+      else if (state) state.unreachable = 0;
+      return wasOpen ? { kind: "resumed" } : undefined;
+    }
+    return undefined;
+  }
+}

@@ -1,0 +1,65 @@
+// The per-URL pauses every message of a destination respects: Retry-After, and the breaker for a
+// URL that does not answer at all. Pure logic, on a clock of its own.
+import { describe, expect, it } from "vitest";
+import { UrlPauses } from "../../dataplane/delivery/url-pause.ts";
+import type { AttemptOutcome } from "../../dataplane/delivery/outcome.ts";
+
+const URL = "https://hooks.example/a";
+const timeout: AttemptOutcome = { kind: "retry", error: "timeout" };
+const refused: AttemptOutcome = { kind: "retry", error: "connection_refused" };
+const ok: AttemptOutcome = { kind: "delivered", status: 200 };
+const options = { threshold: 3, baseMs: 1_000, maxMs: 3_000 };
+
+describe("UrlPauses", () => {
+  it("opens after `threshold` attempts in a row without an answer, and lets everything through before", () => {
+    const pauses = new UrlPauses(options);
+    expect(pauses.note(URL, timeout, 0)).toBeUndefined();
+    expect(pauses.note(URL, refused, 0)).toBeUndefined();
+    expect(pauses.claim(URL, 0, 500)).toBe(true);
+    expect(pauses.note(URL, timeout, 10)).toEqual({ kind: "paused", reason: "unreachable", forMs: 1_000 });
+    expect(pauses.claim(URL, 500, 500)).toBe(false);
+    expect(pauses.pausedUntil(URL, 500)).toBe(1_010);
+  });
+
+  it("an answer in between, even a 500, starts the count again", () => {
+    const pauses = new UrlPauses(options);
+    pauses.note(URL, timeout, 0);
+    pauses.note(URL, timeout, 0);
+    expect(pauses.note(URL, { kind: "retry", status: 500 }, 0)).toBeUndefined();
+    expect(pauses.note(URL, timeout, 0)).toBeUndefined();
+    expect(pauses.claim(URL, 1, 500)).toBe(true);
+  });
+
+  it("after the pause, one round probes; a failed probe reopens for twice as long (up to maxMs), an answer resumes", () => {
+    const pauses = new UrlPauses(options);
+    for (let i = 0; i < 3; i++) pauses.note(URL, timeout, 0);
+    expect(pauses.claim(URL, 1_000, 500)).toBe(true); // the probe
+    expect(pauses.claim(URL, 1_001, 500)).toBe(false); // the others wait for it
+    expect(pauses.note(URL, timeout, 1_500)).toEqual({ kind: "paused", reason: "unreachable", forMs: 2_000 });
+    expect(pauses.claim(URL, 3_500, 500)).toBe(true);
+    expect(pauses.note(URL, timeout, 4_000)).toEqual({ kind: "paused", reason: "unreachable", forMs: 3_000 });
+    expect(pauses.claim(URL, 7_000, 500)).toBe(true);
+    expect(pauses.note(URL, ok, 7_100)).toEqual({ kind: "resumed" });
+    expect(pauses.empty).toBe(true);
+    expect(pauses.claim(URL, 7_101, 500)).toBe(true);
+    expect(pauses.claim(URL, 7_102, 500)).toBe(true);
+  });
+
+  it("a Retry-After pauses the URL for every message, and is told once however many rounds bring it", () => {
+    const pauses = new UrlPauses(options);
+    const slowDown: AttemptOutcome = { kind: "retry", status: 429, retryAfterMs: 30_000 };
+    expect(pauses.note(URL, slowDown, 0)).toEqual({ kind: "paused", reason: "retry_after", forMs: 30_000 });
+    expect(pauses.note(URL, slowDown, 10)).toBeUndefined();
+    expect(pauses.claim(URL, 29_000, 500)).toBe(false);
+    expect(pauses.claim(URL, 30_010, 500)).toBe(true);
+    expect(pauses.note(URL, ok, 30_100)).toBeUndefined();
+    expect(pauses.empty).toBe(true);
+  });
+
+  it("failures that are a receiver's answer about one message (a 404, a TLS error) do not pause the URL", () => {
+    const pauses = new UrlPauses(options);
+    for (let i = 0; i < 5; i++) pauses.note(URL, { kind: "permanent", status: 404 }, 0);
+    for (let i = 0; i < 5; i++) pauses.note(URL, { kind: "retry", error: "tls_verification_failed" }, 0);
+    expect(pauses.claim(URL, 1, 500)).toBe(true);
+  });
+});
