@@ -186,7 +186,7 @@ export function compileDestination(
     } else if (!HEADER_VALUE_RE.test(value)) {
       // A literal value's offending character is shown; a Secret's value is never.
       const bad = header.valueFrom ? undefined : [...value].find((c) => !HEADER_VALUE_RE.test(c));
-      const shown = bad === undefined ? "" : ` (here U+${bad.codePointAt(0)!.toString(16).toUpperCase().padStart(4, "0")})`;
+      const shown = bad === undefined ? "" : `; it has U+${bad.codePointAt(0)!.toString(16).toUpperCase().padStart(4, "0")}`;
       problems.push({ reason, field, message: `the value of header ${header.name} ${HEADER_VALUE_REASON}${shown}` });
     }
     return { name: header.name, value };

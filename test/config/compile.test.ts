@@ -243,8 +243,8 @@ spec: { sources: [web], urls: ["https://hooks.example.com/in"], timeout: 5, retr
     - { name: Authorization, valueFrom: { secretKeyRef: { name: tok, key: token } } }`)].join("---\n"),
     });
     expect(problemsOf(dir)).toEqual([
-      expect.stringMatching(/WebhookDestination hdr\): spec.headers\[0\].value: the value of header X-Emoji may hold only tabs, spaces, visible ASCII and Latin-1 characters .* \(here U\+1F600\)$/),
-      expect.stringMatching(/spec.headers\[1\].value: the value of header X-Bell may hold only .* \(here U\+0007\)$/),
+      expect.stringMatching(/WebhookDestination hdr\): spec.headers\[0\].value: the value of header X-Emoji may hold only tabs, spaces, visible ASCII and Latin-1 characters .*; it has U\+1F600$/),
+      expect.stringMatching(/spec.headers\[1\].value: the value of header X-Bell may hold only .*; it has U\+0007$/),
       // A Secret's value is never shown, not even one character of it.
       expect.stringMatching(/spec.headers\[3\].valueFrom.secretKeyRef: the value of header Authorization may hold only .*\(HTTP allows no others in a header\)$/),
     ]);
