@@ -2,6 +2,7 @@
 // once; the same bytes go to every URL and are what the signatures cover.
 import { createHmac, createSecretKey, type KeyObject } from "node:crypto";
 import type { StoredMessage, StoredType } from "../../schema/mod.ts";
+import { parseJson } from "../json.ts";
 
 export type DeliverableMessage = (StoredMessage | { type: "delete"; userId: string; timestamp: string; messageId: string }) & {
   type: StoredType;
@@ -23,11 +24,13 @@ export function webhookBody(message: DeliverableMessage, stored?: Uint8Array): B
   if (stored !== undefined && stored[0] === OPEN_BRACE && message.type !== "alias" && !Object.hasOwn(message, "version")) {
     return Buffer.concat([VERSION_PREFIX, stored.subarray(1)]);
   }
-  const body: Record<string, unknown> = { version: 1, ...message };
+  // Rebuilt from the stored bytes when at hand, read so that numbers a double cannot hold stay as written.
+  const source = stored !== undefined ? (parseJson(Buffer.from(stored.buffer, stored.byteOffset, stored.byteLength).toString()) as DeliverableMessage) : message;
+  const body: Record<string, unknown> = { version: 1, ...source };
   body.version = 1; // a client's own top-level `version` must not replace the body format's
   if (message.type === "alias") {
-    body["Previous ID"] = (message as { previousId?: unknown }).previousId;
-    body["User ID"] = (message as { userId?: unknown }).userId;
+    body["Previous ID"] = (source as { previousId?: unknown }).previousId;
+    body["User ID"] = (source as { userId?: unknown }).userId;
   }
   return Buffer.from(JSON.stringify(body));
 }

@@ -1,6 +1,7 @@
 // Decides whether a message is accepted, and if not, why. The rules are the schemas of
 // schema/messages.ts; the reason is read from which rule failed.
 import type { ErrorObject } from "ajv";
+import { rawNumberText } from "../json.ts";
 import { MESSAGE_TYPES, describeErrors, validateMessage, type MessageType } from "../../schema/mod.ts";
 
 export const REJECT_REASONS = [
@@ -28,6 +29,8 @@ const MISSING_REASON: Record<string, RejectReason> = {
   userId: "missing_user_id",
 };
 
+const ID_FIELDS = new Set(["userId", "anonymousId", "groupId", "previousId"]);
+
 const isMessageType = (value: unknown): value is MessageType => (MESSAGE_TYPES as readonly unknown[]).includes(value);
 
 /**
@@ -46,7 +49,8 @@ export function judge(item: unknown, routeType: MessageType | undefined): Verdic
     const value = (item as Record<string, unknown>)[key];
     // "__proto__" would be assigned as the prototype, letting inherited fields pass `required`.
     if (key === "__proto__" || value === null || (value === "" && (key === "userId" || key === "anonymousId"))) continue;
-    message[key] = value;
+    // An id too long for a double (a 64-bit user id) was kept as written: it is stored as its text.
+    message[key] = typeof value === "object" && ID_FIELDS.has(key) ? rawNumberText(value) : value;
   }
   const type = routeType ?? message.type;
   if (!isMessageType(type)) {

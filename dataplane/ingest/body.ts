@@ -3,6 +3,7 @@
 import type { IncomingHttpHeaders } from "node:http";
 import type { Readable } from "node:stream";
 import { createGunzip, createInflate, createInflateRaw, type Gunzip, type Inflate, type InflateRaw } from "node:zlib";
+import { parseJson } from "../json.ts";
 import { errors, type IngestError } from "./errors.ts";
 
 /** Messages nested deeper than this are not accepted: nothing in a Segment message needs it, and JSON.stringify would overflow the stack on it. */
@@ -124,7 +125,7 @@ export function parseJsonObject(body: Buffer): Record<string, unknown> {
   if (text.charCodeAt(0) === 0xfeff) text = text.slice(1);
   let parsed: unknown;
   try {
-    parsed = JSON.parse(text);
+    parsed = parseJson(text);
   } catch (err) {
     throw errors.invalidJson(err);
   }

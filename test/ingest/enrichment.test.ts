@@ -162,6 +162,17 @@ describe("generated and defaulted fields", () => {
     expect(m!.context.ip).toBe("198.51.100.1");
   });
 
+  it("stores numbers a double cannot hold exactly as sent, and such an id as its digits (regression: 12345678901234567890 became ...7000)", async () => {
+    const messageId = uniqueId();
+    const raw = `{"userId":12345678901234567890,"event":"Big","messageId":"${messageId}","properties":{"orderId":9223372036854775807,"huge":1e400,"price":19.99}}`;
+    const res = await post(`${env.ingest.url}/v1/track`, undefined, { headers: auth, raw });
+    expect(res.status).toBe(200);
+    const stored = (await storedMessages(env.nats)).find((m) => m.body.messageId === messageId);
+    expect(stored!.body.userId).toBe("12345678901234567890");
+    const bytes = (await env.nats.jsm.streams.getMessage("TRACKHOOK_EVENTS", { last_by_subj: "trackhook.events.default.web.track" }))?.string();
+    expect(bytes).toContain('"properties":{"orderId":9223372036854775807,"huge":1e400,"price":19.99}');
+  });
+
   it("stores numeric ids as strings and never stores the write key", async () => {
     const [m] = await sendAndRead("/v1/group", { userId: 42, groupId: 7, messageId: uniqueId(), writeKey: WRITE_KEY });
     expect(m).toMatchObject({ userId: "42", groupId: "7" });
