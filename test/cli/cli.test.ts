@@ -55,6 +55,15 @@ describe("trackhook CLI", () => {
     expect(result.stderr).toContain('trustedProxies: "not-an-ip" is not an IP address or CIDR');
   });
 
+  it("operator: --resync under 10s and a --watch-namespace that is not a namespace are usage errors (regression: 0s reconciled ~120 times a second, Bad_NS watched nothing)", () => {
+    const resync = run("operator", "--nats", "nats://127.0.0.1:1", "--resync", "0s");
+    expect(resync.status).toBe(2);
+    expect(resync.stderr).toContain("--resync must be at least 10s");
+    const ns = run("operator", "--nats", "nats://127.0.0.1:1", "--watch-namespace", "Bad_NS");
+    expect(ns.status).toBe(2);
+    expect(ns.stderr).toContain('--watch-namespace: "Bad_NS" is not a namespace name');
+  });
+
   it("a --nats URL that is not a NATS URL (the ingest's http:// by mistake) is refused at once, not after a connect timeout", () => {
     const started = Date.now();
     const result = run("tail", "--nats", "http://user:pw@127.0.0.1:8080");
