@@ -319,6 +319,13 @@ export const WebhookDestinationStatus = Type.Object(
   {
     ...commonStatus,
     urlCount: Type.Optional(Type.Integer({ description: "Number of webhook URLs." })),
+    inEffectSince: Type.Optional(
+      Type.String({
+        format: "date-time",
+        description:
+          "When the destination's config first took effect (enabled or disabled). A destination not yet in effect (its Secret still missing, say) receives, once it is, what was stored from its creation on; one in effect that is enabled again receives from then.",
+      }),
+    ),
     sources: Type.Optional(
       Type.Array(Type.String({ maxLength: 63 }), { maxItems: 256, description: "The Sources whose messages are delivered (selector resolved)." }),
     ),

@@ -228,17 +228,19 @@ export function compileDestination(
       retryWindowMs,
       maxInFlight: spec.maxInFlight ?? 100,
       standardWebhooks: spec.standardWebhooks ?? false,
-      ...createdAt(doc.metadata),
+      ...createdAt(doc.metadata, (doc as { status?: { inEffectSince?: string } }).status),
     },
   };
 }
 
 /**
- * When a destination never edited was created, as ISO text. Only such a destination is new: one
- * disabled and enabled again (a later generation) starts from when its consumer is made. The
- * timestamp is checked: a --config file may hold any text there.
+ * When a destination not yet in effect was created, as ISO text: its consumer starts there,
+ * however late it is made (its Secret applied after it, a typo fixed by a second apply), so
+ * nothing stored since its creation misses it. Once its config has taken effect
+ * (status.inEffectSince, written by the operator), a consumer made again (enabled again) starts
+ * from then instead. The timestamp is checked: a --config file may hold any text there.
  */
-function createdAt({ creationTimestamp, generation = 1 }: { creationTimestamp?: string; generation?: number }): { createdAt?: string } {
-  const time = creationTimestamp !== undefined && generation <= 1 ? Date.parse(creationTimestamp) : NaN;
+function createdAt({ creationTimestamp }: { creationTimestamp?: string }, status: { inEffectSince?: string } | undefined): { createdAt?: string } {
+  const time = creationTimestamp !== undefined && status?.inEffectSince === undefined ? Date.parse(creationTimestamp) : NaN;
   return Number.isNaN(time) ? {} : { createdAt: new Date(time).toISOString() };
 }

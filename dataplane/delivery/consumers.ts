@@ -16,32 +16,27 @@ export function ackWaitMs(destination: CompiledDestination): number {
 }
 
 /**
- * How long after its resource was created a destination still counts as new: its consumer then
- * starts at the creation. Later (a consumer re-created, a destination enabled again), it starts
- * from now, so a destination never receives a backlog it was not meant to.
+ * Where a new consumer starts. A destination that has never delivered receives what arrives from
+ * its creation on (its config's createdAt), not the stream's whole history: its consumer is made
+ * moments later (by the operator or `deliver`), or much later (its Secret came late), and what
+ * was stored meanwhile (events sent at once, the delete notification of a DeletionRequest applied
+ * with it) would otherwise never reach it. Without createdAt (one that has delivered before, and
+ * is enabled again), from now.
  */
-export const NEW_DESTINATION_MS = 10 * 60_000;
-
-/**
- * Where a new consumer starts. A new destination receives what arrives from its creation on, not
- * the stream's whole history: its consumer is made moments later (by the operator or `deliver`),
- * and what was stored meanwhile (events sent at once, the delete notification of a
- * DeletionRequest applied with it) would otherwise never reach it.
- */
-function deliverFrom(destination: CompiledDestination, now: number): Pick<ConsumerConfig, "deliver_policy" | "opt_start_time"> {
+function deliverFrom(destination: CompiledDestination): Pick<ConsumerConfig, "deliver_policy" | "opt_start_time"> {
   const created = destination.createdAt ? Date.parse(destination.createdAt) : NaN;
-  if (!(now - created <= NEW_DESTINATION_MS)) return { deliver_policy: DeliverPolicy.New };
+  if (Number.isNaN(created)) return { deliver_policy: DeliverPolicy.New };
   // From createdAt alone, so the operator and every delivery pod ask for the same consumer.
   return { deliver_policy: DeliverPolicy.StartTime, opt_start_time: new Date(created).toISOString() };
 }
 
-export function destinationConsumerConfig(destination: CompiledDestination, now = Date.now()): Partial<ConsumerConfig> & { durable_name: string } {
+export function destinationConsumerConfig(destination: CompiledDestination): Partial<ConsumerConfig> & { durable_name: string } {
   const { namespace, name } = destination;
   return {
     durable_name: consumerName(namespace, name),
     filter_subjects: [...destination.sources.map((source) => sourceSubjects(namespace, source)), replaySubject(namespace, name)],
     ack_policy: AckPolicy.Explicit,
-    ...deliverFrom(destination, now),
+    ...deliverFrom(destination),
     ack_wait: nanos(ackWaitMs(destination)),
     // The destination's concurrency: messages waiting for a retry count too, so a dead endpoint
     // fills its own window and stalls only itself.

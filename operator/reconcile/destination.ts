@@ -64,5 +64,7 @@ async function applyDestination(ctx: OperatorContext, namespace: string, name: s
     : compiled.sources.length === 0
       ? "delivering, but the selector matches no Source yet"
       : `delivering messages of ${compiled.sources.join(", ")} to ${urlCount} URL${urlCount === 1 ? "" : "s"}`;
-  await setReady(ctx, destination, { status: "True", reason: "Reconciled", message }, { urlCount, sources: compiled.sources });
+  // From now on, a consumer made again (enabled again) starts from when it is made (compileDestination).
+  const inEffectSince = destination.status?.inEffectSince ?? new Date().toISOString();
+  await setReady(ctx, destination, { status: "True", reason: "Reconciled", message }, { urlCount, sources: compiled.sources, inEffectSince });
 }

@@ -208,34 +208,34 @@ describe("a new destination", () => {
     expect(JSON.parse(request!.body.toString())).toMatchObject({ messageId: "at-once-1" });
   });
 
-  it("once edited (generation 2: disabled and enabled again, say), starts from now: what was sent meanwhile is not replayed", async () => {
+  it("once its config has been in effect (status.inEffectSince: disabled and enabled again, say), starts from now: what was sent meanwhile is not replayed", async () => {
     const key = env.addSource("edited");
     const createdAt = new Date(Date.now() - 1_000).toISOString();
     await send(key, "/v1/track", { userId: "u1", event: "While disabled", messageId: "while-disabled-1" });
-    await env.setDestination("edited", { sources: ["edited"], urls: [env.receiver.url("/edited")], createdAt, generation: 3 });
+    await env.setDestination("edited", { sources: ["edited"], urls: [env.receiver.url("/edited")], createdAt, inEffectSince: createdAt });
     await send(key, "/v1/track", { userId: "u1", event: "After", messageId: "after-enable-1" });
     await env.receiver.waitFor("/edited", 1);
     await new Promise((r) => setTimeout(r, 500));
     expect(env.receiver.requests("/edited").map((r) => JSON.parse(r.body.toString()).messageId)).toEqual(["after-enable-1"]);
   });
 
-  it("does not receive the backlog from before its creation, nor, when its consumer is made long after, from before then", async () => {
+  it("never in effect until long after its creation (its Secret came late), receives what was stored since its creation, not before (regression: from when its consumer was made)", async () => {
     const key = env.addSource("oldnew");
     await send(key, "/v1/track", { userId: "u1", event: "Before", messageId: "before-1" });
     await new Promise((r) => setTimeout(r, 50));
     // Created now: the message above is older than the destination.
     await env.setDestination("oldnew", { sources: ["oldnew"], urls: [env.receiver.url("/oldnew")], createdAt: new Date().toISOString() });
     const key2 = env.addSource("longago");
-    await send(key2, "/v1/track", { userId: "u1", event: "Before", messageId: "before-2" });
-    // Created an hour ago, consumer made now (re-created, or enabled again): starts from now.
-    await env.setDestination("longago", { sources: ["longago"], urls: [env.receiver.url("/longago")], createdAt: new Date(Date.now() - 3_600_000).toISOString() });
+    // Created 20 minutes ago and never in effect: what was sent since is delivered.
+    await send(key2, "/v1/track", { userId: "u1", event: "Meanwhile", messageId: "meanwhile-2" });
+    await env.setDestination("longago", { sources: ["longago"], urls: [env.receiver.url("/longago")], createdAt: new Date(Date.now() - 20 * 60_000).toISOString() });
     await send(key, "/v1/track", { userId: "u1", event: "After", messageId: "after-1" });
     await send(key2, "/v1/track", { userId: "u1", event: "After", messageId: "after-2" });
     await env.receiver.waitFor("/oldnew", 1);
-    await env.receiver.waitFor("/longago", 1);
+    await env.receiver.waitFor("/longago", 2);
     await new Promise((r) => setTimeout(r, 500));
     expect(env.receiver.requests("/oldnew").map((r) => JSON.parse(r.body.toString()).messageId)).toEqual(["after-1"]);
-    expect(env.receiver.requests("/longago").map((r) => JSON.parse(r.body.toString()).messageId)).toEqual(["after-2"]);
+    expect(env.receiver.requests("/longago").map((r) => JSON.parse(r.body.toString()).messageId)).toEqual(["meanwhile-2", "after-2"]);
   });
 });
 

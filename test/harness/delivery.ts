@@ -21,9 +21,10 @@ export interface DestinationSpec {
   standardWebhooks?: boolean;
   maxInFlight?: number;
   enabled?: boolean;
-  /** metadata.creationTimestamp and metadata.generation, as Kubernetes sets them. */
+  /** metadata.creationTimestamp, as Kubernetes sets it. */
   createdAt?: string;
-  generation?: number;
+  /** status.inEffectSince, as the operator writes it once the destination's config took effect. */
+  inEffectSince?: string;
 }
 
 export interface DeliveryHarness {
@@ -107,7 +108,8 @@ export function useDelivery(): DeliveryHarness {
         documents.set(`Secret/${name}-shared`, { apiVersion: "v1", kind: "Secret", metadata: { name: `${name}-shared` }, stringData: { shared: spec.secret } });
       }
       documents.set(`WebhookDestination/${name}`, {
-        apiVersion: "trackhook.io/v1alpha1", kind: "WebhookDestination", metadata: { name, ...(spec.createdAt ? { creationTimestamp: spec.createdAt } : {}), ...(spec.generation ? { generation: spec.generation } : {}) },
+        apiVersion: "trackhook.io/v1alpha1", kind: "WebhookDestination", metadata: { name, ...(spec.createdAt ? { creationTimestamp: spec.createdAt } : {}) },
+        ...(spec.inEffectSince ? { status: { inEffectSince: spec.inEffectSince } } : {}),
         spec: {
           sources: spec.sources, urls: spec.urls,
           ...(spec.secret ? { sharedSecretRef: { name: `${name}-shared`, key: "shared" } } : {}),

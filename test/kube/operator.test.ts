@@ -63,6 +63,21 @@ describe("operator: Source and WebhookDestination", () => {
     expect(request!.headers["x-signature"]).toBe(createHmac("sha1", "s3cret").update(request!.body).digest("hex"));
   });
 
+  it("a destination fixed by a second apply receives what was sent since its creation (regression: lost, its consumer started when made)", async () => {
+    // A typo in the Secret's name, fixed by editing the destination (generation 2).
+    await env.apply([secret("late-secret", { shared: "s3cret" }), destinationYaml("late", { sources: ["web"], urls: [env.receiver.url("/late")], sharedSecret: { name: "late-secert", key: "shared" } })].join("---\n"));
+    await env.waitReady("WebhookDestination", "late", "False");
+    expect((await track("first-key", { userId: "u-2", event: "Before The Fix", messageId: "m-late-1" })).status).toBe(200);
+    await new Promise((r) => setTimeout(r, 1_100));
+    await env.apply(destinationYaml("late", { sources: ["web"], urls: [env.receiver.url("/late")], sharedSecret: { name: "late-secret", key: "shared" } }));
+    const late = await env.waitReady("WebhookDestination", "late");
+    const { inEffectSince } = late.status as { inEffectSince?: string };
+    expect(Date.parse(inEffectSince ?? "")).toBeGreaterThan(Date.parse((late.metadata as { creationTimestamp?: string }).creationTimestamp ?? ""));
+    const isLate = (r: { body: Buffer }) => (JSON.parse(r.body.toString()) as { messageId?: string }).messageId === "m-late-1";
+    await env.waitFor("m-late-1 at the receiver", async () => env.receiver.requests("/late").find(isLate));
+    await env.cluster.kubectlOk(["delete", "webhookdestination", "late", "-n", env.namespace, "--wait=true", "--timeout=15s"]);
+  });
+
   it("rotating the write-key Secret makes the old key fail and the new one work within 10 s", async () => {
     const started = Date.now();
     await env.apply(secret("web-key", { writeKey: "second-key" }));
