@@ -9,7 +9,7 @@ import type { Logger } from "../logging.ts";
 import { DLQ_STREAM, DLQ_SUBJECTS, EVENTS_STREAM, TurnBatch, attemptsStreamConfig, consumerName, dlqStreamConfig, dlqSubject, ensureStream, isStreamNotFound, type SideStreamSettings } from "../nats/mod.ts";
 import { ensureDestinationConsumer, removeDestinationConsumers } from "./consumers.ts";
 import type { DeliveryBacklog, DeliveryMetrics } from "./metrics.ts";
-import { DestinationWorker, type WebhookSending } from "./worker.ts";
+import { DestinationWorker, retryWindowInForceMs, type WebhookSending } from "./worker.ts";
 import { ConcurrencyLimit } from "./limit.ts";
 
 /** Default process-wide bound on messages in delivery, across all destinations. */
@@ -119,14 +119,15 @@ export class DeliveryService {
         // No destination may hold more than half of the process's slots: a dead one with a large
         // maxInFlight would otherwise starve every other destination for its whole timeout.
         const share = new ConcurrencyLimit(Math.min(destination.maxInFlight, Math.max(1, Math.floor(this.#limit.max / 2))));
-        const worker = new DestinationWorker(destination, { nc, sender, log, metrics, limit: this.#limit, share, turn: this.#turn });
+        const worker = new DestinationWorker(destination, { nc, sender, log, metrics, limit: this.#limit, share, turn: this.#turn, streamMaxAgeMs: this.#streamMaxAgeMs });
         await worker.start();
         this.#workers.set(key, worker);
         log.info({ destination: key, urls: destination.urls.length, sources: destination.sources }, "delivering");
-        if (destination.retryWindowMs >= this.#streamMaxAgeMs) {
+        const inForce = retryWindowInForceMs(destination.retryWindowMs, this.#streamMaxAgeMs);
+        if (inForce < destination.retryWindowMs) {
           log.error(
-            { destination: key, retryWindowMs: destination.retryWindowMs, streamMaxAgeMs: this.#streamMaxAgeMs },
-            "retryWindow is not shorter than the events stream's max_age: messages may expire while still being retried (raise --stream-max-age)",
+            { destination: key, retryWindowMs: destination.retryWindowMs, streamMaxAgeMs: this.#streamMaxAgeMs, retryWindowInForceMs: inForce },
+            "retryWindow is not well within the events stream's max_age: messages are dead-lettered after 90% of max_age instead, before the stream drops them (raise --stream-max-age, or shorten retryWindow)",
           );
         }
       } catch (err) {

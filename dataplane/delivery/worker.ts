@@ -69,6 +69,17 @@ export interface DestinationWorkerDeps {
   share: ConcurrencyLimit;
   /** Acks, naks and attempt records leave with the turn's other NATS traffic. */
   turn: TurnBatch;
+  /** The events stream's max_age (Infinity for none): a message must be dead-lettered before it expires. */
+  streamMaxAgeMs?: number;
+}
+
+/**
+ * The retry window in force: the destination's, unless the events stream would drop its messages
+ * first. Then they are dead-lettered at 90% of the stream's max_age, where `replay` can still
+ * reach them, instead of vanishing from the stream while still being retried.
+ */
+export function retryWindowInForceMs(retryWindowMs: number, streamMaxAgeMs = Infinity): number {
+  return Math.min(retryWindowMs, Math.floor(streamMaxAgeMs * 0.9));
 }
 
 /** The last round of a message comes this long before its retry window closes, at the latest. */
@@ -101,6 +112,7 @@ export class DestinationWorker {
   readonly #log: Logger;
   readonly #metrics: DeliveryMetrics;
   readonly #label: string;
+  readonly #retryWindowMs: number;
   readonly #sources = new Map<string, string>();
   /** URLs that no message is sent to for a while (Retry-After, or not answering). */
   readonly #pauses = new UrlPauses();
@@ -140,6 +152,7 @@ export class DestinationWorker {
     this.#share = deps.share;
     this.#turn = deps.turn;
     this.#label = `${destination.namespace}/${destination.name}`;
+    this.#retryWindowMs = retryWindowInForceMs(destination.retryWindowMs, deps.streamMaxAgeMs);
     this.#attemptsSubject = attemptsSubject(destination.namespace, destination.name);
     this.#replaySubject = replaySubject(destination.namespace, destination.name);
     this.#customHeaders = Object.fromEntries(destination.headers.map(({ name, value }) => [name.toLowerCase(), value]));
@@ -199,7 +212,7 @@ export class DestinationWorker {
       return;
     }
     // The retry window counts from when the message was stored, not from the first attempt.
-    const deadline = info.timestampNanos / 1e6 + this.destination.retryWindowMs;
+    const deadline = info.timestampNanos / 1e6 + this.#retryWindowMs;
     if (Date.now() >= deadline && info.deliveryCount > 1) {
       // Redelivered after the window closed (its dead letter could not be stored before): no more sends.
       await this.#deadLetter(m, "retry_window_exhausted", info.deliveryCount);

@@ -1,13 +1,15 @@
-// A destination whose retry window is not shorter than the events stream's max_age could see
-// messages expire while still being retried: delivery says so loudly when it starts it.
+// A destination whose retry window is not well within the events stream's max_age could see
+// messages expire while still being retried: delivery says so loudly when it starts it, and
+// dead-letters them at 90% of max_age instead, before the stream drops them.
 import { Writable } from "node:stream";
 import { pino } from "pino";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { ConfigHolder, compileConfig } from "../../dataplane/config/mod.ts";
 import { DeliveryMetrics, DeliveryService, WebhookSender } from "../../dataplane/delivery/mod.ts";
-import { ensureStream, eventsStreamConfig } from "../../dataplane/nats/mod.ts";
+import { DLQ_STREAM, ensureStream, eventsStreamConfig } from "../../dataplane/nats/mod.ts";
 import { DEFAULT_STREAM } from "../harness/ingest.ts";
 import { startNats, type NatsHarness } from "../harness/nats.ts";
+import { answer, startReceiver } from "../harness/receiver.ts";
 
 let nats: NatsHarness;
 beforeAll(async () => {
@@ -36,7 +38,54 @@ describe("retry window longer than the stream keeps messages", () => {
     const service = await DeliveryService.start({ nc: await nats.connect(), config, sender, log, metrics: new DeliveryMetrics({ defaultMetrics: false }) });
     await service.stop();
     await sender.close();
-    const warned = lines.filter((l) => l.msg.includes("retryWindow is not shorter than the events stream's max_age"));
+    const warned = lines.filter((l) => l.msg.includes("retryWindow is not well within the events stream's max_age"));
     expect(warned.map((l) => l.destination)).toEqual(["default/long"]);
   });
 });
+
+describe("a message whose retry window outlasts the stream", () => {
+  it("is dead-lettered before the stream drops it (regression: it vanished, no dead letter)", async () => {
+    const short = await startNats();
+    const receiver = await startReceiver();
+    receiver.on("/down", answer(503));
+    try {
+      await ensureStream(short.jsm, eventsStreamConfig({ ...DEFAULT_STREAM, maxAgeMs: 6_000, duplicateWindowMs: 1_000 }));
+      const config = new ConfigHolder(
+        compileConfig(
+          [
+            { apiVersion: "v1", kind: "Secret", metadata: { name: "k" }, stringData: { writeKey: "w" } },
+            { apiVersion: "trackhook.io/v1alpha1", kind: "Source", metadata: { name: "web" }, spec: { writeKeySecretRef: { name: "k", key: "writeKey" } } },
+            { apiVersion: "trackhook.io/v1alpha1", kind: "WebhookDestination", metadata: { name: "outlasts" }, spec: { sources: ["web"], urls: [receiver.url("/down")], retryWindow: "1h" } },
+          ].map((body, i) => ({ origin: `doc ${i + 1}`, body })),
+        ),
+      );
+      const sender = new WebhookSender({ allowPrivateNetworks: true, userAgent: "test" });
+      const service = await DeliveryService.start({ nc: await short.connect(), config, sender, log: pino({ level: "silent" }), metrics: new DeliveryMetrics({ defaultMetrics: false }) });
+      try {
+        const stored = Date.now();
+        await short.js.publish("trackhook.events.default.web.track", JSON.stringify({ type: "track", userId: "u", event: "E", messageId: "outlast-1" }), { msgID: "default/web/outlast-1" });
+        const deadLetter = await expectDeadLetter(short, 12_000);
+        expect(deadLetter.reason).toBe("retry_window_exhausted");
+        // 90% of the 6 s max_age, give or take a round.
+        expect(deadLetter.at - stored).toBeGreaterThan(4_000);
+        expect(deadLetter.at - stored).toBeLessThan(6_000);
+      } finally {
+        await service.stop();
+        await sender.close();
+      }
+    } finally {
+      await receiver.close();
+      await short.stop();
+    }
+  });
+});
+
+async function expectDeadLetter(harness: NatsHarness, timeoutMs: number): Promise<{ reason: string | undefined; at: number }> {
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
+    const m = await harness.jsm.streams.getMessage(DLQ_STREAM, { last_by_subj: "trackhook.dlq.default.outlasts" }).catch(() => null);
+    if (m) return { reason: m.header?.get("Trackhook-Reason"), at: m.timestamp ? Date.parse(m.timestamp) : Date.now() };
+    if (Date.now() > deadline) throw new Error("no dead letter within the time");
+    await new Promise((r) => setTimeout(r, 100));
+  }
+}
