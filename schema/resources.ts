@@ -177,7 +177,13 @@ export const WebhookDestinationSpec = Type.Object(
       Type.Array(WebhookHeader, { maxItems: 32, description: "Custom headers sent with every request." }),
     ),
     sharedSecretRef: Type.Optional(SecretKeySelector("the shared secret that signs requests (X-Signature)")),
-    enabled: Type.Optional(Type.Boolean({ default: true, description: "When false, nothing is delivered." })),
+    enabled: Type.Optional(
+      Type.Boolean({
+        default: true,
+        description:
+          "When false, nothing is delivered, and what was not delivered yet (retries included) is dropped, not dead-lettered; enabled again, it receives from then on. To pause a failing receiver without losing anything, leave it enabled: failures are retried for the retry window, then dead-lettered for `trackhook replay`.",
+      }),
+    ),
     timeout: Type.Optional(
       Type.String({
         default: "5s",
