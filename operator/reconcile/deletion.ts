@@ -71,7 +71,7 @@ async function sendNotifications(ctx: OperatorContext, namespace: string, name: 
   const failed = progress.filter((s) => s.state === "FAILED");
   const notified = progress.filter((s) => s.state === "FINISHED" && !s.reason).map((s) => s.name);
   const final: DeletionRequestStatus = { ...request.status, state: failed.length > 0 ? "FAILED" : "FINISHED", sources: progress, completedAt: new Date().toISOString() };
-  const users = request.spec.userIds.length;
+  const users = new Set(request.spec.userIds).size;
   await setReady(
     ctx,
     { ...request, status: final },
@@ -90,7 +90,8 @@ async function sendNotifications(ctx: OperatorContext, namespace: string, name: 
 async function plan(ctx: OperatorContext, request: DeletionResource): Promise<DeletionResource> {
   const { namespace } = request.metadata;
   const namespaceSources = ctx.sources.list(namespace);
-  const names = request.spec.sources ?? namespaceSources.filter((s) => !isDeleting(s)).map((s) => s.metadata.name).sort();
+  // Each source once, however often the request names it (its notifications are deduplicated anyway).
+  const names = request.spec.sources ? [...new Set(request.spec.sources)] : namespaceSources.filter((s) => !isDeleting(s)).map((s) => s.metadata.name).sort();
   // From the resources, not the bucket: a destination applied together with the request may not
   // be reconciled yet, and the plan is final.
   const inNamespace = namespaceSources.map((s) => ({ name: s.metadata.name, labels: s.metadata.labels }));
@@ -110,7 +111,7 @@ async function plan(ctx: OperatorContext, request: DeletionResource): Promise<De
     return { name, state: "INITIALIZED", notified: 0 };
   });
   const generation = request.metadata.generation;
-  const users = request.spec.userIds.length;
+  const users = new Set(request.spec.userIds).size;
   const message = `sending delete notifications for ${users} user${users === 1 ? "" : "s"}`;
   const status: DeletionRequestStatus = {
     ...request.status,

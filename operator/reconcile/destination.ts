@@ -36,13 +36,10 @@ async function applyDestination(ctx: OperatorContext, namespace: string, name: s
   const result = compileDestination(namespace, doc, sources, await readSecrets(ctx, namespace, secretNamesOf(doc)));
   const urlCount = destination.spec.urls.length;
   if (!result.ok) {
-    const kept = (await ctx.config.get(key)) !== undefined;
+    const kept = (await ctx.config.get(key)) as { enabled?: boolean } | undefined;
     const message = result.problems.map((p) => `${p.field}: ${p.message}`).join("; ");
-    await setReady(ctx, destination, {
-      status: "False",
-      reason: result.problems[0]!.reason,
-      message: `${message}${kept ? " (the last good config is still delivering)" : ""}`,
-    }, { urlCount });
+    const inEffect = kept === undefined ? "" : kept.enabled === false ? " (the last good config, disabled, stays in effect)" : " (the last good config is still delivering)";
+    await setReady(ctx, destination, { status: "False", reason: result.problems[0]!.reason, message: `${message}${inEffect}` }, { urlCount });
     return;
   }
   const compiled = result.value;
