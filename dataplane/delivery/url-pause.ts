@@ -21,15 +21,23 @@ const UNREACHABLE: ReadonlySet<DeliveryErrorCode> = new Set(["timeout", "connect
 interface UrlState {
   /** Not sent to before this (ms since the epoch). */
   until: number;
-  /** Consecutive attempts without an answer. */
+  /** Consecutive attempts without an answer; at `threshold` the breaker is open. */
   unreachable: number;
   /** Times the breaker opened in a row, for the doubling. */
   opened: number;
+  /** When the current pause began: results of attempts sent before it say nothing new. */
+  since: number;
 }
 
 export type PauseChange =
   | { kind: "paused"; reason: "unreachable" | "retry_after"; forMs: number }
   | { kind: "resumed" };
+
+/**
+ * A probe is sent once a pause ends; the others wait for its result this long past its timeout
+ * (the result is recorded a moment after the timeout fires).
+ */
+const PROBE_SLACK_MS = 1_000;
 
 export class UrlPauses {
   readonly #options: UrlPauseOptions;
@@ -52,41 +60,48 @@ export class UrlPauses {
 
   /**
    * Whether a round may send to the URL now. Once a breaker's pause ends, one round is let
-   * through to probe it, and the others wait for the probe (up to `probeMs`, the timeout).
+   * through to probe it, and the others wait for the probe's result.
    */
   claim(url: string, now: number, probeMs: number): boolean {
     const state = this.#urls.get(url);
     if (!state) return true;
     if (state.until > now) return false;
-    if (state.unreachable >= this.#options.threshold) state.until = now + probeMs;
+    if (state.unreachable >= this.#options.threshold) state.until = now + probeMs + PROBE_SLACK_MS;
     return true;
   }
 
-  /** Takes an attempt's outcome into account; says when the URL's pause begins or ends, to log. */
-  note(url: string, outcome: AttemptOutcome, now: number): PauseChange | undefined {
+  /**
+   * Takes an attempt's outcome into account (`sentAt`: when its round was sent); says when the
+   * URL's pause begins or ends, to log.
+   */
+  note(url: string, outcome: AttemptOutcome, sentAt: number, now: number): PauseChange | undefined {
     const state = this.#urls.get(url);
     const error = "error" in outcome ? outcome.error : undefined;
+    const open = state !== undefined && state.unreachable >= this.#options.threshold;
     if (outcome.kind === "retry" && error !== undefined && UNREACHABLE.has(error)) {
-      const s = state ?? { until: 0, unreachable: 0, opened: 0 };
+      // The other rounds that were in flight when the breaker opened: nothing new about the URL.
+      if (state && sentAt < state.since) return undefined;
+      const s = state ?? { until: 0, unreachable: 0, opened: 0, since: 0 };
       this.#urls.set(url, s);
-      if (++s.unreachable < this.#options.threshold) return undefined;
+      // Only the probe (sent after the pause began) fails while open: it reopens for twice as long.
+      if (!open && ++s.unreachable < this.#options.threshold) return undefined;
       const forMs = Math.min(this.#options.maxMs, this.#options.baseMs * 2 ** s.opened);
       s.opened++;
       s.until = now + forMs;
+      s.since = now;
       return { kind: "paused", reason: "unreachable", forMs };
     }
     if ("status" in outcome && outcome.status !== undefined) {
       // An HTTP answer: the URL is reachable.
-      const wasOpen = state !== undefined && state.unreachable >= this.#options.threshold;
       if (outcome.kind === "retry" && outcome.retryAfterMs !== undefined) {
         // Concurrent rounds may each bring a Retry-After: the pause is told once.
-        const already = state !== undefined && state.until > now && !wasOpen;
-        this.#urls.set(url, { until: Math.max(now + outcome.retryAfterMs, already ? state.until : 0), unreachable: 0, opened: 0 });
+        const already = state !== undefined && state.until > now && !open;
+        this.#urls.set(url, { until: Math.max(now + outcome.retryAfterMs, already ? state.until : 0), unreachable: 0, opened: 0, since: now });
         return already ? undefined : { kind: "paused", reason: "retry_after", forMs: outcome.retryAfterMs };
       }
-      if (state && (state.until <= now || wasOpen)) this.#urls.delete(url);
+      if (state && (state.until <= now || open)) this.#urls.delete(url);
       else if (state) state.unreachable = 0;
-      return wasOpen ? { kind: "resumed" } : undefined;
+      return open ? { kind: "resumed" } : undefined;
     }
     return undefined;
   }

@@ -256,7 +256,7 @@ export class DestinationWorker {
 
     const attempt = info.deliveryCount;
     this.#record(m, message, attempt, sentAt, results);
-    this.#notePauses(results);
+    this.#notePauses(results, sentAt);
     const outcome = combine(results.map((r) => r.outcome));
     if (outcome.kind === "delivered") {
       this.#rounds.delete(m.seq);
@@ -386,10 +386,10 @@ export class DestinationWorker {
   }
 
   /** Lets the destination's URL pauses learn from a round; logs a URL's pause beginning and ending. */
-  #notePauses(results: SendResult[]): void {
+  #notePauses(results: SendResult[], sentAt: number): void {
     const now = Date.now();
     for (const r of results) {
-      const change = this.#pauses.note(r.url, r.outcome, now);
+      const change = this.#pauses.note(r.url, r.outcome, sentAt, now);
       if (change?.kind === "paused") {
         this.#log.warn(
           { url: this.#shownUrl(r.url), reason: change.reason, pauseMs: change.forMs },

@@ -337,6 +337,21 @@ describe("review regressions", () => {
     expect(env.logs().some((l) => l.destination === "default/backup" && String(l.msg).startsWith("webhook URL is not answering"))).toBe(true);
   });
 
+  it("a receiver down for a moment gets every message soon after it answers again (regression: the rounds in flight at the outage paused it for 5 minutes)", async () => {
+    let downUntil = Infinity;
+    env.receiver.on("/blip", (_req, _n, res) => void (Date.now() < downUntil ? undefined : res.end("ok"))); // hangs while down
+    const key = await addDestination("blip", { urls: [env.receiver.url("/blip")], timeout: "1s", maxInFlight: 20 });
+    downUntil = Date.now() + 1_500;
+    const batch = Array.from({ length: 40 }, (_, i) => ({ type: "track", userId: "u1", event: "Blip", messageId: `blip-${i}` }));
+    await send(key, "/v1/batch", { batch });
+    // 20 rounds time out at once (one pause of 5 s, told once), a probe then finds it back, and
+    // the held messages follow within its timeout.
+    await expect.poll(() => new Set(env.receiver.requests("/blip").filter((r) => r.at >= downUntil).map((r) => JSON.parse(r.body.toString()).messageId)).size, { timeout: 15_000, interval: 200 }).toBe(40);
+    const paused = env.logs().filter((l) => l.destination === "default/blip" && String(l.msg).startsWith("webhook URL is not answering"));
+    expect(paused).toHaveLength(1);
+    expect(paused[0]).toMatchObject({ pauseMs: 5_000 });
+  });
+
   it("a URL's Retry-After holds back the destination's next messages too, not only the one it answered (regression: they were sent at once)", async () => {
     env.receiver.on("/ra-3s", (_req, n, res) => void (n === 0 ? res.writeHead(429, { "retry-after": "3" }).end("slow down") : res.end("ok")));
     const key = await addDestination("ratelimited", { urls: [env.receiver.url("/ra-3s")] });
