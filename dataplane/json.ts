@@ -12,11 +12,17 @@ const { rawJSON, isRawJSON } = JSON as unknown as { rawJSON(text: string): RawJs
 export { isRawJSON };
 
 /**
- * Text that may hold a number a double cannot hold: 16 or more digits (and points) in a row, or a
- * three-digit exponent. Most messages have neither, and are parsed without a reviver, which would
- * cost several times the parse.
+ * Text that may hold a number a double cannot hold: a JSON value (after `:`, `,` or `[`) of 16 or
+ * more digits and points, or with a three-digit exponent. Most messages have none, and are parsed
+ * without a reviver, which costs several times the parse. (Without the value context, hex ids
+ * such as "4e123f..." matched: every browser message took the slow path.)
  */
-const MAY_LOSE_DIGITS = /\d[\d.]{15}|[eE][+-]?\d{3}/;
+const MAY_LOSE_DIGITS = /[:,[]\s*-?\d(?:[\d.]{15}|[\d.]*[eE][+-]?\d{3})/;
+
+/** Whether parseJson reads `text` with the reviver that keeps such numbers (exported for its tests). */
+export function mayHoldInexactNumbers(text: string): boolean {
+  return MAY_LOSE_DIGITS.test(text);
+}
 
 export function parseJson(text: string): unknown {
   return MAY_LOSE_DIGITS.test(text) ? JSON.parse(text, keepInexactNumbers) : JSON.parse(text);
@@ -34,4 +40,24 @@ function keepInexactNumbers(_key: string, value: unknown, context?: { source?: s
 /** A number kept as written, as text (for ids, which are stored as strings); other values as they are. */
 export function rawNumberText(value: unknown): unknown {
   return isRawJSON(value) ? value.rawJSON : value;
+}
+
+/**
+ * A number kept as written, as a plain (rounded) number; other values as they are. For fields
+ * whose type is checked: a kept number is an object to a validator, and must not pass where an
+ * object is wanted (`"context": 1e400`).
+ */
+export function plainNumber(value: unknown): unknown {
+  return isRawJSON(value) ? Number(value.rawJSON) : value;
+}
+
+/** The same for the values of an object (`integrations`, whose values are checked too). */
+export function plainNumberValues(value: unknown): unknown {
+  if (value === null || typeof value !== "object" || Array.isArray(value)) return value;
+  let copy: Record<string, unknown> | undefined;
+  for (const key in value) {
+    const inner = (value as Record<string, unknown>)[key];
+    if (isRawJSON(inner)) (copy ??= { ...(value as Record<string, unknown>) })[key] = Number(inner.rawJSON);
+  }
+  return copy ?? value;
 }

@@ -1,7 +1,7 @@
 // Decides whether a message is accepted, and if not, why. The rules are the schemas of
 // schema/messages.ts; the reason is read from which rule failed.
 import type { ErrorObject } from "ajv";
-import { rawNumberText } from "../json.ts";
+import { plainNumber, plainNumberValues, rawNumberText } from "../json.ts";
 import { MESSAGE_TYPES, describeErrors, validateMessage, type MessageType } from "../../schema/mod.ts";
 
 export const REJECT_REASONS = [
@@ -49,8 +49,10 @@ export function judge(item: unknown, routeType: MessageType | undefined): Verdic
     const value = (item as Record<string, unknown>)[key];
     // "__proto__" would be assigned as the prototype, letting inherited fields pass `required`.
     if (key === "__proto__" || value === null || (value === "" && (key === "userId" || key === "anonymousId"))) continue;
-    // An id too long for a double (a 64-bit user id) was kept as written: it is stored as its text.
-    message[key] = typeof value === "object" && ID_FIELDS.has(key) ? rawNumberText(value) : value;
+    // A number a double cannot hold was kept as written (dataplane/json.ts): an id (a 64-bit user
+    // id) is stored as its text; elsewhere at the top it is a plain number to the validator, which
+    // would take it for an object.
+    message[key] = typeof value !== "object" ? value : ID_FIELDS.has(key) ? rawNumberText(value) : key === "integrations" ? plainNumberValues(value) : plainNumber(value);
   }
   const type = routeType ?? message.type;
   if (!isMessageType(type)) {

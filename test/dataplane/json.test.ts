@@ -1,7 +1,7 @@
 // parseJson keeps the numbers a double cannot hold as written, so what is stored and delivered
 // is what the SDK sent; everything else parses as JSON.parse does. Pure logic.
 import { describe, expect, it } from "vitest";
-import { isRawJSON, parseJson, rawNumberText } from "../../dataplane/json.ts";
+import { isRawJSON, mayHoldInexactNumbers, parseJson, rawNumberText } from "../../dataplane/json.ts";
 
 const roundTrip = (text: string) => JSON.stringify(parseJson(text));
 
@@ -27,6 +27,14 @@ describe("parseJson", () => {
     expect(rawNumberText(value.userId)).toBe("12345678901234567890");
     expect(rawNumberText(42)).toBe(42);
     expect(rawNumberText("u1")).toBe("u1");
+  });
+
+  it("takes the reviver's slow path only for a JSON number that may need it, not for ids that look like one (regression: hex ids sent every browser message down it)", () => {
+    const text = '{"messageId":"ajs-next-1732280000000-4e123f9a","anonymousId":"5e100c2b-9d1e-4f3a-8e21-1234567890123456","properties":{"path":"/article-1234e567","n":12}}';
+    expect(mayHoldInexactNumbers(text)).toBe(false);
+    expect(parseJson(text)).toEqual(JSON.parse(text));
+    for (const big of ['{"a":12345678901234567890}', '{"a": -1e400}', '[1,2e-999]', '{"a":1234567.890123456}']) expect(mayHoldInexactNumbers(big), big).toBe(true);
+    expect(roundTrip('{"orderId": 1.23456789012345678e5, "list":[1,-9223372036854775807]}')).toBe('{"orderId":1.23456789012345678e5,"list":[1,-9223372036854775807]}');
   });
 
   it("throws on invalid JSON as JSON.parse does, with or without long numbers", () => {

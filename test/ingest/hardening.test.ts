@@ -142,6 +142,28 @@ describe("inputs that used to give 503/500 forever", () => {
   });
 });
 
+describe("numbers a double cannot hold where an object belongs", () => {
+  it("are not accepted as the object (invalid_field), and the batch's other items are stored (regression: context made the whole batch a 500)", async () => {
+    const good = uniqueId();
+    const items = [
+      `{"type":"track","userId":"u","event":"Good","messageId":"${good}"}`,
+      `{"type":"track","userId":"u","event":"Bad context","messageId":"${uniqueId()}","context":12345678901234567890}`,
+      `{"type":"track","userId":"u","event":"Bad properties","messageId":"${uniqueId()}","properties":1e400}`,
+      `{"type":"identify","userId":"u","messageId":"${uniqueId()}","integrations":{"All":1e400}}`,
+    ];
+    const before = await messagesCounted(env.ingest, { reason: "invalid_field" });
+    const res = await post(`${env.ingest.url}/v1/batch`, undefined, { headers: auth, raw: `{"batch":[${items.join(",")}]}` });
+    expect(res.status).toBe(200);
+    expect(await messagesCounted(env.ingest, { reason: "invalid_field" })).toBe(before + 3);
+    expect(await stored(good)).toHaveLength(1);
+  });
+
+  it("a batch-level context that is such a number is a 400 invalid_body, like any context that is not an object", async () => {
+    const res = await post(`${env.ingest.url}/v1/batch`, undefined, { headers: auth, raw: `{"context":1e400,"batch":[{"type":"track","userId":"u","event":"E"}]}` });
+    expect(res).toMatchObject({ status: 400, json: { code: "invalid_body" } });
+  });
+});
+
 describe("prototype keys", () => {
   it("a __proto__ key cannot supply userId, type or event", async () => {
     const id = uniqueId("proto");

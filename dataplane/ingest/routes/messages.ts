@@ -6,6 +6,7 @@ import { judge, type RejectReason } from "../accept.ts";
 import { authenticate } from "../auth.ts";
 import { MAX_JSON_DEPTH, jsonDepthExceeds, nestedDeeperThan, parseJsonObject, readBoundedBody } from "../body.ts";
 import { enrich, type BatchDefaults } from "../enrich.ts";
+import { plainNumber, plainNumberValues } from "../../json.ts";
 import { errors } from "../errors.ts";
 import type { PreparedMessage } from "../publish.ts";
 import type { IngestState } from "../state.ts";
@@ -80,7 +81,11 @@ async function handle(state: IngestState, request: FastifyRequest, config: Route
   let batch: BatchDefaults | undefined;
   if (config.endpoint === "batch") {
     // As for each message's own fields: null stands for absent (SDKs serialise unset fields so).
-    for (const key in body) if (body[key] === null) delete body[key];
+    for (const key in body) {
+      if (body[key] === null) delete body[key];
+      // As for each message's own fields (judge): a number kept as written is a number here.
+      else body[key] = key === "integrations" ? plainNumberValues(body[key]) : plainNumber(body[key]);
+    }
     if (!validateBatchBody(body)) throw errors.invalidBody(`Invalid batch body: ${describeErrors(validateBatchBody.errors).join("; ")}`);
     if (body.batch.length > limits.batchItems) throw errors.tooManyBatchItems(body.batch.length, limits.batchItems);
     batch = { context: body.context, integrations: body.integrations, sentAt: body.sentAt };
