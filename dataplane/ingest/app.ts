@@ -134,6 +134,15 @@ export async function buildIngestApp(deps: IngestAppDeps, input: IngestOptionsIn
     if (error.statusCode >= 500) request.log.error({ reqId: request.id, err, code: error.code }, error.message);
     else request.log.info({ reqId: request.id, code: error.code, route: request.routeOptions.url }, error.message);
     if (error.retryAfter) reply.header("retry-after", String(error.retryAfter));
+    if (!request.raw.complete) {
+      // A body left unread (corrupt compression, say) would hold the connection until the
+      // request timeout. An over-size one is drained instead; if it stalls, the timeout ends it
+      // without a second answer.
+      if (!error.code.endsWith("_too_large")) reply.header("connection", "close");
+      const socket = request.raw.socket;
+      answeredMidBody.add(socket);
+      request.raw.once("end", () => answeredMidBody.delete(socket));
+    }
     reply.code(error.statusCode).send(error.toJSON());
   });
   app.setNotFoundHandler((request, reply) => {
@@ -162,6 +171,8 @@ export async function buildIngestApp(deps: IngestAppDeps, input: IngestOptionsIn
 
 /** Connections answered by answerClientError, whose request (if one had begun) must not count again as aborted. */
 const answeredByNode = new WeakSet<object>();
+/** Connections whose request was answered before its body had arrived, until it has. */
+const answeredMidBody = new WeakSet<object>();
 
 /**
  * Fastify's default handler of Node's clientError, in the catalogue's shape and counted: a
@@ -172,6 +183,12 @@ function answerClientError(err: NodeJS.ErrnoException, socket: Duplex, metrics: 
   // A reset connection, one already gone, or a client that closed mid-request (counted as
   // client_aborted if its request had begun): nobody to answer.
   if (err.code === "ECONNRESET" || err.code === "HPE_INVALID_EOF_STATE" || socket.destroyed) {
+    socket.destroy();
+    return;
+  }
+  // The request was answered already (a 400 for an over-size body whose rest was being drained,
+  // and which stalled): a second answer would follow the first on the connection.
+  if (answeredMidBody.has(socket)) {
     socket.destroy();
     return;
   }

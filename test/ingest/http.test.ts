@@ -38,7 +38,10 @@ function rawExchange(bytes: string | Buffer, waitMs = 10_000): Promise<RawExchan
     socket.on("error", () => {});
     socket.on("close", () => {
       clearTimeout(timer);
-      const [head, body] = text.split("\r\n\r\n");
+      // The first answer only (its Content-Length); `text` keeps everything, a second answer too.
+      const [head, ...rest] = text.split("\r\n\r\n");
+      const length = Number(/content-length: (\d+)/i.exec(head ?? "")?.[1] ?? 0);
+      const body = rest.join("\r\n\r\n").slice(0, length);
       resolve({
         text,
         status: head ? Number(head.split(" ")[1]) : undefined,
@@ -84,6 +87,26 @@ describe("clients Node answers before Fastify sees the request: the catalogue's 
     expect(res.status).toBe(400);
     expect(res.json).toMatchObject({ success: false, code: "malformed_request" });
     expect(await countedRequests("malformed_request")).toBe(1);
+  });
+});
+
+describe("answered requests whose body stalls", () => {
+  it("an over-size body that stalls while being drained gets its 400 only, not a 408 after it (regression: two answers, counted twice)", async () => {
+    const timeoutsBefore = await countedRequests("request_timeout");
+    const res = await rawExchange(requestHead("/v1/track", { "content-length": "100000" }) + "x".repeat(40 * 1024));
+    expect(res.text.match(/HTTP\/1\.1 /g)).toHaveLength(1);
+    expect(res.status).toBe(400);
+    expect(await countedRequests("request_timeout")).toBe(timeoutsBefore);
+  });
+
+  it("a corrupt gzip body still arriving gets its 400 with Connection: close, and the connection ends then, not at the request timeout", async () => {
+    const timeoutsBefore = await countedRequests("request_timeout");
+    const res = await rawExchange(requestHead("/v1/track", { "content-encoding": "gzip", "content-length": "20000" }) + "not gzip at all".repeat(100));
+    expect(res.status).toBe(400);
+    expect(res.text).toMatch(/connection: close/i);
+    expect(res.json).toMatchObject({ code: "invalid_compression" });
+    expect(res.closedAfterMs).toBeLessThan(900);
+    expect(await countedRequests("request_timeout")).toBe(timeoutsBefore);
   });
 });
 
