@@ -154,11 +154,19 @@ function boundedDuration(field: string, text: string, bounds: DurationBounds, pr
  * A validated WebhookDestination → its compiled form, with Secrets read and the source selector
  * resolved against `sources` (the Sources of its namespace).
  */
+/**
+ * Where the document comes from, for where its consumer starts: the operator tracks when a
+ * destination took effect (status.inEffectSince); a `--config` file has no such record.
+ */
+export type DestinationOrigin = "operator" | "file";
+
 export function compileDestination(
   namespace: string,
   doc: WebhookDestinationDocument,
   sources: readonly SourceRef[],
   secrets: SecretLookup,
+  origin: DestinationOrigin = "file",
+  now = Date.now(),
 ): CompileResult<CompiledDestination> {
   const spec = doc.spec;
   const problems: Problem[] = [];
@@ -228,7 +236,7 @@ export function compileDestination(
       retryWindowMs,
       maxInFlight: spec.maxInFlight ?? 100,
       standardWebhooks: spec.standardWebhooks ?? false,
-      ...createdAt(doc.metadata, (doc as { status?: { inEffectSince?: string } }).status),
+      ...createdAt(doc.metadata, origin === "operator" ? ((doc as { status?: { inEffectSince?: string } }).status ?? {}) : undefined, now),
     },
   };
 }
@@ -238,9 +246,17 @@ export function compileDestination(
  * however late it is made (its Secret applied after it, a typo fixed by a second apply), so
  * nothing stored since its creation misses it. Once its config has taken effect
  * (status.inEffectSince, written by the operator), a consumer made again (enabled again) starts
- * from then instead. The timestamp is checked: a --config file may hold any text there.
+ * from then instead. A `--config` document has no such record: its creationTimestamp (a
+ * `kubectl get -o yaml` export carries one) counts for FILE_NEW_DESTINATION_MS only, so that
+ * enabling it again later does not replay the stream. The timestamp is checked: a --config file
+ * may hold any text there.
  */
-function createdAt({ creationTimestamp }: { creationTimestamp?: string }, status: { inEffectSince?: string } | undefined): { createdAt?: string } {
-  const time = creationTimestamp !== undefined && status?.inEffectSince === undefined ? Date.parse(creationTimestamp) : NaN;
-  return Number.isNaN(time) ? {} : { createdAt: new Date(time).toISOString() };
+function createdAt({ creationTimestamp }: { creationTimestamp?: string }, operatorStatus: { inEffectSince?: string } | undefined, now: number): { createdAt?: string } {
+  const time = creationTimestamp !== undefined ? Date.parse(creationTimestamp) : NaN;
+  if (Number.isNaN(time)) return {};
+  const isNew = operatorStatus !== undefined ? operatorStatus.inEffectSince === undefined : now - time <= FILE_NEW_DESTINATION_MS;
+  return isNew ? { createdAt: new Date(time).toISOString() } : {};
 }
+
+/** How long after its creationTimestamp a `--config` destination still counts as new. */
+export const FILE_NEW_DESTINATION_MS = 10 * 60_000;

@@ -3,7 +3,7 @@
 // removed stops and loses its consumer (nothing is delivered for it afterwards).
 import { jetstreamManager, type JetStreamManager, type StreamInfo } from "@nats-io/jetstream";
 import type { NatsConnection } from "@nats-io/transport-node";
-import type { CompiledConfig } from "../../schema/mod.ts";
+import type { CompiledConfig, CompiledDestination } from "../../schema/mod.ts";
 import type { ConfigProvider } from "../config/mod.ts";
 import type { Logger } from "../logging.ts";
 import { DLQ_STREAM, DLQ_SUBJECTS, EVENTS_STREAM, TurnBatch, attemptsStreamConfig, consumerName, dlqStreamConfig, dlqSubject, ensureStream, isStreamNotFound, type SideStreamSettings } from "../nats/mod.ts";
@@ -104,7 +104,7 @@ export class DeliveryService {
     const wanted = new Map(config.destinations.filter((d) => d.enabled).map((d) => [`${d.namespace}/${d.name}`, d]));
     for (const [key, worker] of this.#workers) {
       const next = wanted.get(key);
-      if (!next || JSON.stringify(next) !== JSON.stringify(worker.destination)) {
+      if (!next || !sameDelivery(next, worker.destination)) {
         await worker.stop();
         this.#workers.delete(key);
       }
@@ -166,4 +166,15 @@ async function waitForEventsStream(jsm: JetStreamManager, log: Logger): Promise<
       await new Promise((r) => setTimeout(r, 1000));
     }
   }
+}
+
+/**
+ * Whether a destination's new config delivers as the running worker does. createdAt only says
+ * where a consumer starts when it is made; it leaves the config once the destination took effect,
+ * which must not restart the worker (and lose its URL pauses and round state).
+ */
+function sameDelivery(next: CompiledDestination, running: CompiledDestination): boolean {
+  const { createdAt: _next, ...a } = next;
+  const { createdAt: _running, ...b } = running;
+  return JSON.stringify(a) === JSON.stringify(b);
 }

@@ -344,3 +344,27 @@ describe("a WebhookDestination as the operator compiles it", () => {
     ]);
   });
 });
+
+describe("where a destination's consumer starts (its config's createdAt)", () => {
+  const NOW = Date.parse("2026-11-22T12:00:00Z");
+  const minutesAgo = (minutes: number) => new Date(NOW - minutes * 60_000).toISOString();
+  const compileAt = (metadata: Record<string, unknown>, origin: "operator" | "file", status?: Record<string, unknown>) => {
+    const doc = { apiVersion: "trackhook.io/v1alpha1", kind: "WebhookDestination", metadata: { name: "hook", ...metadata }, spec: { sources: ["web"], urls: ["https://hooks.example.com/in"] }, ...(status ? { status } : {}) };
+    const result = compileDestination("shop", doc as WebhookDestinationDocument, [{ name: "web" }], () => undefined, origin, NOW);
+    if (!result.ok) throw new Error(JSON.stringify(result.problems));
+    return result.value.createdAt;
+  };
+
+  it("from the operator: its creation until it first takes effect, however long and however often edited; then none", () => {
+    expect(compileAt({ creationTimestamp: minutesAgo(60 * 24), generation: 5 }, "operator")).toBe(minutesAgo(60 * 24));
+    expect(compileAt({ creationTimestamp: minutesAgo(60 * 24), generation: 5 }, "operator", { inEffectSince: minutesAgo(60) })).toBeUndefined();
+  });
+
+  it("from a --config file: its creationTimestamp for ten minutes only, so enabling it again later does not replay the stream (regression: an exported document replayed 72 h)", () => {
+    expect(compileAt({ creationTimestamp: minutesAgo(5) }, "file")).toBe(minutesAgo(5));
+    expect(compileAt({ creationTimestamp: minutesAgo(20), generation: 7 }, "file")).toBeUndefined();
+    // A file's status (exported with the resource) is not the operator's record.
+    expect(compileAt({ creationTimestamp: minutesAgo(5) }, "file", { inEffectSince: minutesAgo(1) })).toBe(minutesAgo(5));
+    expect(compileAt({}, "file")).toBeUndefined();
+  });
+});

@@ -208,34 +208,37 @@ describe("a new destination", () => {
     expect(JSON.parse(request!.body.toString())).toMatchObject({ messageId: "at-once-1" });
   });
 
-  it("once its config has been in effect (status.inEffectSince: disabled and enabled again, say), starts from now: what was sent meanwhile is not replayed", async () => {
-    const key = env.addSource("edited");
-    const createdAt = new Date(Date.now() - 1_000).toISOString();
-    await send(key, "/v1/track", { userId: "u1", event: "While disabled", messageId: "while-disabled-1" });
-    await env.setDestination("edited", { sources: ["edited"], urls: [env.receiver.url("/edited")], createdAt, inEffectSince: createdAt });
-    await send(key, "/v1/track", { userId: "u1", event: "After", messageId: "after-enable-1" });
-    await env.receiver.waitFor("/edited", 1);
-    await new Promise((r) => setTimeout(r, 500));
-    expect(env.receiver.requests("/edited").map((r) => JSON.parse(r.body.toString()).messageId)).toEqual(["after-enable-1"]);
-  });
-
-  it("never in effect until long after its creation (its Secret came late), receives what was stored since its creation, not before (regression: from when its consumer was made)", async () => {
+  it("from a --config file, receives what was stored since its creationTimestamp if that is recent, and from now if it is not", async () => {
     const key = env.addSource("oldnew");
     await send(key, "/v1/track", { userId: "u1", event: "Before", messageId: "before-1" });
     await new Promise((r) => setTimeout(r, 50));
     // Created now: the message above is older than the destination.
     await env.setDestination("oldnew", { sources: ["oldnew"], urls: [env.receiver.url("/oldnew")], createdAt: new Date().toISOString() });
-    const key2 = env.addSource("longago");
-    // Created 20 minutes ago and never in effect: what was sent since is delivered.
+    const key2 = env.addSource("recent");
     await send(key2, "/v1/track", { userId: "u1", event: "Meanwhile", messageId: "meanwhile-2" });
+    await env.setDestination("recent", { sources: ["recent"], urls: [env.receiver.url("/recent")], createdAt: new Date(Date.now() - 5 * 60_000).toISOString() });
+    const key3 = env.addSource("longago");
+    await send(key3, "/v1/track", { userId: "u1", event: "Before", messageId: "before-3" });
+    // Created 20 minutes ago (an exported document, say): enabled now, it starts from now.
     await env.setDestination("longago", { sources: ["longago"], urls: [env.receiver.url("/longago")], createdAt: new Date(Date.now() - 20 * 60_000).toISOString() });
-    await send(key, "/v1/track", { userId: "u1", event: "After", messageId: "after-1" });
-    await send(key2, "/v1/track", { userId: "u1", event: "After", messageId: "after-2" });
+    for (const [k, id] of [[key, "after-1"], [key2, "after-2"], [key3, "after-3"]] as const) await send(k, "/v1/track", { userId: "u1", event: "After", messageId: id });
     await env.receiver.waitFor("/oldnew", 1);
-    await env.receiver.waitFor("/longago", 2);
+    await env.receiver.waitFor("/recent", 2);
+    await env.receiver.waitFor("/longago", 1);
     await new Promise((r) => setTimeout(r, 500));
-    expect(env.receiver.requests("/oldnew").map((r) => JSON.parse(r.body.toString()).messageId)).toEqual(["after-1"]);
-    expect(env.receiver.requests("/longago").map((r) => JSON.parse(r.body.toString()).messageId)).toEqual(["meanwhile-2", "after-2"]);
+    const ids = (path: string) => env.receiver.requests(path).map((r) => JSON.parse(r.body.toString()).messageId);
+    expect(ids("/oldnew")).toEqual(["after-1"]);
+    expect(ids("/recent")).toEqual(["meanwhile-2", "after-2"]);
+    expect(ids("/longago")).toEqual(["after-3"]);
+  });
+
+  it("a config that differs only by createdAt (gone once the destination took effect) does not restart its worker", async () => {
+    const key = env.addSource("settled");
+    await env.setDestination("settled", { sources: ["settled"], urls: [env.receiver.url("/settled")], createdAt: new Date().toISOString() });
+    await env.setDestination("settled", { sources: ["settled"], urls: [env.receiver.url("/settled")] });
+    await send(key, "/v1/track", { userId: "u1", event: "Once", messageId: "settled-1" });
+    await env.receiver.waitFor("/settled", 1);
+    expect(env.logs().filter((l) => l.destination === "default/settled" && l.msg === "delivering")).toHaveLength(1);
   });
 });
 

@@ -23,8 +23,6 @@ export interface DestinationSpec {
   enabled?: boolean;
   /** metadata.creationTimestamp, as Kubernetes sets it. */
   createdAt?: string;
-  /** status.inEffectSince, as the operator writes it once the destination's config took effect. */
-  inEffectSince?: string;
 }
 
 export interface DeliveryHarness {
@@ -109,7 +107,6 @@ export function useDelivery(): DeliveryHarness {
       }
       documents.set(`WebhookDestination/${name}`, {
         apiVersion: "trackhook.io/v1alpha1", kind: "WebhookDestination", metadata: { name, ...(spec.createdAt ? { creationTimestamp: spec.createdAt } : {}) },
-        ...(spec.inEffectSince ? { status: { inEffectSince: spec.inEffectSince } } : {}),
         spec: {
           sources: spec.sources, urls: spec.urls,
           ...(spec.secret ? { sharedSecretRef: { name: `${name}-shared`, key: "shared" } } : {}),
