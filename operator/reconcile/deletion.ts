@@ -63,7 +63,7 @@ async function sendNotifications(ctx: OperatorContext, namespace: string, name: 
     ctx.metrics.notifications.inc({ outcome: "stored" }, result.stored);
     ctx.metrics.notifications.inc({ outcome: "duplicate" }, result.duplicates);
     source.state = "FINISHED";
-    source.notified = request.spec.userIds.length;
+    source.notified = new Set(request.spec.userIds).size; // users, each once (positions only matter while running)
     await writeStatus(ctx, request, status());
     request = { ...request, status: status() };
   }

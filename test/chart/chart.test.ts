@@ -142,6 +142,9 @@ describe("chart metadata and values", () => {
       refused({ "nats.auth.existingSecret": "Not_A_Name" }, /nats\/auth\/existingSecret/),
       refused({ "nats.tls.existingSecret": "t", "nats.tls.caKey": "" }, /nats\/tls/),
       refused({ logLevel: "verbose" }, /logLevel/),
+      // The operator exits on a resync under 10s: the pod would crash-loop.
+      refused({ "operator.resync": "5s" }, /resync/),
+      refused({ "operator.resync": "500ms" }, /resync/),
     ]);
   });
 });
