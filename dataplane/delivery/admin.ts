@@ -5,6 +5,7 @@ import { DeliverPolicy, jetstream, jetstreamManager, type Consumer, type Consume
 import { headers as natsHeaders, type NatsConnection } from "@nats-io/transport-node";
 import { isDnsLabel, type StoredMessage } from "../../schema/mod.ts";
 import { DEFAULT_NAMESPACE } from "../config/mod.ts";
+import { parseJson } from "../json.ts";
 import {
   ATTEMPTS_STREAM, DLQ_STREAM, EVENTS_STREAM, EVENTS_SUBJECTS, attemptsSubject, consumerName, dlqSubject, isConsumerNotFound, isStreamNotFound,
   namespaceSubjects, replaySubject, sourceSubjects,
@@ -164,7 +165,8 @@ async function* selectDeadLetters(js: JetStreamClient, selection: DeadLetterSele
     // listed and replayed, only never matched by a message id.
     let body: { messageId?: unknown; type?: unknown } = {};
     try {
-      const parsed: unknown = m.json();
+      // As stored: numbers a double cannot hold are shown as sent, not rounded.
+      const parsed: unknown = parseJson(m.string());
       if (parsed !== null && typeof parsed === "object" && !Array.isArray(parsed)) body = parsed;
     } catch {
       // not JSON
@@ -309,7 +311,7 @@ export async function tail(nc: NatsConnection, options: TailOptions): Promise<As
       for await (const m of messages) {
         let message: StoredMessage;
         try {
-          message = m.json<StoredMessage>();
+          message = parseJson(m.string()) as StoredMessage;
         } catch {
           continue;
         }

@@ -372,6 +372,11 @@ describe("tail", () => {
       await until(() => stdout.includes("\n"), "no line printed");
       const line = JSON.parse(stdout.split("\n")[0]!) as TailedMessage;
       expect(line).toMatchObject({ subject: "trackhook.events.default.tail-cli.track", seq: expect.any(Number), time: expect.any(String), message: { messageId: "tail-cli-1", event: "Printed" } });
+      // Shown as stored: a 64-bit id is not rounded on the way to the terminal.
+      const raw = '{"userId":"u6","event":"Big","messageId":"tail-cli-2","properties":{"orderId":12345678901234567890}}';
+      expect((await post(`${env.ingest.url}/v1/track`, undefined, { headers: { authorization: basic(key) }, raw })).status).toBe(200);
+      await until(() => stdout.includes("tail-cli-2"), "no line for the second message");
+      expect(stdout).toContain('"properties":{"orderId":12345678901234567890}');
       child.kill("SIGINT");
       expect(await exited).toBe(0);
     } finally {
