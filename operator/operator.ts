@@ -43,6 +43,8 @@ export interface OperatorOptions {
   configReplicas: number;
   /** Watch only this namespace (a namespace-scoped install); undefined: all namespaces. */
   watchNamespace: string | undefined;
+  /** Delivery runs with --allow-private-networks: destinations may name private addresses. */
+  allowPrivateNetworks: boolean;
   identity: string;
 }
 
@@ -54,6 +56,7 @@ export function operatorOptions(input: Partial<OperatorOptions> = {}): Readonly<
     resyncMs: 10 * 60_000,
     configReplicas: 1,
     watchNamespace: undefined,
+    allowPrivateNetworks: false,
     identity: `${process.env.POD_NAME ?? hostname()}_${randomBytes(4).toString("hex")}`,
     ...input,
   });
@@ -138,7 +141,7 @@ export class Operator {
       kube: this.#kube, log: this.#log, metrics: this.metrics,
       events: new EventRecorder(this.#kube, this.#options.identity, this.#log),
       config: new ConfigWriter(kv), jsm, js: jetstream(this.#nc),
-      sources, destinations, deletions, sourceDigests: new Map(),
+      sources, destinations, deletions, sourceDigests: new Map(), allowPrivateNetworks: this.#options.allowPrivateNetworks,
       requeue: (kind, namespace, name) => this.#queues?.[kind].add(`${namespace}/${name}`),
     };
     const queue = (kind: Kind, reconcile: (ctx: OperatorContext, ns: string, name: string) => Promise<ReconcileResult>) =>

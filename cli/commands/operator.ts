@@ -23,6 +23,8 @@ export const operatorCommand: Command = {
   --watch-namespace <ns>       reconcile only this namespace's resources (default: all namespaces)
   --config-replicas <n>        JetStream replicas of the trackhook-config bucket (default 1)
   --resync <dur>               reconcile every object this often regardless of events (default 10m, at least 10s)
+  --allow-private-networks     delivery runs with --allow-private-networks: accept destinations whose URLs
+                               reach only private, loopback or cluster-internal addresses (refused otherwise)
   --port <n>                   port of /healthz, /readyz and /metrics (default 8082)
   --host <addr>                their listen address (default 0.0.0.0)
   --log-level <level>          trace, debug, info, warn, error (default info)`,
@@ -30,6 +32,7 @@ export const operatorCommand: Command = {
     nats: { type: "string" }, kubeconfig: { type: "string" }, "lease-namespace": { type: "string" },
     "lease-name": { type: "string" }, "lease-duration": { type: "string" }, "config-replicas": { type: "string" }, "watch-namespace": { type: "string" },
     resync: { type: "string" }, port: { type: "string" }, host: { type: "string" }, "log-level": { type: "string" },
+    "allow-private-networks": { type: "boolean" },
   },
   async run(values) {
     // Loaded here, not at the top: @kubernetes/client-node costs every other command ~50 MB of
@@ -59,6 +62,7 @@ export const operatorCommand: Command = {
       resyncMs,
       watchNamespace: values["watch-namespace"] || undefined,
       configReplicas: integerFlag("config-replicas", values["config-replicas"] ?? "1", 1, 5),
+      allowPrivateNetworks: Boolean(values["allow-private-networks"] as unknown),
     });
     const port = integerFlag("port", values.port ?? "8082", 0, 65535);
     const log = createLogger({ level: values["log-level"], name: "operator" });

@@ -2,6 +2,8 @@
 // loader (all documents at once) and the operator (one object per reconcile), so a resource
 // means the same thing on a laptop and in a cluster.
 import { createHash } from "node:crypto";
+import { isIP } from "node:net";
+import { isForbiddenAddress } from "../delivery/ssrf.ts";
 import {
   HEADER_VALUE,
   HEADER_VALUE_REASON,
@@ -37,7 +39,7 @@ export function secretValues(secret: { data?: Record<string, string> | undefined
 
 /** Why a resource cannot take effect; `reason` is the CamelCase reason of its Ready condition. */
 export interface Problem {
-  reason: "SecretNotFound" | "SecretKeyMissing" | "SecretKeyEmpty" | "SecretValueInvalid" | "SourceNotFound" | "InvalidSpec";
+  reason: "SecretNotFound" | "SecretKeyMissing" | "SecretKeyEmpty" | "SecretValueInvalid" | "SourceNotFound" | "InvalidSpec" | "PrivateAddressRefused";
   field: string;
   message: string;
 }
@@ -119,6 +121,18 @@ const HEADER_VALUE_RE = new RegExp(HEADER_VALUE);
  * every message as `network_error` while the destination looked fine. Port 0 parses but cannot be
  * dialled.
  */
+const PRIVATE_URL_REASON =
+  "reaches only a private, loopback or cluster-internal address, which delivery refuses (it runs without --allow-private-networks: the chart's delivery.allowPrivateNetworks)";
+
+/** Cluster DNS suffixes: such a name resolves to a Service's private address. */
+const CLUSTER_SUFFIXES = [".svc", ".svc.cluster.local", ".cluster.local", ".localhost"];
+
+function reachesOnlyPrivate(url: URL): boolean {
+  const host = url.hostname.replace(/^\[|\]$/g, "").toLowerCase().replace(/\.$/, "");
+  if (isIP(host) !== 0) return isForbiddenAddress(host);
+  return host === "localhost" || CLUSTER_SUFFIXES.some((suffix) => host.endsWith(suffix));
+}
+
 function urlProblem(text: string): string | undefined {
   // The authority as written: new URL() refuses both cases with the same bare "Invalid URL".
   const authority = /^[a-z][a-z0-9+.-]*:\/\/([^/?#]*)/i.exec(text)?.[1] ?? "";
@@ -154,19 +168,29 @@ function boundedDuration(field: string, text: string, bounds: DurationBounds, pr
  * A validated WebhookDestination → its compiled form, with Secrets read and the source selector
  * resolved against `sources` (the Sources of its namespace).
  */
-/**
- * Where the document comes from, for where its consumer starts: the operator tracks when a
- * destination took effect (status.inEffectSince); a `--config` file has no such record.
- */
-export type DestinationOrigin = "operator" | "file";
+export interface CompileDestinationOptions {
+  /**
+   * Where the document comes from, for where its consumer starts: the operator tracks when a
+   * destination took effect (status.inEffectSince); a `--config` file has no such record.
+   */
+  origin?: "operator" | "file";
+  now?: number;
+  /**
+   * Refuse URLs that can only reach private addresses (an IP literal of a private range,
+   * localhost, a cluster-internal name): the operator, when delivery runs without
+   * --allow-private-networks. Delivery refuses them anyway, at each attempt, which dead-lettered
+   * every message while the destination said Ready. Names that resolve to private addresses
+   * otherwise are only found at connect time.
+   */
+  refusePrivateNetworks?: boolean;
+}
 
 export function compileDestination(
   namespace: string,
   doc: WebhookDestinationDocument,
   sources: readonly SourceRef[],
   secrets: SecretLookup,
-  origin: DestinationOrigin = "file",
-  now = Date.now(),
+  { origin = "file", now = Date.now(), refusePrivateNetworks = false }: CompileDestinationOptions = {},
 ): CompileResult<CompiledDestination> {
   const spec = doc.spec;
   const problems: Problem[] = [];
@@ -204,6 +228,10 @@ export function compileDestination(
     const problem = urlProblem(text);
     if (problem) {
       problems.push({ reason: "InvalidSpec", field: `spec.urls[${i}]`, message: problem });
+      continue;
+    }
+    if (refusePrivateNetworks && reachesOnlyPrivate(new URL(text))) {
+      problems.push({ reason: "PrivateAddressRefused", field: `spec.urls[${i}]`, message: PRIVATE_URL_REASON });
       continue;
     }
     const href = new URL(text).href; // "https://A.example" and "https://a.example/" are one receiver

@@ -40,6 +40,8 @@ export interface OperatorContext {
   deletions: Reflector<DeletionResource>;
   /** namespace/name → write key digest of the Sources in effect, to refuse a key two Sources share. */
   sourceDigests: Map<string, string>;
+  /** Whether delivery may reach private networks: if not, destinations whose URLs only reach them are refused. */
+  allowPrivateNetworks: boolean;
   /** Queues another reconcile of an object (a Source that lost or may win a shared key). */
   requeue(kind: Kind, namespace: string, name: string): void;
 }

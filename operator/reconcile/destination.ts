@@ -33,7 +33,10 @@ async function applyDestination(ctx: OperatorContext, namespace: string, name: s
     .list(namespace)
     .filter((s) => !isDeleting(s))
     .map((s) => ({ name: s.metadata.name, labels: s.metadata.labels }));
-  const result = compileDestination(namespace, doc, sources, await readSecrets(ctx, namespace, secretNamesOf(doc)), "operator");
+  const result = compileDestination(namespace, doc, sources, await readSecrets(ctx, namespace, secretNamesOf(doc)), {
+    origin: "operator",
+    refusePrivateNetworks: !ctx.allowPrivateNetworks,
+  });
   const urlCount = destination.spec.urls.length;
   if (!result.ok) {
     const kept = (await ctx.config.get(key)) as { enabled?: boolean } | undefined;

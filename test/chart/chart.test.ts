@@ -425,6 +425,9 @@ describe("rendered manifests", () => {
     expect(args(full, "delivery")).toEqual(expect.arrayContaining(["--stream-replicas=3", "--stream-max-bytes=5GiB"]));
     expect(args(defaults, "delivery")).not.toContain("--allow-private-networks");
     expect(args(privateNetworks, "delivery")).toContain("--allow-private-networks");
+    // The operator refuses destinations naming private addresses unless delivery may reach them.
+    expect(args(defaults, "operator")).not.toContain("--allow-private-networks");
+    expect(args(privateNetworks, "operator")).toContain("--allow-private-networks");
     expect(args(full, "operator")).toEqual(expect.arrayContaining(["--watch-namespace=tenants", "--lease-name=th-operator", "--lease-duration=20s", "--config-replicas=3"]));
     expect(args(defaults, "operator").some((a) => a.startsWith("--watch-namespace"))).toBe(false);
   });

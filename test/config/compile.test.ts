@@ -350,7 +350,7 @@ describe("where a destination's consumer starts (its config's createdAt)", () =>
   const minutesAgo = (minutes: number) => new Date(NOW - minutes * 60_000).toISOString();
   const compileAt = (metadata: Record<string, unknown>, origin: "operator" | "file", status?: Record<string, unknown>) => {
     const doc = { apiVersion: "trackhook.io/v1alpha1", kind: "WebhookDestination", metadata: { name: "hook", ...metadata }, spec: { sources: ["web"], urls: ["https://hooks.example.com/in"] }, ...(status ? { status } : {}) };
-    const result = compileDestination("shop", doc as WebhookDestinationDocument, [{ name: "web" }], () => undefined, origin, NOW);
+    const result = compileDestination("shop", doc as WebhookDestinationDocument, [{ name: "web" }], () => undefined, { origin, now: NOW });
     if (!result.ok) throw new Error(JSON.stringify(result.problems));
     return result.value.createdAt;
   };
@@ -368,3 +368,26 @@ describe("where a destination's consumer starts (its config's createdAt)", () =>
     expect(compileAt({}, "file")).toBeUndefined();
   });
 });
+
+describe("private addresses, as the operator compiles a destination for a delivery without --allow-private-networks", () => {
+  const compileUrl = (url: string, refusePrivateNetworks: boolean) => {
+    const doc = { apiVersion: "trackhook.io/v1alpha1", kind: "WebhookDestination", metadata: { name: "hook" }, spec: { sources: ["web"], urls: [url] } };
+    const result = compileDestination("shop", doc as WebhookDestinationDocument, [{ name: "web" }], () => undefined, { origin: "operator", refusePrivateNetworks });
+    return result.ok ? "ok" : result.problems.map((p) => `${p.reason} ${p.field}`).join("; ");
+  };
+
+  it("refuses URLs that can only reach a private address (regression: Ready=True while every message was dead-lettered private_address_refused)", () => {
+    for (const url of [
+      "http://169.254.169.254/latest/meta-data", "http://10.0.0.7:8080/hook", "http://127.0.0.1/hook", "http://[::1]:9000/", "http://[::ffff:192.168.1.2]/",
+      "http://localhost:3000/hook", "http://receiver.shop.svc:8080/hook", "http://receiver.shop.svc.cluster.local/hook", "http://app.localhost/",
+    ]) {
+      expect(compileUrl(url, true), url).toBe("PrivateAddressRefused spec.urls[0]");
+      expect(compileUrl(url, false), url).toBe("ok");
+    }
+  });
+
+  it("takes public addresses and names (a name's address is checked when delivery connects)", () => {
+    for (const url of ["https://hooks.example.com/in", "http://203.0.114.9/hook", "https://[2606:4700::1111]/"]) expect(compileUrl(url, true), url).toBe("ok");
+  });
+});
+

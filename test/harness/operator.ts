@@ -122,7 +122,8 @@ export async function startOperator(env: OperatorEnv): Promise<Operator> {
   const kube = kubeClients(env.cluster.kubeConfig());
   const operator = new Operator(
     { kube, nc: await env.nats.connect(), log },
-    operatorOptions({ watchNamespace: env.namespace, leaseNamespace: env.namespace, leaseDurationMs: 15_000, renewDeadlineMs: 10_000, retryPeriodMs: 2000 }),
+    // Private networks allowed, as for the delivery beside it: the test receivers are on loopback.
+    operatorOptions({ watchNamespace: env.namespace, leaseNamespace: env.namespace, leaseDurationMs: 15_000, renewDeadlineMs: 10_000, retryPeriodMs: 2000, allowPrivateNetworks: true }),
   );
   await operator.run((reason) => {
     throw new Error(`the test operator lost its lease: ${reason}`);
@@ -159,7 +160,7 @@ export async function spawnOperator(env: OperatorEnv, options: { leaseDuration?:
     process.execPath,
     [join(repoRoot, "cli", "main.ts"), "operator", "--nats", env.nats.server.url, "--kubeconfig", env.cluster.kubeconfigPath,
       "--watch-namespace", env.namespace, "--lease-namespace", env.namespace, "--lease-duration", options.leaseDuration ?? "6s",
-      "--port", String(port), "--host", "127.0.0.1", "--log-level", "info"],
+      "--port", String(port), "--host", "127.0.0.1", "--log-level", "info", "--allow-private-networks"],
     { cwd: repoRoot, stdio: ["ignore", "pipe", "pipe"] },
   );
   let output = "";
