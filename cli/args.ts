@@ -5,6 +5,23 @@ export class UsageError extends Error {
   readonly code = "TRACKHOOK_USAGE";
 }
 
+/**
+ * Listens, turning what a user got wrong (a port in use, an address that is not this host's)
+ * into a usage error (exit 2, one line) rather than a stack trace.
+ */
+export async function listenOrExplain(server: { listen(options: { host: string; port: number }): Promise<string>; close(): Promise<unknown> }, host: string, port: number): Promise<string> {
+  try {
+    return await server.listen({ host, port });
+  } catch (err) {
+    const code = (err as NodeJS.ErrnoException).code;
+    if (code !== "EADDRINUSE" && code !== "EADDRNOTAVAIL" && code !== "ENOTFOUND" && code !== "EACCES") throw err;
+    await server.close().catch(() => {});
+    if (code === "EADDRINUSE") throw new UsageError(`${host}:${port} is already in use; choose another port with --port <n>`);
+    if (code === "EACCES") throw new UsageError(`port ${port} needs privileges here; choose another with --port <n>`);
+    throw new UsageError(`cannot listen on ${host}: not an address of this host (--host)`);
+  }
+}
+
 const BYTE_UNITS: Record<string, number> = {
   "": 1, b: 1, kb: 1e3, mb: 1e6, gb: 1e9, tb: 1e12, kib: 1024, mib: 1024 ** 2, gib: 1024 ** 3, tib: 1024 ** 4,
 };

@@ -4,6 +4,7 @@
 import { parseArgs } from "node:util";
 import { ConfigError } from "../dataplane/config/mod.ts";
 import { NatsAuthError, NatsServerNotFoundError } from "../dataplane/nats/mod.ts";
+import { VERSION } from "../dataplane/version.ts";
 import { UsageError } from "./args.ts";
 import { devCommand } from "./commands/dev.ts";
 import { deliverCommand } from "./commands/deliver.ts";
@@ -27,12 +28,21 @@ Usage: trackhook <command> [options]
 Commands:
 ${COMMANDS.map((c) => `  ${c.name.padEnd(width)}  ${c.summary}`).join("\n")}
 
-Run \`trackhook <command> --help\` for a command's options.
+Run \`trackhook <command> --help\` (or \`trackhook help <command>\`) for a command's options;
+\`trackhook --version\` prints the version.
 `;
 }
 
+const LOG_LEVELS = ["trace", "debug", "info", "warn", "error", "fatal", "silent"];
+
 async function main(argv: string[]): Promise<void> {
-  const [name, ...rest] = argv;
+  let [name, ...rest] = argv;
+  if (name === "--version" || name === "-v" || name === "version") {
+    process.stdout.write(`trackhook ${VERSION}\n`);
+    return;
+  }
+  // `trackhook help dev` is `trackhook dev --help`.
+  if (name === "help" && rest.length > 0) [name, rest] = [rest[0], ["--help"]];
   if (!name || name === "--help" || name === "-h" || name === "help") {
     process.stdout.write(help());
     return;
@@ -49,7 +59,12 @@ async function main(argv: string[]): Promise<void> {
     process.stdout.write(`${command.summary}\n\nUsage: ${command.usage}\n`);
     return;
   }
+  const level = values["log-level"];
+  if (typeof level === "string" && !LOG_LEVELS.includes(level)) throw new UsageError(`--log-level: "${level}" is not one of ${LOG_LEVELS.join(", ")}`);
+  // A reader that goes away (`| head`) ends the output, not with an EPIPE stack trace.
+  if (command.exitWhenDone) process.stdout.on("error", (err: NodeJS.ErrnoException) => (err.code === "EPIPE" ? process.exit(process.exitCode ?? 0) : undefined));
   await command.run(values as Record<string, string | undefined>);
+  if (command.exitWhenDone) process.exit(process.exitCode ?? 0);
 }
 
 main(process.argv.slice(2)).catch((err: unknown) => {

@@ -25,6 +25,7 @@ export const attemptsTable = (records: AttemptRecord[]): string =>
   table(["TIME", "MESSAGE ID", "ATTEMPT", "URL", "RESULT", "LATENCY", "RESPONSE"], records.map(attemptRow));
 
 export const attemptsCommand: Command = {
+  exitWhenDone: true,
   name: "attempts",
   summary: "Show a destination's delivery attempts: status or error, latency, response",
   usage: `trackhook attempts --destination <namespace/name> --nats <url> [--message-id <id>] [--json]

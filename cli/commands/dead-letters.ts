@@ -12,6 +12,7 @@ export function deadLetterRow(d: DeadLetter): string[] {
 }
 
 export const deadLettersCommand: Command = {
+  exitWhenDone: true,
   name: "dead-letters",
   summary: "List a destination's dead letters: why each was given up, and its last answer",
   usage: `trackhook dead-letters --destination <namespace/name> --nats <url> [--since <duration>] [--message-id <id>] [--limit <n>] [--json]

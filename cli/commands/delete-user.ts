@@ -10,6 +10,7 @@ import type { Command } from "./types.ts";
 import { NATS_AUTH_HELP } from "./nats-help.ts";
 
 export const deleteUserCommand: Command = {
+  exitWhenDone: true,
   name: "delete-user",
   summary: "Send delete notifications for users to a source's webhooks (DeletionRequest without a cluster)",
   usage: `trackhook delete-user --config <file|dir> --source <ns/name> --user-id <id> [--user-id <id> ...] --nats <url>
@@ -17,7 +18,8 @@ export const deleteUserCommand: Command = {
   --config <file|dir>        the config \`trackhook dev\`/\`deliver\` runs with (to find the source's webhooks)
   --source <ns/name>         the Source (namespace "default" when omitted)
   --user-id <id>             a user to delete; repeat for more (up to 5000)
-  --request-id <id>          names the request: running again with the same id sends nothing twice
+  --request-id <id>          names the request: running again with the same id within the stream's
+                             duplicate window (--duplicate-window, 10m by default) sends nothing twice
                              (default: a new id, so every run notifies again)
   --nats <url>               NATS server URL(s), comma-separated (or TRACKHOOK_NATS_URL)${NATS_AUTH_HELP}`,
   flags: {

@@ -1,13 +1,14 @@
 // `trackhook deliver`: delivery workers for the destinations in the config.
 import type { ConfigProvider } from "../../dataplane/config/mod.ts";
+import type { CompiledConfig } from "../../schema/mod.ts";
 import { configFrom, configSourceFlags, configSourceHelp, openConfig, openConfigFiles } from "./config-source.ts";
-import { DEFAULT_PROCESS_MAX_IN_FLIGHT, DeliveryMetrics, DeliveryService, WebhookSender } from "../../dataplane/delivery/mod.ts";
+import { DEFAULT_PROCESS_MAX_IN_FLIGHT, DeliveryMetrics, DeliveryService, WebhookSender, redactUrl, urlReachesOnlyPrivate } from "../../dataplane/delivery/mod.ts";
 import { createLogger, type Logger } from "../../dataplane/logging.ts";
 import { DEFAULT_SIDE_STREAM, connectNats, type SideStreamSettings } from "../../dataplane/nats/mod.ts";
 import type { NatsConnection } from "@nats-io/transport-node";
 import { VERSION } from "../../dataplane/version.ts";
 import { buildOpsServer } from "../../dataplane/ops/server.ts";
-import { integerFlag, natsUrl, parseBytes } from "../args.ts";
+import { integerFlag, listenOrExplain, natsUrl, parseBytes } from "../args.ts";
 import { onShutdown } from "../shutdown.ts";
 import type { Command } from "./types.ts";
 import { NATS_AUTH_HELP } from "./nats-help.ts";
@@ -31,6 +32,7 @@ export async function startDelivery(args: {
   if (args.allowPrivateNetworks) {
     args.log.warn("private networks are ALLOWED: webhooks may reach loopback, private and metadata addresses (fine on a laptop, not in production)");
   }
+  else warnOfPrivateUrls(args.config, args.log);
   const sender = new WebhookSender({ allowPrivateNetworks: args.allowPrivateNetworks, userAgent: `trackhook/${VERSION}` });
   const metrics = args.metrics ?? new DeliveryMetrics();
   const service = await DeliveryService.start({
@@ -46,6 +48,29 @@ export async function startDelivery(args: {
       await sender.close();
     },
   };
+}
+
+/**
+ * Says at start (and when the config changes) which destinations name a URL that delivery will
+ * refuse: otherwise the first sign is every message dead-lettered as private_address_refused.
+ */
+function warnOfPrivateUrls(config: ConfigProvider, log: Logger): void {
+  const told = new Set<string>();
+  const check = (current: CompiledConfig) => {
+    for (const destination of current.destinations) {
+      for (const url of destination.urls) {
+        const key = `${destination.namespace}/${destination.name} ${url}`;
+        if (told.has(key) || !URL.canParse(url) || !urlReachesOnlyPrivate(new URL(url))) continue;
+        told.add(key);
+        log.warn(
+          { destination: `${destination.namespace}/${destination.name}`, url: redactUrl(url) },
+          "this webhook URL reaches only a private address, which delivery refuses (private_address_refused): run deliver with --allow-private-networks if it is meant",
+        );
+      }
+    }
+  };
+  check(config.current());
+  config.subscribe(check);
 }
 
 export const deliverCommand: Command = {
@@ -86,7 +111,7 @@ ${configSourceHelp}
       registry: metrics.registry,
       ready: async () => (running.delivery ? running.delivery.service.ready() : { ready: false, reason: `starting: waiting for ${waitingFor}` }),
     });
-    const address = await ops.listen({ host: values.host ?? "0.0.0.0", port });
+    const address = await listenOrExplain(ops, values.host ?? "0.0.0.0", port);
     log.debug({ address }, "health and metrics served; ready once delivery runs");
     onShutdown(log, async () => {
       await ops.close();

@@ -26,6 +26,7 @@ export const devCommand: Command = {
     const log = createLogger({ level: values["log-level"], name: "dev" });
     const stream = streamSettings(values);
     const options = ingestOptions(values);
+    const port = integerFlag("port", values.port ?? "8080", 0, 65535); // before nats-server starts
     const config = new FileConfigProvider(values.config, log); // invalid config fails here, before anything starts
 
     let natsServer: LocalNatsServer | undefined;
@@ -46,7 +47,7 @@ export const devCommand: Command = {
       ingest = await startIngest({
         nc, config, log, stream, options, extraRegistries: [deliveryMetrics.registry],
         host: values.host ?? "127.0.0.1",
-        port: integerFlag("port", values.port ?? "8080", 0, 65535),
+        port,
       });
       // On a laptop the webhook receivers are usually local too.
       delivery = await startDelivery({ nc, config, log, allowPrivateNetworks: true, metrics: deliveryMetrics });

@@ -5,8 +5,8 @@ import type { Registry } from "prom-client";
 import type { ConfigProvider } from "../../dataplane/config/mod.ts";
 import { buildIngestApp, type IngestOptionsInput } from "../../dataplane/ingest/mod.ts";
 import { createLogger, type Logger } from "../../dataplane/logging.ts";
-import { connectNats, ensureStream, eventsStreamConfig, type EventsStreamSettings } from "../../dataplane/nats/mod.ts";
-import { UsageError, integerFlag, natsUrl } from "../args.ts";
+import { EVENTS_STREAM, connectNats, ensureStream, eventsStreamConfig, type EventsStreamSettings } from "../../dataplane/nats/mod.ts";
+import { integerFlag, listenOrExplain, natsUrl } from "../args.ts";
 import { onShutdown } from "../shutdown.ts";
 import { configFrom, configSourceFlags, configSourceHelp, openConfig, openConfigFiles } from "./config-source.ts";
 import { ingestFlags, ingestFlagsHelp, ingestOptions, streamSettings } from "./shared-flags.ts";
@@ -31,18 +31,11 @@ export async function startIngest(args: {
   extraRegistries?: Registry[];
 }): Promise<RunningIngest> {
   const jsm = await jetstreamManager(args.nc);
-  await ensureStream(jsm, eventsStreamConfig(args.stream));
+  await ensureStream(jsm, eventsStreamConfig(args.stream), (changes) =>
+    args.log.warn({ stream: EVENTS_STREAM, changes }, "changing the events stream's settings to this process's flags (durations in ns; a shorter max_age drops older messages at once)"),
+  );
   const app = await buildIngestApp({ nc: args.nc, config: args.config, logger: args.log, ...(args.extraRegistries ? { extraRegistries: args.extraRegistries } : {}) }, args.options);
-  let address: string;
-  try {
-    address = await app.listen({ host: args.host, port: args.port });
-  } catch (err) {
-    await app.close();
-    if ((err as NodeJS.ErrnoException).code === "EADDRINUSE") {
-      throw new UsageError(`${args.host}:${args.port} is already in use; choose another port with --port <n>`);
-    }
-    throw err;
-  }
+  const address = await listenOrExplain(app, args.host, args.port);
   args.log.info({ address, sources: args.config.current().sources.length }, "ingest listening");
   return { url: address, close: () => app.close() };
 }
@@ -60,13 +53,14 @@ export const ingestCommand: Command = {
     const log = createLogger({ level: values["log-level"], name: "ingest" });
     const stream = streamSettings(values);
     const options = ingestOptions(values);
+    const port = integerFlag("port", values.port ?? "8080", 0, 65535); // before waiting on NATS
     const files = openConfigFiles(from, log); // invalid config fails here, before connecting
     const nc = await connectNats({ servers: nats, name: "trackhook-ingest", log });
     const config = await openConfig(files, nc, log, "sources");
     const ingest = await startIngest({
       nc, config, log, stream, options,
       host: values.host ?? "0.0.0.0",
-      port: integerFlag("port", values.port ?? "8080", 0, 65535),
+      port,
     });
     onShutdown(log, async () => {
       await ingest.close(); // stops accepting, waits for in-flight requests and their publishes

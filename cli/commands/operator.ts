@@ -5,7 +5,7 @@ import { buildOpsServer } from "../../dataplane/ops/server.ts";
 import type { NatsConnection } from "@nats-io/transport-node";
 import type { Operator } from "../../operator/mod.ts";
 import { isDnsLabel } from "../../schema/mod.ts";
-import { UsageError, durationFlag, integerFlag, natsUrl } from "../args.ts";
+import { UsageError, durationFlag, integerFlag, listenOrExplain, natsUrl } from "../args.ts";
 import { onShutdown } from "../shutdown.ts";
 import type { Command } from "./types.ts";
 import { NATS_AUTH_HELP } from "./nats-help.ts";
@@ -79,7 +79,7 @@ export const operatorCommand: Command = {
       registry: metrics.registry,
       ready: async () => running.operator?.readiness() ?? { ready: false, reason: "starting: waiting for NATS" },
     });
-    const address = await ops.listen({ host: values.host ?? "0.0.0.0", port });
+    const address = await listenOrExplain(ops, values.host ?? "0.0.0.0", port);
     log.info({ address }, "operator health, readiness and metrics on this address");
     onShutdown(log, async () => {
       await ops.close();

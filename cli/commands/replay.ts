@@ -2,7 +2,7 @@
 // Also holds what the admin commands (replay, dead-letters, attempts, tail) share: the NATS flag and names.
 import { connect, type NatsConnection } from "@nats-io/transport-node";
 import { ReplayInterruptedError, ReplayTargetError, destinationConsumer, replayDeadLetters, type DeadLetterSelection, type DestinationRef } from "../../dataplane/delivery/admin.ts";
-import { assertNoCredentialsInUrl, natsAuthOptions } from "../../dataplane/nats/mod.ts";
+import { NatsAuthError, assertNoCredentialsInUrl, isAuthError, natsAuthOptions } from "../../dataplane/nats/mod.ts";
 import { DEFAULT_NAMESPACE } from "../../dataplane/config/mod.ts";
 import { isDnsLabel } from "../../schema/mod.ts";
 import { UsageError, durationFlag, integerFlag, natsUrl } from "../args.ts";
@@ -28,6 +28,7 @@ export async function connectAdmin(url: string, name: string): Promise<NatsConne
   try {
     return await connect({ ...auth, servers: url.split(",").map((s) => s.trim()), name, noAsyncTraces: true, timeout: 5_000 });
   } catch (err) {
+    if (isAuthError(err)) throw new NatsAuthError(`NATS at ${url} refused the credentials: ${(err as Error).message}`);
     fail(`cannot connect to NATS at ${url}: ${(err as Error).message}`);
     return undefined;
   }
@@ -71,6 +72,7 @@ export function deadLetterSelection(values: Record<string, string | undefined>):
 }
 
 export const replayCommand: Command = {
+  exitWhenDone: true,
   name: "replay",
   summary: "Move a destination's dead letters back for delivery (to that destination only)",
   usage: `trackhook replay --destination <namespace/name> --nats <url> [--since <duration>] [--message-id <id>] [--limit <n>]

@@ -33,6 +33,8 @@ type Values = { [K in keyof typeof ingestFlags]?: string };
 
 export function streamSettings(values: Values): EventsStreamSettings {
   const maxAgeMs = durationFlag("stream-max-age", values["stream-max-age"] ?? "72h");
+  // Applied to the existing stream, a max age drops every older message at once.
+  if (maxAgeMs < 60_000) throw new UsageError("--stream-max-age must be at least 1m (the stream drops every message older than it, at once)");
   const duplicateWindowMs = durationFlag("duplicate-window", values["duplicate-window"] ?? "10m");
   return {
     maxAgeMs,

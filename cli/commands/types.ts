@@ -6,4 +6,9 @@ export interface Command {
   usage: string;
   flags: NonNullable<ParseArgsConfig["options"]>;
   run(values: Record<string, string | undefined>): Promise<void>;
+  /**
+   * An admin command that is done when run() resolves: the process exits then, instead of
+   * waiting for a NATS dial still pending in the background (a second server, a slow timeout).
+   */
+  exitWhenDone?: boolean;
 }

@@ -2,8 +2,7 @@
 // loader (all documents at once) and the operator (one object per reconcile), so a resource
 // means the same thing on a laptop and in a cluster.
 import { createHash } from "node:crypto";
-import { isIP } from "node:net";
-import { isForbiddenAddress } from "../delivery/ssrf.ts";
+import { urlReachesOnlyPrivate } from "../delivery/ssrf.ts";
 import {
   HEADER_VALUE,
   HEADER_VALUE_REASON,
@@ -124,15 +123,6 @@ const HEADER_VALUE_RE = new RegExp(HEADER_VALUE);
 const PRIVATE_URL_REASON =
   "reaches only a private, loopback or cluster-internal address, which delivery refuses (it runs without --allow-private-networks: the chart's delivery.allowPrivateNetworks)";
 
-/** Cluster DNS suffixes: such a name resolves to a Service's private address. */
-const CLUSTER_SUFFIXES = [".svc", ".svc.cluster.local", ".cluster.local", ".localhost"];
-
-function reachesOnlyPrivate(url: URL): boolean {
-  const host = url.hostname.replace(/^\[|\]$/g, "").toLowerCase().replace(/\.$/, "");
-  if (isIP(host) !== 0) return isForbiddenAddress(host);
-  return host === "localhost" || CLUSTER_SUFFIXES.some((suffix) => host.endsWith(suffix));
-}
-
 function urlProblem(text: string): string | undefined {
   // The authority as written: new URL() refuses both cases with the same bare "Invalid URL".
   const authority = /^[a-z][a-z0-9+.-]*:\/\/([^/?#]*)/i.exec(text)?.[1] ?? "";
@@ -230,7 +220,7 @@ export function compileDestination(
       problems.push({ reason: "InvalidSpec", field: `spec.urls[${i}]`, message: problem });
       continue;
     }
-    if (refusePrivateNetworks && reachesOnlyPrivate(new URL(text))) {
+    if (refusePrivateNetworks && urlReachesOnlyPrivate(new URL(text))) {
       problems.push({ reason: "PrivateAddressRefused", field: `spec.urls[${i}]`, message: PRIVATE_URL_REASON });
       continue;
     }

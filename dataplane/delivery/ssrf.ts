@@ -51,3 +51,18 @@ export function checkUrlHost(url: URL): void {
   const host = url.hostname.replace(/^\[|\]$/g, "");
   if (isIP(host) !== 0 && isForbiddenAddress(host)) throw new PrivateAddressError(url.hostname, host);
 }
+
+/** Cluster DNS suffixes: such a name resolves to a Service's private address. */
+const CLUSTER_SUFFIXES = [".svc", ".svc.cluster.local", ".cluster.local", ".localhost"];
+
+/**
+ * Whether a URL can only reach a private address, as far as its text tells: a private, loopback
+ * or link-local IP literal, localhost, or a cluster-internal name. Other names are judged when
+ * connecting (guardedLookup).
+ */
+export function urlReachesOnlyPrivate(url: URL): boolean {
+  const host = url.hostname.replace(/^\[|\]$/g, "").toLowerCase().replace(/\.$/, "");
+  if (isIP(host) !== 0) return isForbiddenAddress(host);
+  return host === "localhost" || CLUSTER_SUFFIXES.some((suffix) => host.endsWith(suffix));
+}
+

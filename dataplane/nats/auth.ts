@@ -62,7 +62,8 @@ function readable(path: string, variable: string): Buffer {
 /** `nats://user:pw@host` would put a secret in logs (and nats.js ignores it anyway). */
 export function assertNoCredentialsInUrl(servers: string): void {
   for (const server of servers.split(",")) {
-    if (/^[a-z]+:\/\/[^/]*@/i.test(server.trim())) {
+    // With or without a scheme: "alice:secret@host:4222" carries a password too.
+    if (/^(?:[a-z][a-z0-9+.-]*:\/\/)?[^/@\s]*@/i.test(server.trim())) {
       throw new NatsAuthError(`NATS URLs must not carry credentials; use ${NATS_AUTH_ENV.user}/${NATS_AUTH_ENV.password}, ${NATS_AUTH_ENV.token} or ${NATS_AUTH_ENV.creds}`);
     }
   }

@@ -2,7 +2,15 @@
 // report status changes to the logger.
 import { connect, type NatsConnection } from "@nats-io/transport-node";
 import type { Logger } from "../logging.ts";
-import { assertNoCredentialsInUrl, natsAuthOptions } from "./auth.ts";
+import { NatsAuthError, assertNoCredentialsInUrl, natsAuthOptions } from "./auth.ts";
+
+const WAITING_LOG_INTERVAL_MS = 10_000;
+
+/** nats.js's refusals of credentials (authorization violation, expired or revoked). */
+export function isAuthError(err: unknown): boolean {
+  const e = err as { name?: string; code?: string; message?: string } | undefined;
+  return e?.name === "AuthorizationError" || /authorization|authentication|permissions violation|expired|revoked/i.test(e?.message ?? "");
+}
 
 export interface ConnectOptions {
   servers: string;
@@ -14,17 +22,32 @@ export async function connectNats({ servers, name, log }: ConnectOptions): Promi
   assertNoCredentialsInUrl(servers);
   const auth = natsAuthOptions(); // a missing creds file fails here, before waiting on NATS
   log.info({ servers, auth: describeAuth(auth) }, "connecting to NATS (waiting until it answers)");
-  const nc = await connect({
-    ...auth,
-    servers: servers.split(",").map((s) => s.trim()),
-    name,
-    maxReconnectAttempts: -1,
-    // Pods may start before NATS does; keep trying instead of exiting.
-    waitOnFirstConnect: true,
-    reconnectTimeWait: 500,
-    // An Error per request for async stack traces costs ~40% of publish throughput.
-    noAsyncTraces: true,
-  });
+  // Said again while it does not answer, so a wrong URL is not mistaken for a slow start.
+  const started = Date.now();
+  const waiting = setInterval(
+    () => log.warn({ servers, waitedSeconds: Math.round((Date.now() - started) / 1000) }, "NATS does not answer yet; still trying (is the URL right?)"),
+    WAITING_LOG_INTERVAL_MS,
+  );
+  let nc: NatsConnection;
+  try {
+    nc = await connect({
+      ...auth,
+      servers: servers.split(",").map((s) => s.trim()),
+      name,
+      maxReconnectAttempts: -1,
+      // Pods may start before NATS does; keep trying instead of exiting.
+      waitOnFirstConnect: true,
+      reconnectTimeWait: 500,
+      // An Error per request for async stack traces costs ~40% of publish throughput.
+      noAsyncTraces: true,
+    });
+  } catch (err) {
+    // Retrying cannot fix refused credentials: say so plainly (exit 2), not with a stack trace.
+    if (isAuthError(err)) throw new NatsAuthError(`NATS at ${servers} refused the credentials: ${(err as Error).message}`);
+    throw err;
+  } finally {
+    clearInterval(waiting);
+  }
   void (async () => {
     for await (const status of nc.status()) {
       if (status.type === "disconnect" || status.type === "error") log.warn({ nats: status.type, server: "server" in status ? status.server : undefined }, "NATS connection problem");

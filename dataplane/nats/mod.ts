@@ -2,8 +2,8 @@ export {
   EVENTS_STREAM, EVENTS_SUBJECTS, REPLAY_SUBJECTS, DLQ_STREAM, DLQ_SUBJECTS, ATTEMPTS_STREAM, ATTEMPTS_SUBJECTS, CONSUMER_PREFIX,
   eventSubject, eventMsgId, namespaceSubjects, sourceSubjects, sourceOfEventSubject, replaySubject, dlqSubject, attemptsSubject, consumerName, parseConsumerName,
 } from "./subjects.ts";
-export { eventsStreamConfig, dlqStreamConfig, attemptsStreamConfig, ensureStream, hasMessagesOn, isStreamNotFound, isConsumerNotFound, DEFAULT_SIDE_STREAM, type EventsStreamSettings, type SideStreamSettings } from "./streams.ts";
-export { connectNats, type ConnectOptions } from "./connect.ts";
+export { eventsStreamConfig, dlqStreamConfig, attemptsStreamConfig, ensureStream, hasMessagesOn, isStreamNotFound, isConsumerNotFound, DEFAULT_SIDE_STREAM, type EventsStreamSettings, type SideStreamSettings, type StreamSettingChange } from "./streams.ts";
+export { connectNats, isAuthError, type ConnectOptions } from "./connect.ts";
 export { TurnBatch } from "./turn-batch.ts";
 export { msgIdHeader, InvalidMsgIdError } from "./publish-wire.ts";
 export { LocalNatsServer, NatsServerNotFoundError, findNatsServer, type LocalNatsServerOptions } from "./local-server.ts";

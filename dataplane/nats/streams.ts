@@ -69,13 +69,28 @@ export function attemptsStreamConfig({ maxBytes, replicas }: SideStreamSettings 
 }
 
 /** Creates the stream, or updates it when it exists with other settings. */
-export async function ensureStream(jsm: JetStreamManager, config: Partial<StreamConfig> & { name: string }): Promise<void> {
+/** A setting of an existing stream that ensureStream changes: its name, and the values before and after. */
+export interface StreamSettingChange {
+  setting: string;
+  from: unknown;
+  to: unknown;
+}
+
+/**
+ * Creates the stream, or updates the existing one to `config`. `onChange` hears what an update
+ * changes before it is made: every process that runs this sets the stream's settings (the last
+ * to start wins), and a shorter max_age drops older messages at once, so a change must be told.
+ */
+export async function ensureStream(jsm: JetStreamManager, config: Partial<StreamConfig> & { name: string }, onChange?: (changes: StreamSettingChange[]) => void): Promise<void> {
   try {
     const info = await jsm.streams.info(config.name);
-    const differs = (Object.keys(config) as Array<keyof StreamConfig>).some(
-      (key) => JSON.stringify(info.config[key]) !== JSON.stringify(config[key]),
-    );
-    if (differs) await jsm.streams.update(config.name, config);
+    const changes = (Object.keys(config) as Array<keyof StreamConfig>)
+      .filter((key) => JSON.stringify(info.config[key]) !== JSON.stringify(config[key]))
+      .map((key) => ({ setting: key, from: info.config[key], to: config[key] }));
+    if (changes.length > 0) {
+      onChange?.(changes);
+      await jsm.streams.update(config.name, config);
+    }
   } catch (err) {
     if (!isStreamNotFound(err)) throw err;
     try {

@@ -1,4 +1,7 @@
 // The API clients the operator uses, and the few facts about their errors it relies on.
+import { existsSync } from "node:fs";
+import { homedir } from "node:os";
+import { join } from "node:path";
 import {
   ApiException,
   CoordinationV1Api,
@@ -22,7 +25,10 @@ export function loadKubeConfig(path?: string): KubeConfig {
   const kc = new KubeConfig();
   if (path) kc.loadFromFile(path);
   else if (process.env.KUBERNETES_SERVICE_HOST && !process.env.KUBECONFIG) kc.loadFromCluster();
-  else kc.loadFromDefault();
+  else if (!process.env.KUBECONFIG && !existsSync(join(homedir(), ".kube", "config"))) {
+    // client-node would fall back to http://localhost and retry it for ever.
+    throw new Error("no Kubernetes config found: not in a cluster, no $KUBECONFIG and no ~/.kube/config; pass --kubeconfig <path>");
+  } else kc.loadFromDefault();
   return kc;
 }
 

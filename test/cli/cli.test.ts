@@ -64,6 +64,40 @@ describe("trackhook CLI", () => {
     expect(ns.stderr).toContain('--watch-namespace: "Bad_NS" is not a namespace name');
   });
 
+  it("--version, `help <command>`, and a --log-level that is no level (a usage error, not a pino stack trace)", () => {
+    expect(run("--version")).toMatchObject({ status: 0, stdout: expect.stringMatching(/^trackhook \d+\.\d+\.\d+\n$/) });
+    expect(run("help", "dev").stdout).toContain("--config <file|dir>");
+    const level = run("ingest", "--config", "examples", "--nats", "nats://127.0.0.1:1", "--log-level", "verbose");
+    expect(level.status).toBe(2);
+    expect(level.stderr).toContain('--log-level: "verbose" is not one of');
+    expect(level.stderr).not.toMatch(/\n\s+at /);
+  });
+
+  it("a NATS password in a URL without a scheme is refused too, and never printed (regression: printed in the error)", () => {
+    const result = run("tail", "--nats", "alice:s3cr3t@127.0.0.1:1");
+    expect(result.status).toBe(2);
+    expect(result.stderr).toContain("NATS URLs must not carry credentials");
+    expect(result.stderr).not.toContain("s3cr3t");
+  });
+
+  it("flags are checked before waiting on NATS: a bad --port or a --stream-max-age under 1m fails at once", () => {
+    for (const args of [["--port", "abc"], ["--port", "70000"], ["--stream-max-age", "10s"], ["--stream-max-age", "0s"]]) {
+      const started = Date.now();
+      const result = run("ingest", "--config", "examples", "--nats", "nats://127.0.0.1:1", ...args);
+      expect(result.status, args.join(" ")).toBe(2);
+      expect(Date.now() - started).toBeLessThan(10_000);
+    }
+  });
+
+  it("operator with no Kubernetes config anywhere says so (regression: retried http://localhost for ever)", () => {
+    const home = mkdtempSync(join(tmpdir(), "trackhook-home-"));
+    const result = spawnSync(process.execPath, [CLI, "operator", "--nats", "nats://127.0.0.1:1"], {
+      cwd: root, encoding: "utf8", timeout: 20_000, env: { ...process.env, HOME: home, KUBECONFIG: "", KUBERNETES_SERVICE_HOST: "" },
+    });
+    expect(result.status).toBe(2);
+    expect(result.stderr).toContain("no Kubernetes config found");
+  });
+
   it("a --nats URL that is not a NATS URL (the ingest's http:// by mistake) is refused at once, not after a connect timeout", () => {
     const started = Date.now();
     const result = run("tail", "--nats", "http://user:pw@127.0.0.1:8080");

@@ -49,7 +49,7 @@ afterAll(async () => {
   await nats?.stop();
 });
 
-async function runDeliver(extra: string[], body: (ops: string) => Promise<void>): Promise<number | null> {
+async function runDeliver(extra: string[], body: (ops: string, output: () => string) => Promise<void>): Promise<number | null> {
   const child = spawn(process.execPath, [join(root, "cli/main.ts"), "deliver", "--config", configDir, "--nats", nats.server.url, "--host", "127.0.0.1", "--port", "0", ...extra], { cwd: root });
   let output = "";
   child.stdout.on("data", (c: Buffer) => (output += c.toString()));
@@ -62,7 +62,7 @@ async function runDeliver(extra: string[], body: (ops: string) => Promise<void>)
       if (Date.now() > deadline) throw new Error(`deliver did not start:\n${output}`);
       await new Promise((r) => setTimeout(r, 50));
     }
-    await body(address);
+    await body(address, () => output);
   } finally {
     child.kill("SIGTERM");
   }
@@ -86,7 +86,9 @@ const lastOf = async (stream: string) => {
 
 describe("trackhook deliver", () => {
   it("refuses a loopback webhook by default: no request, dead letter, attempt record private_address_refused", async () => {
-    const code = await runDeliver([], async (ops) => {
+    const code = await runDeliver([], async (ops, output) => {
+      // Said at start, not only by the dead letters to come.
+      expect(output()).toMatch(/"destination":"default\/local".*this webhook URL reaches only a private address, which delivery refuses/);
       expect((await fetch(`${ops}/healthz`)).status).toBe(200);
       expect(await (await fetch(`${ops}/readyz`)).json()).toEqual({ status: "ready" });
       const res = await post(`${ingest.url}/v1/track`, { userId: "u1", event: "To loopback", messageId: "ssrf-1" }, { headers: { authorization: basic("cli-key") } });
