@@ -36,7 +36,7 @@ describe("NATS credentials from the environment", () => {
         cwd: root, encoding: "utf8", timeout: 20_000, env: { ...process.env, ...env },
       });
     const refused = run({});
-    expect(refused.status).toBe(1);
+    expect(refused.status).toBe(2); // refused credentials: a usage-class error, as run.ts maps credential problems
     expect(refused.stderr).toContain("Authorization Violation");
     const allowed = run({ TRACKHOOK_NATS_USER: "trackhook", TRACKHOOK_NATS_PASSWORD: "pa55-word" });
     expect(allowed.stderr).not.toContain("Authorization Violation");
