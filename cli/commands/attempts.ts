@@ -44,17 +44,20 @@ export const attemptsCommand: Command = {
     if (!nc) return;
     try {
       const records = readAttempts(nc, { namespace, destination: name, ...(messageId !== undefined ? { messageId } : {}) });
-      if (json) {
-        for await (const r of records) process.stdout.write(`${JSON.stringify(r)}\n`);
-        return;
-      }
       const all: AttemptRecord[] = [];
-      for await (const r of records) all.push(r);
-      if (all.length === 0) {
+      let found = 0;
+      for await (const r of records) {
+        found++;
+        // --json streams each record as it comes (the history may be long), without keeping it.
+        if (json) process.stdout.write(`${JSON.stringify(r)}\n`);
+        else all.push(r);
+      }
+      // Nothing found: the hint goes to stderr, in --json mode too (stdout stays JSON lines).
+      if (found === 0) {
         await reportNothingFound(nc, { namespace, destination: name }, `no attempts recorded for ${namespace}/${name}${messageId !== undefined ? ` and message ${messageId}` : ""}`);
         return;
       }
-      process.stdout.write(attemptsTable(all));
+      if (!json) process.stdout.write(attemptsTable(all));
     } finally {
       await nc.close();
     }

@@ -32,17 +32,19 @@ ${SELECTION_HELP}
     if (!nc) return;
     try {
       const letters = readDeadLetters(nc, selection);
-      if (json) {
-        for await (const d of letters) process.stdout.write(`${JSON.stringify(d)}\n`);
-        return;
-      }
       const rows: string[][] = [];
-      for await (const d of letters) rows.push(deadLetterRow(d));
-      if (rows.length === 0) {
+      let found = 0;
+      for await (const d of letters) {
+        found++;
+        if (json) process.stdout.write(`${JSON.stringify(d)}\n`);
+        else rows.push(deadLetterRow(d));
+      }
+      // Nothing found: the hint goes to stderr, in --json mode too (stdout stays JSON lines).
+      if (found === 0) {
         await reportNothingFound(nc, selection, `no dead letters for ${namespace}/${name}`);
         return;
       }
-      process.stdout.write(table(["TIME", "MESSAGE ID", "TYPE", "SOURCE", "REASON", "ATTEMPTS", "LAST"], rows));
+      if (!json) process.stdout.write(table(["TIME", "MESSAGE ID", "TYPE", "SOURCE", "REASON", "ATTEMPTS", "LAST"], rows));
     } finally {
       await nc.close();
     }

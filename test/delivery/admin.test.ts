@@ -213,6 +213,12 @@ describe("listing dead letters", () => {
     expect(none.stderr).toMatch(/^no dead letters for default\/nobody; no WebhookDestination of that name is being delivered: is the name right\?/);
     const noAttempts = cli("attempts", "--destination", "nobody");
     expect(noAttempts.stderr).toMatch(/^no attempts recorded for default\/nobody; no WebhookDestination of that name/);
+    // --json too: stdout stays empty (no records), the hint goes to stderr (regression: no hint at all).
+    for (const command of ["dead-letters", "attempts"]) {
+      const quietJson = cli(command, "--destination", "nobody", "--json");
+      expect([quietJson.status, quietJson.stdout], command).toEqual([0, ""]);
+      expect(quietJson.stderr, command).toContain("is the name right?");
+    }
     // A destination that exists but has nothing gets no hint.
     const quiet = cli("dead-letters", "--destination", "list-hook", "--since", "1ms");
     expect(quiet.stderr).toBe("no dead letters for default/list-hook\n");
