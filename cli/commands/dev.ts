@@ -1,6 +1,6 @@
 // `trackhook dev`: everything in one process for a laptop, from the same YAML as a cluster.
-import { mkdirSync, realpathSync } from "node:fs";
-import { resolve } from "node:path";
+import { existsSync, mkdirSync, readFileSync, realpathSync, unlinkSync, writeFileSync } from "node:fs";
+import { dirname, join, resolve } from "node:path";
 import { FileConfigProvider } from "../../dataplane/config/mod.ts";
 import { createLogger } from "../../dataplane/logging.ts";
 import { LocalNatsServer, connectNats } from "../../dataplane/nats/mod.ts";
@@ -34,6 +34,7 @@ export const devCommand: Command = {
     if (!natsUrl) {
       const storeDir = resolve(values["data-dir"] ?? ".trackhook", "nats");
       mkdirSync(storeDir, { recursive: true });
+      lockStoreDir(storeDir);
       natsServer = await LocalNatsServer.start({ storeDir });
       natsUrl = natsServer.url;
       log.info({ nats: natsUrl, storeDir, binary: natsServer.binary }, "started nats-server");
@@ -94,3 +95,33 @@ export const devCommand: Command = {
 
 /** One shell word, single-quoted. */
 const shellQuote = (text: string) => `'${text.replaceAll("'", `'\\''`)}'`;
+
+/**
+ * One `dev` per data dir: two nats-servers writing one JetStream store would corrupt it. The lock
+ * is a file with the holder's pid, taken over when that process is gone (a crash, a kill -9).
+ */
+function lockStoreDir(storeDir: string): void {
+  const lock = join(storeDir, "trackhook-dev.pid");
+  const holder = existsSync(lock) ? Number(readFileSync(lock, "utf8").trim()) : NaN;
+  if (Number.isInteger(holder) && holder > 0 && holder !== process.pid && isAlive(holder)) {
+    throw new UsageError(`another trackhook dev (pid ${holder}) uses ${dirname(storeDir)}; stop it, or give this one another --data-dir`);
+  }
+  writeFileSync(lock, String(process.pid));
+  process.once("exit", () => {
+    try {
+      if (readFileSync(lock, "utf8").trim() === String(process.pid)) unlinkSync(lock);
+    } catch {
+      // already gone
+    }
+  });
+}
+
+function isAlive(pid: number): boolean {
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch (err) {
+    return (err as NodeJS.ErrnoException).code === "EPERM"; // alive, someone else's
+  }
+}
+

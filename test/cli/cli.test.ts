@@ -1,7 +1,7 @@
 // The trackhook command as a user runs it: help, config errors at start, and `dev` serving the
 // example config with its own nats-server, then stopping cleanly on SIGTERM.
 import { spawn, spawnSync } from "node:child_process";
-import { mkdtempSync, writeFileSync } from "node:fs";
+import { existsSync, mkdtempSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
@@ -146,10 +146,16 @@ describe("trackhook CLI", () => {
       expect(metricsText).toContain("trackhook_ingest_messages_total");
       expect(metricsText).toContain("# TYPE trackhook_delivery_messages_total counter");
       expect(metricsText.match(/^# TYPE process_cpu_seconds_total /gm)).toHaveLength(1);
+      // A second dev on the same data dir would run a second nats-server on the same store.
+      const second = run("dev", "--config", "examples/", "--port", "0", "--data-dir", dataDir);
+      expect(second.status).toBe(2);
+      expect(second.stderr).toContain(`another trackhook dev (pid ${child.pid}) uses ${dataDir}`);
     } finally {
       child.kill("SIGTERM");
     }
     expect(await exited).toBe(0);
+    // Stopped, it leaves the data dir to the next one.
+    expect(existsSync(join(dataDir, "nats", "trackhook-dev.pid"))).toBe(false);
   });
 });
 
