@@ -9,7 +9,7 @@ import type { Logger } from "../logging.ts";
 import { DLQ_STREAM, DLQ_SUBJECTS, EVENTS_STREAM, TurnBatch, attemptsStreamConfig, consumerName, dlqStreamConfig, dlqSubject, ensureStream, isStreamNotFound, type SideStreamSettings } from "../nats/mod.ts";
 import { ensureDestinationConsumer, removeDestinationConsumers } from "./consumers.ts";
 import type { DeliveryBacklog, DeliveryMetrics } from "./metrics.ts";
-import { DestinationWorker, retryWindowInForceMs, type WebhookSending } from "./worker.ts";
+import { DestinationWorker, type WebhookSending } from "./worker.ts";
 import { ConcurrencyLimit } from "./limit.ts";
 
 /** Default process-wide bound on messages in delivery, across all destinations. */
@@ -123,10 +123,9 @@ export class DeliveryService {
         await worker.start();
         this.#workers.set(key, worker);
         log.info({ destination: key, urls: destination.urls.length, sources: destination.sources }, "delivering");
-        const inForce = retryWindowInForceMs(destination.retryWindowMs, this.#streamMaxAgeMs);
-        if (inForce < destination.retryWindowMs) {
+        if (worker.retryWindowMs < destination.retryWindowMs) {
           log.error(
-            { destination: key, retryWindowMs: destination.retryWindowMs, streamMaxAgeMs: this.#streamMaxAgeMs, retryWindowInForceMs: inForce },
+            { destination: key, retryWindowMs: destination.retryWindowMs, streamMaxAgeMs: this.#streamMaxAgeMs, retryWindowInForceMs: worker.retryWindowMs },
             "retryWindow is not well within the events stream's max_age: messages are dead-lettered after 90% of max_age instead, before the stream drops them (raise --stream-max-age, or shorten retryWindow)",
           );
         }

@@ -96,14 +96,12 @@ const TIMEOUT_LOG_INTERVAL_MS = 10_000;
 
 interface RoundState {
   dead: Set<string>;
-  /** URL -> epoch ms before which it is not tried (its Retry-After). */
-  notBefore: Map<string, number>;
   /** The last failed outcome, for a dead letter's headers when a round sends nothing. */
   last?: AttemptOutcome;
   /** The end of the message's retry window: past it the entry is of no use (see #sweepRounds). */
   expiresAt: number;
 }
-const newRoundState = (expiresAt: number): RoundState => ({ dead: new Set(), notBefore: new Map(), expiresAt });
+const newRoundState = (expiresAt: number): RoundState => ({ dead: new Set(), expiresAt });
 
 export class DestinationWorker {
   readonly destination: CompiledDestination;
@@ -112,7 +110,8 @@ export class DestinationWorker {
   readonly #log: Logger;
   readonly #metrics: DeliveryMetrics;
   readonly #label: string;
-  readonly #retryWindowMs: number;
+  /** The retry window in force (retryWindowInForceMs). */
+  readonly retryWindowMs: number;
   readonly #sources = new Map<string, string>();
   /** URLs that no message is sent to for a while (Retry-After, or not answering). */
   readonly #pauses = new UrlPauses();
@@ -123,8 +122,8 @@ export class DestinationWorker {
   readonly #inFlight = new Set<Promise<void>>();
   /**
    * Per stream sequence, what later rounds of a message must respect: URLs that failed for good
-   * (not tried again) and URLs that asked for a pause with Retry-After (not tried before it ends).
-   * In memory only, and only for messages that have any.
+   * (not tried again), and the last failure. In memory only, and only for messages that have
+   * any. (A URL's Retry-After is kept for all messages, in #pauses.)
    */
   readonly #rounds = new Map<number, RoundState>();
   #roundsSweptAt = 0;
@@ -152,7 +151,7 @@ export class DestinationWorker {
     this.#share = deps.share;
     this.#turn = deps.turn;
     this.#label = `${destination.namespace}/${destination.name}`;
-    this.#retryWindowMs = retryWindowInForceMs(destination.retryWindowMs, deps.streamMaxAgeMs);
+    this.retryWindowMs = retryWindowInForceMs(destination.retryWindowMs, deps.streamMaxAgeMs);
     this.#attemptsSubject = attemptsSubject(destination.namespace, destination.name);
     this.#replaySubject = replaySubject(destination.namespace, destination.name);
     this.#customHeaders = Object.fromEntries(destination.headers.map(({ name, value }) => [name.toLowerCase(), value]));
@@ -212,7 +211,7 @@ export class DestinationWorker {
       return;
     }
     // The retry window counts from when the message was stored, not from the first attempt.
-    const deadline = info.timestampNanos / 1e6 + this.#retryWindowMs;
+    const deadline = info.timestampNanos / 1e6 + this.retryWindowMs;
     if (Date.now() >= deadline && info.deliveryCount > 1) {
       // Redelivered after the window closed (its dead letter could not be stored before): no more sends.
       await this.#deadLetter(m, "retry_window_exhausted", info.deliveryCount);
@@ -229,7 +228,7 @@ export class DestinationWorker {
     let urls = this.destination.urls;
     if (round || !this.#pauses.empty) {
       const now = Date.now();
-      urls = urls.filter((url) => !round?.dead.has(url) && (round?.notBefore.get(url) ?? 0) <= now && this.#pauses.claim(url, now, this.destination.timeoutMs));
+      urls = urls.filter((url) => !round?.dead.has(url) && this.#pauses.claim(url, now, this.destination.timeoutMs));
       if (urls.length === 0) {
         // Redelivered before any URL's pause ended (another replica's nak, or a pause of the
         // URL's own): wait on, without an attempt.
@@ -267,9 +266,8 @@ export class DestinationWorker {
 
   /**
    * After a round without a delivery: nak for the next round, or dead-letter when no URL can
-   * still succeed within the window. Each URL still worth trying is due at the end of its own
-   * Retry-After, or after the backoff if it sent none (or sat this round out without one); the
-   * soonest decides. A round due after the window closes comes just before it instead, unless
+   * still succeed within the window. Each URL still worth trying is due at the end of its pause
+   * (its Retry-After, or the breaker's), or after the backoff if it has none; the soonest decides. A round due after the window closes comes just before it instead, unless
    * every URL would still be pausing then.
    */
   async #retryOrGiveUp(m: JsMsg, round: RoundState | undefined, attempt: number, deadline: number, results: SendResult[] | undefined): Promise<void> {
@@ -282,13 +280,8 @@ export class DestinationWorker {
     }
     // Whole milliseconds: nak() takes an integer delay.
     const remaining = Math.floor(deadline - now);
-    // A URL is due when both its pause for this message (Retry-After) and its pause for all of
-    // them (Retry-After, or the breaker) have ended.
-    const dueAt = (url: string) => {
-      const own = round?.notBefore.get(url);
-      const all = this.#pauses.pausedUntil(url, now);
-      return all > 0 ? Math.max(all, own ?? 0) : own;
-    };
+    // A paused URL (Retry-After, or the breaker) is due when its pause ends; the others after the backoff.
+    const dueAt = (url: string) => this.#pauses.pausedUntil(url, now) || undefined;
     const waits = live.map((url) => {
       const at = dueAt(url);
       return at === undefined ? undefined : Math.max(0, at - now);
@@ -307,16 +300,17 @@ export class DestinationWorker {
   }
 
   /**
-   * Keeps what the next rounds must respect (URLs failed for good, Retry-After pauses, the last
-   * failure); a message that is merely retried leaves no entry. Returns the message's state.
+   * Keeps what the next rounds must respect (URLs failed for good) and the last failure, for a
+   * message with either a URL failed for good or a Retry-After (whose later rounds may send
+   * nothing while it lasts); a message that is merely retried leaves no entry. Returns the
+   * message's state.
    */
   #remember(seq: number, round: RoundState | undefined, results: SendResult[], outcome: AttemptOutcome, deadline: number): RoundState | undefined {
     const now = Date.now();
     for (const r of results) {
       const o = r.outcome;
       if (o.kind === "permanent") (round ??= newRoundState(deadline)).dead.add(r.url);
-      else if (o.kind === "retry" && o.retryAfterMs !== undefined) (round ??= newRoundState(deadline)).notBefore.set(r.url, now + o.retryAfterMs);
-      else round?.notBefore.delete(r.url);
+      else if (o.kind === "retry" && o.retryAfterMs !== undefined) round ??= newRoundState(deadline);
     }
     if (round) {
       round.last = outcome;
@@ -357,8 +351,8 @@ export class DestinationWorker {
   /**
    * Attempt records are published without waiting for a PubAck: a lost record only loses
    * history, and waiting cost a round trip per message. They leave with the turn's other traffic.
+   * @param sentAt when the round's requests were sent (records are written when the last one ends).
    */
-  /** @param sentAt when the round's requests were sent (records are written when the last one ends). */
   #record(m: JsMsg, message: DeliverableMessage, attempt: number, sentAt: number, results: SendResult[]): void {
     const replay = m.subject === this.#replaySubject ? ({ replay: true } as const) : {};
     for (const r of results) {
