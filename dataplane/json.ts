@@ -43,16 +43,17 @@ export function rawNumberText(value: unknown): unknown {
 }
 
 /**
- * A number kept as written, as a plain (rounded) number; other values as they are. For fields
- * whose type is checked: a kept number is an object to a validator, and must not pass where an
- * object is wanted (`"context": 1e400`).
+ * A message's (or batch body's) top-level field as a validator may check it: a number kept as
+ * written is an object to a validator, and must not pass where an object is wanted
+ * (`"context": 1e400`), so it becomes a plain (rounded) number; `integrations`' values are
+ * checked too. Everything else stays as it is.
  */
-export function plainNumber(value: unknown): unknown {
-  return isRawJSON(value) ? Number(value.rawJSON) : value;
+export function checkableField(name: string, value: unknown): unknown {
+  if (typeof value !== "object") return value;
+  return name === "integrations" ? plainNumberValues(value) : isRawJSON(value) ? Number(value.rawJSON) : value;
 }
 
-/** The same for the values of an object (`integrations`, whose values are checked too). */
-export function plainNumberValues(value: unknown): unknown {
+function plainNumberValues(value: unknown): unknown {
   if (value === null || typeof value !== "object" || Array.isArray(value)) return value;
   let copy: Record<string, unknown> | undefined;
   for (const key in value) {

@@ -1,7 +1,7 @@
 // Decides whether a message is accepted, and if not, why. The rules are the schemas of
 // schema/messages.ts; the reason is read from which rule failed.
 import type { ErrorObject } from "ajv";
-import { plainNumber, plainNumberValues, rawNumberText } from "../json.ts";
+import { checkableField, rawNumberText } from "../json.ts";
 import { MESSAGE_TYPES, describeErrors, validateMessage, type MessageType } from "../../schema/mod.ts";
 
 export const REJECT_REASONS = [
@@ -31,6 +31,12 @@ const MISSING_REASON: Record<string, RejectReason> = {
 
 const ID_FIELDS = new Set(["userId", "anonymousId", "groupId", "previousId"]);
 
+/**
+ * Ids are stored as text, so receivers get one type: hand-written HTTP calls send numbers, and a
+ * 64-bit one was kept as written (dataplane/json.ts) and keeps its digits.
+ */
+const idText = (value: unknown): unknown => (typeof value === "number" ? String(value) : rawNumberText(value));
+
 const isMessageType = (value: unknown): value is MessageType => (MESSAGE_TYPES as readonly unknown[]).includes(value);
 
 /**
@@ -49,10 +55,7 @@ export function judge(item: unknown, routeType: MessageType | undefined): Verdic
     const value = (item as Record<string, unknown>)[key];
     // "__proto__" would be assigned as the prototype, letting inherited fields pass `required`.
     if (key === "__proto__" || value === null || (value === "" && (key === "userId" || key === "anonymousId"))) continue;
-    // A number a double cannot hold was kept as written (dataplane/json.ts): an id (a 64-bit user
-    // id) is stored as its text; elsewhere at the top it is a plain number to the validator, which
-    // would take it for an object.
-    message[key] = typeof value !== "object" ? value : ID_FIELDS.has(key) ? rawNumberText(value) : key === "integrations" ? plainNumberValues(value) : plainNumber(value);
+    message[key] = ID_FIELDS.has(key) ? idText(value) : checkableField(key, value);
   }
   const type = routeType ?? message.type;
   if (!isMessageType(type)) {

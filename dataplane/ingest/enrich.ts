@@ -18,7 +18,6 @@ export interface EnrichContext {
 
 const MAX_DATE_MS = 8.64e15;
 const UNKNOWN_LIBRARY = Object.freeze({ name: "unknown", version: "unknown" });
-const ID_FIELDS = ["userId", "anonymousId", "groupId", "previousId"] as const;
 
 /**
  * ISO-8601 as SDKs write it: a date, then optionally a time (a fraction of any length: Go sends
@@ -102,9 +101,6 @@ export function enrich(message: Record<string, unknown>, type: MessageType, ctx:
 
   message.type = type;
   delete message.writeKey; // a credential: never stored, never forwarded
-  for (const field of ID_FIELDS) {
-    if (typeof message[field] === "number") message[field] = String(message[field]);
-  }
   if (typeof message.messageId !== "string") message.messageId = `th-${randomUUID()}`;
   message.context = context;
   if (integrations) message.integrations = integrations;

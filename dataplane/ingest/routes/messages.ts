@@ -6,7 +6,7 @@ import { judge, type RejectReason } from "../accept.ts";
 import { authenticate } from "../auth.ts";
 import { MAX_JSON_DEPTH, jsonDepthExceeds, nestedDeeperThan, parseJsonObject, readBoundedBody } from "../body.ts";
 import { enrich, type BatchDefaults } from "../enrich.ts";
-import { plainNumber, plainNumberValues } from "../../json.ts";
+import { checkableField } from "../../json.ts";
 import { errors } from "../errors.ts";
 import type { PreparedMessage } from "../publish.ts";
 import type { IngestState } from "../state.ts";
@@ -83,8 +83,7 @@ async function handle(state: IngestState, request: FastifyRequest, config: Route
     // As for each message's own fields: null stands for absent (SDKs serialise unset fields so).
     for (const key in body) {
       if (body[key] === null) delete body[key];
-      // As for each message's own fields (judge): a number kept as written is a number here.
-      else body[key] = key === "integrations" ? plainNumberValues(body[key]) : plainNumber(body[key]);
+      else body[key] = checkableField(key, body[key]); // as judge() does for a message's fields
     }
     if (!validateBatchBody(body)) throw errors.invalidBody(`Invalid batch body: ${describeErrors(validateBatchBody.errors).join("; ")}`);
     if (body.batch.length > limits.batchItems) throw errors.tooManyBatchItems(body.batch.length, limits.batchItems);
