@@ -31,8 +31,9 @@ export async function startDelivery(args: {
 }): Promise<RunningDelivery> {
   if (args.allowPrivateNetworks) {
     args.log.warn("private networks are ALLOWED: webhooks may reach loopback, private and metadata addresses (fine on a laptop, not in production)");
+  } else {
+    warnOfPrivateUrls(args.config, args.log);
   }
-  else warnOfPrivateUrls(args.config, args.log);
   const sender = new WebhookSender({ allowPrivateNetworks: args.allowPrivateNetworks, userAgent: `trackhook/${VERSION}` });
   const metrics = args.metrics ?? new DeliveryMetrics();
   const service = await DeliveryService.start({
@@ -60,7 +61,8 @@ function warnOfPrivateUrls(config: ConfigProvider, log: Logger): void {
     for (const destination of current.destinations) {
       for (const url of destination.urls) {
         const key = `${destination.namespace}/${destination.name} ${url}`;
-        if (told.has(key) || !URL.canParse(url) || !urlReachesOnlyPrivate(new URL(url))) continue;
+        const parsed = URL.parse(url);
+        if (told.has(key) || !parsed || !urlReachesOnlyPrivate(parsed)) continue;
         told.add(key);
         log.warn(
           { destination: `${destination.namespace}/${destination.name}`, url: redactUrl(url) },

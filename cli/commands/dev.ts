@@ -124,4 +124,3 @@ function isAlive(pid: number): boolean {
     return (err as NodeJS.ErrnoException).code === "EPERM"; // alive, someone else's
   }
 }
-

@@ -114,28 +114,23 @@ export function resolveSourceNames(spec: WebhookDestinationDocument["spec"], sou
 const RESERVED_HEADERS = new Set(RESERVED_WEBHOOK_HEADERS);
 const HEADER_VALUE_RE = new RegExp(HEADER_VALUE);
 
-/**
- * Why a webhook URL could never be sent to, or undefined. The schema's pattern lets through what
- * only a URL parser can refuse: "http://:8080/" (no host) or a port past 65535 would dead-letter
- * every message as `network_error` while the destination looked fine. Port 0 parses but cannot be
- * dialled.
- */
 const PRIVATE_URL_REASON =
   "reaches only a private, loopback or cluster-internal address, which delivery refuses (it runs without --allow-private-networks: the chart's delivery.allowPrivateNetworks)";
 
-function urlProblem(text: string): string | undefined {
+/**
+ * A webhook URL, or why it could never be sent to. The schema's pattern lets through what only a
+ * URL parser can refuse: "http://:8080/" (no host) or a port past 65535 would dead-letter every
+ * message as `network_error` while the destination looked fine. Port 0 parses but cannot be
+ * dialled.
+ */
+function webhookUrl(text: string): URL | string {
   // The authority as written: new URL() refuses both cases with the same bare "Invalid URL".
   const authority = /^[a-z][a-z0-9+.-]*:\/\/([^/?#]*)/i.exec(text)?.[1] ?? "";
   const [, host = "", port] = /^(\[[^\]]*\]|[^:]*)(?::(.*))?$/.exec(authority) ?? [];
   if (host === "" || (port !== undefined && port !== "" && !(/^[0-9]+$/.test(port) && Number(port) >= 1 && Number(port) <= 65535))) {
     return URL_HOST_REASON;
   }
-  try {
-    new URL(text);
-  } catch {
-    return "is not a valid URL (a malformed host?)";
-  }
-  return undefined;
+  return URL.parse(text) ?? "is not a valid URL (a malformed host?)";
 }
 
 /** A duration field within its bounds, in ms; a problem naming the field otherwise. */
@@ -154,10 +149,6 @@ function boundedDuration(field: string, text: string, bounds: DurationBounds, pr
   return ms;
 }
 
-/**
- * A validated WebhookDestination → its compiled form, with Secrets read and the source selector
- * resolved against `sources` (the Sources of its namespace).
- */
 export interface CompileDestinationOptions {
   /**
    * Where the document comes from, for where its consumer starts: the operator tracks when a
@@ -175,6 +166,10 @@ export interface CompileDestinationOptions {
   refusePrivateNetworks?: boolean;
 }
 
+/**
+ * A validated WebhookDestination → its compiled form, with Secrets read and the source selector
+ * resolved against `sources` (the Sources of its namespace).
+ */
 export function compileDestination(
   namespace: string,
   doc: WebhookDestinationDocument,
@@ -215,16 +210,16 @@ export function compileDestination(
   });
   const urls = new Map<string, number>(); // normalised URL -> its first index
   for (const [i, text] of spec.urls.entries()) {
-    const problem = urlProblem(text);
-    if (problem) {
-      problems.push({ reason: "InvalidSpec", field: `spec.urls[${i}]`, message: problem });
+    const url = webhookUrl(text);
+    if (typeof url === "string") {
+      problems.push({ reason: "InvalidSpec", field: `spec.urls[${i}]`, message: url });
       continue;
     }
-    if (refusePrivateNetworks && urlReachesOnlyPrivate(new URL(text))) {
+    if (refusePrivateNetworks && urlReachesOnlyPrivate(url)) {
       problems.push({ reason: "PrivateAddressRefused", field: `spec.urls[${i}]`, message: PRIVATE_URL_REASON });
       continue;
     }
-    const href = new URL(text).href; // "https://A.example" and "https://a.example/" are one receiver
+    const href = url.href; // "https://A.example" and "https://a.example/" are one receiver
     const first = urls.get(href);
     if (first !== undefined) problems.push({ reason: "InvalidSpec", field: `spec.urls[${i}]`, message: `${URL_DUPLICATE_REASON} (as spec.urls[${first}])` });
     else urls.set(href, i);

@@ -48,9 +48,12 @@ export const guardedLookup: LookupFunction = (hostname, options, callback) => {
 
 /** Checks a URL whose host is an IP literal (which no lookup sees); names are checked at connect time. */
 export function checkUrlHost(url: URL): void {
-  const host = url.hostname.replace(/^\[|\]$/g, "");
+  const host = bareHost(url);
   if (isIP(host) !== 0 && isForbiddenAddress(host)) throw new PrivateAddressError(url.hostname, host);
 }
+
+/** A URL's host without an IPv6 literal's brackets. */
+const bareHost = (url: URL) => url.hostname.replace(/^\[|\]$/g, "");
 
 /** Cluster DNS suffixes: such a name resolves to a Service's private address. */
 const CLUSTER_SUFFIXES = [".svc", ".svc.cluster.local", ".cluster.local", ".localhost"];
@@ -61,8 +64,7 @@ const CLUSTER_SUFFIXES = [".svc", ".svc.cluster.local", ".cluster.local", ".loca
  * connecting (guardedLookup).
  */
 export function urlReachesOnlyPrivate(url: URL): boolean {
-  const host = url.hostname.replace(/^\[|\]$/g, "").toLowerCase().replace(/\.$/, "");
+  const host = bareHost(url).toLowerCase().replace(/\.$/, "");
   if (isIP(host) !== 0) return isForbiddenAddress(host);
   return host === "localhost" || CLUSTER_SUFFIXES.some((suffix) => host.endsWith(suffix));
 }
-
