@@ -5,6 +5,7 @@ import { spawn } from "node:child_process";
 import { existsSync, readFileSync, readdirSync, statSync } from "node:fs";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
+import type { Json } from "./sdk.ts";
 
 const ROOT = fileURLToPath(new URL("../../", import.meta.url));
 
@@ -71,3 +72,23 @@ export function mavenDriver(lang: "java" | "kotlin"): { pinned: string | undefin
       runDriver<Report>("java", ["-jar", builtDriver(`analytics-${lang}`, jar, source, hint)], instructions, { timeoutMs: 20_000, spawnHint: "Java >= 17 must be on PATH" }),
   };
 }
+
+/**
+ * One call a driver makes through its SDK's own API (test/sdk/<lang>), in the fields the SDKs
+ * share; a driver that takes more extends it.
+ */
+export interface DriverCall {
+  type: "identify" | "track" | "page" | "screen" | "group" | "alias";
+  userId?: string;
+  anonymousId?: string;
+  event?: string;
+  name?: string;
+  groupId?: string;
+  previousId?: string;
+  properties?: Json;
+  traits?: Json;
+  integrations?: Json;
+  context?: Json;
+  timestamp?: string;
+}
+

@@ -10,7 +10,7 @@ import { describe, expect, it } from "vitest";
 import { randomName } from "../harness/nats.ts";
 import { WRITE_KEY, basic, storedMessages, useIngest } from "../harness/ingest.ts";
 import { UUID_V4, isoNearNow, skewCorrectedMs, storedAs, type Json } from "../harness/sdk.ts";
-import { builtDriver, runDriver } from "../harness/sdk-driver.ts";
+import { builtDriver, runDriver, type DriverCall } from "../harness/sdk-driver.ts";
 
 const env = useIngest();
 
@@ -23,22 +23,6 @@ const SDK_MODULE_VERSION = "v3.3.0";
 const SDK_VERSION = "3.0.0";
 /** The driver's local zone: +05:30 all year. */
 const DRIVER_TZ = "Asia/Kolkata";
-
-
-interface DriverCall {
-  type: "identify" | "track" | "page" | "screen" | "group" | "alias";
-  userId?: string;
-  anonymousId?: string;
-  event?: string;
-  name?: string;
-  groupId?: string;
-  previousId?: string;
-  properties?: Json;
-  traits?: Json;
-  integrations?: Json;
-  context?: Json;
-  timestamp?: string;
-}
 
 /** What the driver prints: see test/sdk/go/main.go. */
 interface DriverReport {

@@ -23,7 +23,7 @@ import { describe, expect, it } from "vitest";
 import { randomName } from "../harness/nats.ts";
 import { WRITE_KEY, storedMessages, useIngest } from "../harness/ingest.ts";
 import { ISO_UTC_MS, UUID_V4, isoNearNow, skewCorrectedMs, storedAs, type Json } from "../harness/sdk.ts";
-import { mavenDriver } from "../harness/sdk-driver.ts";
+import { mavenDriver, type DriverCall as SharedDriverCall } from "../harness/sdk-driver.ts";
 
 const env = useIngest();
 
@@ -36,20 +36,8 @@ const SDK_BATCH_MAX = 500 * 1024;
 
 
 /** One call, made through the SDK's MessageBuilder of that type; see test/sdk/java/.../Driver.java. */
-interface DriverCall {
-  type: "identify" | "track" | "page" | "screen" | "group" | "alias";
-  userId?: string;
-  anonymousId?: string;
-  event?: string;
-  name?: string;
+interface DriverCall extends SharedDriverCall {
   category?: string;
-  groupId?: string;
-  previousId?: string;
-  properties?: Json;
-  traits?: Json;
-  context?: Json;
-  integrations?: Record<string, boolean | Json>;
-  timestamp?: string;
   via?: "enqueue" | "offer";
 }
 
