@@ -2,7 +2,7 @@
 import { once } from "node:events";
 import { jetstreamManager } from "@nats-io/jetstream";
 import { tail } from "../../dataplane/delivery/admin.ts";
-import { EVENTS_STREAM, hasMessagesOn, sourceSubjects } from "../../dataplane/nats/mod.ts";
+import { EVENTS_STREAM, hasMessagesOn, isStreamNotFound, sourceSubjects } from "../../dataplane/nats/mod.ts";
 import { natsUrl } from "../args.ts";
 import { connectAdmin, fail, qualifiedName } from "./replay.ts";
 import type { Command } from "./types.ts";
@@ -28,7 +28,13 @@ export const tailCommand: Command = {
     // `trackhook tail | head`: stop when the reader goes away.
     process.stdout.on("error", onSignal);
     try {
-      const messages = await tail(nc, { ...(source ? { namespace: source.namespace, source: source.name } : {}), signal: stop.signal });
+      const messages = await tail(nc, { ...(source ? { namespace: source.namespace, source: source.name } : {}), signal: stop.signal }).catch((err: unknown) => {
+        if (!isStreamNotFound(err)) throw err;
+        // A new NATS, before any ingest ran (or --nats names another server): no stack trace.
+        fail(`${EVENTS_STREAM} is not on NATS at ${url}: no ingest has run against it yet (start \`trackhook ingest\` or \`dev\` first), or --nats names another server`);
+        return undefined;
+      });
+      if (!messages) return;
       process.stderr.write(`tailing ${source ? `source ${source.namespace}/${source.name}` : "all sources"} (Ctrl-C to stop)\n`);
       // A typo'd source has nothing stored; an unreadable stream gets no hint.
       const stored = source ? await hasMessagesOn(await jetstreamManager(nc), EVENTS_STREAM, sourceSubjects(source.namespace, source.name)).catch(() => true) : true;

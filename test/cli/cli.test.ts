@@ -6,7 +6,11 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { describe, expect, it } from "vitest";
+import { jetstreamManager } from "@nats-io/jetstream";
+import { connect } from "@nats-io/transport-node";
+import { LocalNatsServer, ensureStream, eventsStreamConfig } from "../../dataplane/nats/mod.ts";
 import { basic, post } from "../harness/ingest.ts";
+import { freePort } from "../harness/ports.ts";
 
 const root = fileURLToPath(new URL("../..", import.meta.url));
 const CLI = join(root, "cli", "main.ts");
@@ -186,4 +190,78 @@ describe("version", () => {
     const pkg = JSON.parse((await import("node:fs")).readFileSync(join(root, "package.json"), "utf8")) as { version: string };
     expect(VERSION).toBe(pkg.version);
   });
+});
+
+/** A child `trackhook` whose output (pino lines on stdout, messages on stderr) a test can wait on. */
+function spawnCli(...args: string[]) {
+  const child = spawn(process.execPath, [CLI, ...args], { cwd: root });
+  let output = "";
+  child.stdout.on("data", (c: Buffer) => (output += c.toString()));
+  child.stderr.on("data", (c: Buffer) => (output += c.toString()));
+  const exited = new Promise<number | null>((resolve) => child.on("exit", (code) => resolve(code)));
+  return {
+    child,
+    exited,
+    output: () => output,
+    async waitFor(pattern: RegExp, timeoutMs: number): Promise<RegExpExecArray> {
+      const deadline = Date.now() + timeoutMs;
+      for (;;) {
+        const match = pattern.exec(output);
+        if (match) return match;
+        if (Date.now() > deadline) throw new Error(`no ${pattern} within ${timeoutMs} ms; output:\n${output}`);
+        await new Promise((r) => setTimeout(r, 50));
+      }
+    },
+  };
+}
+
+describe("trackhook and a NATS that comes and goes", () => {
+  it("ingest started before NATS says every 10 s that it is waiting, starts when NATS comes, and a second ingest with another --stream-max-age logs the change it makes", async () => {
+    const port = await freePort();
+    const storeDir = mkdtempSync(join(tmpdir(), "trackhook-nats-"));
+    const nats = `nats://127.0.0.1:${port}`;
+    const first = spawnCli("ingest", "--config", "examples/", "--nats", nats, "--port", "0", "--host", "127.0.0.1");
+    let second: ReturnType<typeof spawnCli> | undefined;
+    let server: LocalNatsServer | undefined;
+    try {
+      const waiting = await first.waitFor(/"waitedSeconds":(\d+).*"msg":"NATS does not answer yet; still trying \(is the URL right\?\)"/, 15_000);
+      expect(Number(waiting[1])).toBeGreaterThanOrEqual(9);
+      server = await LocalNatsServer.start({ storeDir, port });
+      await first.waitFor(/"msg":"ingest listening"/, 15_000);
+      expect(first.output()).not.toContain("changing the events stream's settings");
+
+      second = spawnCli("ingest", "--config", "examples/", "--nats", nats, "--port", "0", "--host", "127.0.0.1", "--stream-max-age", "2h");
+      await second.waitFor(/"msg":"ingest listening"/, 15_000);
+      const line = second.output().split("\n").find((l) => l.includes("changing the events stream's settings"));
+      expect(line, second.output()).toBeDefined();
+      expect((JSON.parse(line!) as { changes: unknown }).changes).toEqual([{ setting: "max_age", from: 72 * 3_600e9, to: 2 * 3_600e9 }]);
+    } finally {
+      first.child.kill("SIGTERM");
+      second?.child.kill("SIGTERM");
+      await Promise.all([first.exited, second?.exited]);
+      await server?.stop();
+    }
+  }, 60_000);
+
+  it("tail on a NATS no ingest has used says so (regression: a stack trace), and ends with exit 1 when NATS is gone for good (regression: it looked like a clean end)", async () => {
+    const storeDir = mkdtempSync(join(tmpdir(), "trackhook-nats-"));
+    const server = await LocalNatsServer.start({ storeDir });
+    const early = run("tail", "--nats", server.url);
+    expect(early.status).toBe(1);
+    expect(early.stderr).toBe(`trackhook: TRACKHOOK_EVENTS is not on NATS at ${server.url}: no ingest has run against it yet (start \`trackhook ingest\` or \`dev\` first), or --nats names another server\n`);
+    const nc = await connect({ servers: server.url });
+    await ensureStream(await jetstreamManager(nc), eventsStreamConfig({ maxAgeMs: 3_600_000, maxBytes: 1024 ** 2, duplicateWindowMs: 60_000, replicas: 1 }));
+    await nc.close();
+    const tail = spawnCli("tail", "--nats", server.url);
+    try {
+      await tail.waitFor(/tailing all sources/, 15_000);
+      await server.kill("SIGKILL");
+      // The admin client gives up after nats.js's default reconnects (10, 2 s apart).
+      await tail.waitFor(/trackhook: stopped: the connection to NATS at nats:\/\/127\.0\.0\.1:\d+ was lost/, 45_000);
+      expect(await tail.exited).toBe(1);
+    } finally {
+      tail.child.kill("SIGKILL");
+      await server.stop();
+    }
+  }, 60_000);
 });

@@ -1,7 +1,7 @@
 // TRACKHOOK_EVENTS is created with the settings of DESIGN.md, and updated in place when an
 // existing stream's settings differ (a new max_bytes, say), keeping its messages.
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { EVENTS_STREAM, consumerName, ensureStream, eventsStreamConfig, isConsumerNotFound, isStreamNotFound } from "../../dataplane/nats/mod.ts";
+import { EVENTS_STREAM, consumerName, ensureStream, eventsStreamConfig, isConsumerNotFound, isStreamNotFound, type StreamSettingChange } from "../../dataplane/nats/mod.ts";
 import { startNats, type NatsHarness } from "../harness/nats.ts";
 import { ensureDestinationConsumer, removeDestinationConsumers } from "../../dataplane/delivery/mod.ts";
 
@@ -33,18 +33,25 @@ describe("events stream", () => {
     });
   });
 
-  it("is updated in place when settings change, keeping its messages", async () => {
+  it("is updated in place when settings change, keeping its messages, and says what changes (the processes log it)", async () => {
     await nats.js.publish("trackhook.events.default.web.track", "{}", { msgID: "default/web/keep-me" });
-    await ensureStream(nats.jsm, eventsStreamConfig({ ...settings, maxBytes: 2 * 1024 ** 3, duplicateWindowMs: 60_000 }));
+    const told: StreamSettingChange[][] = [];
+    await ensureStream(nats.jsm, eventsStreamConfig({ ...settings, maxBytes: 2 * 1024 ** 3, duplicateWindowMs: 60_000 }), (changes) => told.push(changes));
+    expect(told).toEqual([[
+      { setting: "max_bytes", from: 1024 ** 3, to: 2 * 1024 ** 3 },
+      { setting: "duplicate_window", from: settings.duplicateWindowMs * NS_PER_MS, to: 60_000 * NS_PER_MS },
+    ]]);
     const info = await nats.jsm.streams.info(EVENTS_STREAM);
     expect(info.config.max_bytes).toBe(2 * 1024 ** 3);
     expect(info.config.duplicate_window).toBe(60_000 * NS_PER_MS);
     expect(info.state.messages).toBe(1);
   });
 
-  it("is left alone when nothing changed", async () => {
+  it("is left alone when nothing changed, and nothing is told", async () => {
     const before = await nats.jsm.streams.info(EVENTS_STREAM);
-    await ensureStream(nats.jsm, eventsStreamConfig({ ...settings, maxBytes: 2 * 1024 ** 3, duplicateWindowMs: 60_000 }));
+    let told = 0;
+    await ensureStream(nats.jsm, eventsStreamConfig({ ...settings, maxBytes: 2 * 1024 ** 3, duplicateWindowMs: 60_000 }), () => told++);
+    expect(told).toBe(0);
     const after = await nats.jsm.streams.info(EVENTS_STREAM);
     expect(after.config).toEqual(before.config);
     expect(after.created).toBe(before.created);
