@@ -121,7 +121,7 @@ ${configSourceHelp}
       running.config?.close();
       await running.nc?.drain();
     });
-    const nc = (running.nc = await connectNats({ servers: nats, name: "trackhook-deliver", log }));
+    const nc = (running.nc = await connectNats({ servers: nats, name: "trackhook-deliver", log, component: "delivery" }));
     waitingFor = from.kind === "nats" ? "the trackhook-config bucket" : "the events stream";
     const config = (running.config = await openConfig(files, nc, log, "destinations"));
     waitingFor = "the events stream";

@@ -55,7 +55,7 @@ export const ingestCommand: Command = {
     const options = ingestOptions(values);
     const port = integerFlag("port", values.port ?? "8080", 0, 65535); // before waiting on NATS
     const files = openConfigFiles(from, log); // invalid config fails here, before connecting
-    const nc = await connectNats({ servers: nats, name: "trackhook-ingest", log });
+    const nc = await connectNats({ servers: nats, name: "trackhook-ingest", log, component: "ingest" });
     const config = await openConfig(files, nc, log, "sources");
     const ingest = await startIngest({
       nc, config, log, stream, options,

@@ -86,7 +86,7 @@ export const operatorCommand: Command = {
       await running.operator?.stop(); // finishes running reconciles and hands the lease over
       await running.nc?.drain();
     });
-    const nc = (running.nc = await connectNats({ servers: nats, name: "trackhook-operator", log }));
+    const nc = (running.nc = await connectNats({ servers: nats, name: "trackhook-operator", log, component: "operator" }));
     const operator = (running.operator = new Operator({ kube, nc, log, metrics }, options));
     // Losing the lease means another replica may act now: stop at once, as controller-runtime does.
     await operator.run(() => process.exit(1));

@@ -9,7 +9,7 @@
 // one timer covers the request, and the publishes of one event-loop turn leave in one write.
 import { createInbox, type Msg, type NatsConnection, type Subscription } from "@nats-io/transport-node";
 import type { CompiledSource, StoredMessage } from "../../schema/mod.ts";
-import { TurnBatch, eventMsgId, eventSubject, msgIdHeader } from "../nats/mod.ts";
+import { TurnBatch, eventMsgId, eventSubject, inboxPrefixOf, msgIdHeader } from "../nats/mod.ts";
 import { errors, type IngestError } from "./errors.ts";
 import type { IngestMetrics } from "./metrics.ts";
 
@@ -63,7 +63,7 @@ export class EventPublisher {
   readonly #nc: NatsConnection;
   readonly #options: PublisherOptions;
   readonly #metrics: IngestMetrics;
-  readonly #inbox = `${createInbox()}.`;
+  readonly #inbox: string;
   readonly #pending = new Map<string, Pending>();
   readonly #subscription: Subscription;
   #nextToken = 0;
@@ -73,6 +73,8 @@ export class EventPublisher {
     this.#nc = nc;
     this.#options = options;
     this.#metrics = metrics;
+    // The connection's own prefix: NATS permissions may allow this user no other inbox.
+    this.#inbox = `${createInbox(inboxPrefixOf(nc))}.`;
     this.#subscription = nc.subscribe(`${this.#inbox}*`, { callback: (err, msg) => err ? undefined : this.#onReply(msg) });
   }
 

@@ -12,13 +12,37 @@ export function isAuthError(err: unknown): boolean {
   return e?.name === "AuthorizationError" || /authorization|authentication|permissions violation|expired|revoked/i.test(e?.message ?? "");
 }
 
+/**
+ * Each component's replies (PubAcks, JetStream API answers, KV watches, pulled messages) come to
+ * inboxes of its own. With one shared `_INBOX.>`, any user allowed to subscribe there could read
+ * another's replies: ingest, which faces the internet, would see delivery's KV watch of the
+ * destination entries, shared secrets included. docs/nats-permissions.conf allows each user its
+ * own prefix only.
+ */
+export const INBOX_PREFIX = {
+  ingest: "_INBOX_trackhook_ingest",
+  delivery: "_INBOX_trackhook_delivery",
+  operator: "_INBOX_trackhook_operator",
+} as const;
+export type Component = keyof typeof INBOX_PREFIX;
+
+/**
+ * The inbox prefix a connection was made with. nats.js's own JetStream and KV code reads it from
+ * the connection's options the same way; its public type does not show them.
+ */
+export function inboxPrefixOf(nc: NatsConnection): string | undefined {
+  return (nc as NatsConnection & { options?: { inboxPrefix?: string } }).options?.inboxPrefix;
+}
+
 export interface ConnectOptions {
   servers: string;
   name: string;
   log: Logger;
+  /** Whose inbox prefix to use; none (`_INBOX`) for `dev`, which runs every component on one connection. */
+  component?: Component;
 }
 
-export async function connectNats({ servers, name, log }: ConnectOptions): Promise<NatsConnection> {
+export async function connectNats({ servers, name, log, component }: ConnectOptions): Promise<NatsConnection> {
   assertNoCredentialsInUrl(servers);
   const auth = natsAuthOptions(); // a missing creds file fails here, before waiting on NATS
   log.info({ servers, auth: describeAuth(auth) }, "connecting to NATS (waiting until it answers)");
@@ -34,6 +58,7 @@ export async function connectNats({ servers, name, log }: ConnectOptions): Promi
       ...auth,
       servers: servers.split(",").map((s) => s.trim()),
       name,
+      ...(component ? { inboxPrefix: INBOX_PREFIX[component] } : {}),
       maxReconnectAttempts: -1,
       // Pods may start before NATS does; keep trying instead of exiting.
       waitOnFirstConnect: true,

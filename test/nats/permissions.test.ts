@@ -14,7 +14,7 @@ import { CONFIG_BUCKET, ConfigWriter, KvConfigProvider, destinationKey, ensureCo
 import { DeliveryMetrics, DeliveryService, WebhookSender } from "../../dataplane/delivery/mod.ts";
 import { buildIngestApp } from "../../dataplane/ingest/mod.ts";
 import { createLogger } from "../../dataplane/logging.ts";
-import { LocalNatsServer, ensureStream, eventsStreamConfig } from "../../dataplane/nats/mod.ts";
+import { INBOX_PREFIX, LocalNatsServer, ensureStream, eventsStreamConfig } from "../../dataplane/nats/mod.ts";
 import type { CompiledDestination, CompiledSource } from "../../schema/mod.ts";
 import { DEFAULT_STREAM, WRITE_KEY, basic } from "../harness/ingest.ts";
 import { startReceiver, type Receiver } from "../harness/receiver.ts";
@@ -27,7 +27,8 @@ let store: string;
 let receiver: Receiver;
 const connections: NatsConnection[] = [];
 const as = async (component: keyof typeof PASSWORDS) => {
-  const nc = await connect({ servers: server.url, user: `trackhook-${component}`, pass: PASSWORDS[component], noAsyncTraces: true });
+  // With the component's own inbox prefix, as connectNats makes it.
+  const nc = await connect({ servers: server.url, user: `trackhook-${component}`, pass: PASSWORDS[component], inboxPrefix: INBOX_PREFIX[component], noAsyncTraces: true });
   connections.push(nc);
   return nc;
 };
@@ -94,6 +95,16 @@ describe("docs/nats-permissions.conf", () => {
     await expect(kv.get(destinationKey("default", "crm"))).rejects.toThrow(/Permissions Violation/);
     await expect(kv.watch({ key: "destination.>" })).rejects.toThrow(/Permissions Violation/);
     await expect(kv.watch({ key: ">" })).rejects.toThrow(/Permissions Violation/);
+  });
+
+  it("keeps ingest from other components' inboxes, where delivery's KV watch brings the shared secrets (regression: all shared _INBOX.>)", async () => {
+    const nc = await as("ingest");
+    for (const subject of ["_INBOX.>", `${INBOX_PREFIX.delivery}.>`, `${INBOX_PREFIX.operator}.>`, ">"]) {
+      const snoop = nc.subscribe(subject);
+      await expect((async () => {
+        for await (const m of snoop) return m.subject;
+      })(), subject).rejects.toThrow(/Permissions Violation for Subscription/);
+    }
   });
 
   it("keeps delivery from storing events, and ingest from writing the config or storing a delete notification", async () => {
