@@ -1,5 +1,6 @@
 // Source → `source.<ns>.<name>` in the config bucket, with the write key as a digest. A Source
-// whose key cannot be read is taken out of the bucket: its old key must stop working.
+// whose key cannot be read is disabled in the bucket: its old key must stop working, and stays
+// its own until the Source is deleted.
 import { compileSource, secretNamesOf, sourceKey } from "../../dataplane/config/mod.ts";
 import type { SourceDocument } from "../../schema/mod.ts";
 import { readyOf } from "../conditions.ts";
@@ -25,10 +26,16 @@ async function applySource(ctx: OperatorContext, namespace: string, name: string
   const doc = source as unknown as SourceDocument;
   const result = compileSource(namespace, doc, await readSecrets(ctx, namespace, secretNamesOf(doc)));
   if (!result.ok) {
-    if (digests.delete(`${namespace}/${name}`)) requeueRefused(ctx, `${namespace}/${name}`);
-    await ctx.config.delete(key);
+    // Its key stops working, but stays reserved for it until the Source is deleted: a Secret
+    // recreated or edited by mistake must not hand the key, and its traffic, to a copy waiting
+    // with DuplicateWriteKey (the key of a browser source is public). Written disabled, which
+    // ingest treats as unknown, so that the reservation also survives an operator restart.
+    const held = digests.get(`${namespace}/${name}`);
+    if (held) await ctx.config.put(key, { namespace, name, enabled: false, writeKeySha256: held });
+    else await ctx.config.delete(key);
     const [first] = result.problems;
-    await setReady(ctx, source, { status: "False", reason: first!.reason, message: `${first!.field}: ${first!.message}; the source accepts no messages` });
+    const reserved = held ? "; its write key stays reserved for it" : "";
+    await setReady(ctx, source, { status: "False", reason: first!.reason, message: `${first!.field}: ${first!.message}; the source accepts no messages${reserved}` });
     return;
   }
   // Two Sources with one key: the one in effect keeps it, whatever their ages, so that neither

@@ -4,6 +4,7 @@ import { describe, expect, it } from "vitest";
 import { Kvm } from "@nats-io/kv";
 import { CONFIG_BUCKET, sourceKey } from "../../dataplane/config/mod.ts";
 import { secretYaml, sourceYaml } from "../harness/documents.ts";
+import { basic, post } from "../harness/ingest.ts";
 import { startOperator, useOperatorEnv } from "../harness/operator.ts";
 
 const env = useOperatorEnv("keys");
@@ -68,4 +69,37 @@ describe("an older Source edited to another's write key", () => {
       await operator.stop();
     }
   });
+});
+
+describe("a Source whose Secret goes missing", () => {
+  it("keeps its key reserved: a copy waiting with DuplicateWriteKey does not take it, nor its traffic (regression: the copy took it)", async () => {
+    const operator = await startOperator(env);
+    const trackWith = (key: string) => post(`${env.ingest.url}/v1/track`, { userId: "u-1", event: "Checked" }, { headers: { authorization: basic(key) } });
+    try {
+      await env.apply([secretYaml("holder-key", { writeKey: "browser-snippet-key" }), sourceYaml("holder", { name: "holder-key" })].join("---\n"));
+      await env.waitReady("Source", "holder");
+      await env.apply([secretYaml("thief-key", { writeKey: "browser-snippet-key" }), sourceYaml("thief", { name: "thief-key" })].join("---\n"));
+      expect((await env.waitReady("Source", "thief", "False")).status!.conditions![0]).toMatchObject({ reason: "DuplicateWriteKey" });
+
+      // The holder's Secret deleted (a GitOps tool recreating it, say): its key stops working...
+      await env.cluster.kubectlOk(["delete", "secret", "holder-key", "-n", env.namespace]);
+      const broken = await env.waitReady("Source", "holder", "False");
+      expect(broken.status!.conditions![0]).toMatchObject({ reason: "SecretNotFound", message: expect.stringContaining("its write key stays reserved for it") });
+      await env.waitFor("the key refused by ingest", async () => (await trackWith("browser-snippet-key")).status === 401);
+      // ...and stays the holder's: the copy, looked at again, is still refused, and never in effect.
+      await new Promise((r) => setTimeout(r, 1_000));
+      expect((await env.waitReady("Source", "thief", "False")).status!.conditions![0]).toMatchObject({ reason: "DuplicateWriteKey" });
+      const kv = await new Kvm(env.nats.nc).open(CONFIG_BUCKET);
+      expect((await kv.get(sourceKey(env.namespace, "thief")))?.operation).not.toBe("PUT");
+      expect((await trackWith("browser-snippet-key")).status).toBe(401);
+
+      // Back, the holder has its key again.
+      await env.apply(secretYaml("holder-key", { writeKey: "browser-snippet-key" }));
+      await env.waitReady("Source", "holder");
+      await env.waitFor("the key accepted again", async () => (await trackWith("browser-snippet-key")).status === 200);
+      expect((await env.waitReady("Source", "thief", "False")).status!.conditions![0]).toMatchObject({ reason: "DuplicateWriteKey" });
+    } finally {
+      await operator.stop();
+    }
+  }, 45_000);
 });
