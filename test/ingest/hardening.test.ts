@@ -63,6 +63,18 @@ describe("batch-level fields", () => {
     expect(res).toMatchObject({ status: 400, json: { code: "batch_too_large" } });
   });
 
+  it("a large batch context stops the merging as soon as the total is over (regression: 136KB in, ~80MB merged and serialised before the 400)", async () => {
+    const res = await post(`${env.ingest.url}/v1/batch`, {
+      context: { pad: "x".repeat(31_000) },
+      batch: Array.from({ length: 2_500 }, () => ({ type: "track", userId: "u", event: "e" })),
+    }, { headers: auth });
+    expect(res).toMatchObject({ status: 400, json: { code: "batch_too_large" } });
+    // The limit is the batch's 500KB plus 1KB of enrichment per item: ~3MB, about 98 merged items.
+    const at = Number(/after merging the batch context \(at item (\d+)\)/.exec(res.json.message)?.[1]);
+    expect(at).toBeGreaterThan(90);
+    expect(at).toBeLessThan(110);
+  });
+
   it("a batch envelope with invalid integrations is refused with 400 invalid_body", async () => {
     const res = await post(`${env.ingest.url}/v1/batch`, { integrations: { All: "nope" }, batch: [{ type: "track", userId: "u", event: "e" }] }, { headers: auth });
     expect(res).toMatchObject({ status: 400, json: { code: "invalid_body" } });
