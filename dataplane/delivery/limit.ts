@@ -1,35 +1,173 @@
-// A counting semaphore: the process-wide bound on messages in delivery, across all destinations
-// (each destination is also bounded by its own maxInFlight through its consumer's max_ack_pending).
-export class ConcurrencyLimit {
+// The process-wide bound on messages in delivery, shared among the destinations so that none can
+// starve another. Each destination is also bounded by its own maxInFlight (through its
+// consumer's max_ack_pending, and its share here).
+//
+// Each of the N destinations has a fair share of max/N slots (at most its maxInFlight). An active
+// destination (one that delivered within ACTIVE_FOR_MS) has its share reserved: the others
+// cannot take it. Beyond its reserve a destination may borrow only what no active destination's
+// unused reserve needs, and while some destination is idle, never the last fair share of free
+// slots (the lane that an idle destination with a message again takes at once). So a destination
+// busy alone may use nearly every slot, while one whose receivers answer just before their
+// timeout fills its reserve and what is spare, never the others' reserves.
+
+/** How long a destination keeps its reserve after its last delivery. */
+export const ACTIVE_FOR_MS = 30_000;
+/** Idle destinations are looked for at most this often (only when a borrower is refused). */
+const SWEEP_EVERY_MS = 1_000;
+
+export class DeliverySlots {
   readonly max: number;
   #inUse = 0;
-  #waiting: Array<() => void> = [];
+  readonly #shares = new Set<SlotShare>();
+  /** The sum over active shares of the part of their reserve they do not use: free slots kept for them. */
+  #unusedReserves = 0;
+  /** Acquires waiting for a slot, first come first served among those that may take one. */
+  #waiting: Array<{ share: SlotShare; resolve: () => void }> = [];
+  #sweptAt = 0;
+  /** Free slots borrowers leave for idle destinations: a fair share while any is idle. */
+  #lane = 0;
+  readonly #now: () => number;
 
-  constructor(max: number) {
+  constructor(max: number, now: () => number = Date.now) {
     if (!Number.isInteger(max) || max < 1) throw new RangeError(`concurrency limit must be a positive integer, got ${max}`);
     this.max = max;
+    this.#now = now;
   }
 
   get inUse(): number {
     return this.#inUse;
   }
 
-  /** Takes a slot if one is free, without waiting (and without a promise); pair a `true` with one release. */
-  tryAcquire(): boolean {
+  /** A destination's share, bounded by its maxInFlight; `close()` it when the destination stops. */
+  share(maxInFlight: number): SlotShare {
+    const share = new SlotShare(this, maxInFlight);
+    this.#shares.add(share);
+    this.#rebalance();
+    return share;
+  }
+
+  /** @internal SlotShare.close */
+  remove(share: SlotShare): void {
+    if (!this.#shares.delete(share)) return;
+    share.active = false;
+    share.reserve = 0;
+    this.#rebalance();
+    this.#wake();
+  }
+
+  /** @internal SlotShare.tryAcquire */
+  take(share: SlotShare): boolean {
+    if (share.inUse >= share.max) return false;
+    // Wanting a slot makes a destination active, slot or not: from now on its reserve is kept.
+    if (!share.active && this.#shares.has(share)) {
+      share.active = true;
+      this.#rebalance();
+    }
     if (this.#inUse >= this.max) return false;
+    const now = this.#now();
+    if (!this.#mayTake(share) && !(this.#sweepIdle(now) && this.#mayTake(share))) return false;
+    if (share.inUse < share.reserve) this.#unusedReserves--;
+    share.inUse++;
+    share.lastUsedAt = now;
     this.#inUse++;
     return true;
   }
 
-  /** Resolves when a slot is free; pair every acquire with one release. */
+  /**
+   * Within its reserve; or beyond it, from slots no other destination's unused reserve needs
+   * (its own unused reserve is none by then).
+   */
+  #mayTake(share: SlotShare): boolean {
+    return share.inUse < share.reserve || this.max - this.#inUse > this.#unusedReserves + this.#lane;
+  }
+
+  /** @internal SlotShare.acquire */
+  wait(share: SlotShare, resolve: () => void): void {
+    this.#waiting.push({ share, resolve });
+  }
+
+  /** @internal SlotShare.release */
+  give(share: SlotShare): void {
+    share.inUse--;
+    share.lastUsedAt = this.#now();
+    this.#inUse--;
+    if (share.inUse < share.reserve) this.#unusedReserves++;
+    this.#wake();
+  }
+
+  /** Takes the reserve from destinations idle for ACTIVE_FOR_MS; says whether any was. */
+  #sweepIdle(now: number): boolean {
+    if (now - this.#sweptAt < SWEEP_EVERY_MS) return false;
+    this.#sweptAt = now;
+    let changed = false;
+    for (const share of this.#shares) {
+      if (share.active && share.inUse === 0 && now - share.lastUsedAt >= ACTIVE_FOR_MS && !this.#waiting.some((w) => w.share === share)) {
+        share.active = false;
+        changed = true;
+      }
+    }
+    if (changed) this.#rebalance();
+    return changed;
+  }
+
+  #rebalance(): void {
+    const each = Math.max(1, Math.floor(this.max / Math.max(1, this.#shares.size)));
+    let idle = false;
+    for (const share of this.#shares) if (!share.active) idle = true;
+    this.#lane = idle ? each : 0;
+    this.#unusedReserves = 0;
+    for (const share of this.#shares) {
+      share.reserve = share.active ? Math.min(each, share.max) : 0;
+      this.#unusedReserves += Math.max(0, share.reserve - share.inUse);
+    }
+  }
+
+  #wake(): void {
+    for (let i = 0; i < this.#waiting.length; ) {
+      const waiter = this.#waiting[i]!;
+      if (this.take(waiter.share)) {
+        this.#waiting.splice(i, 1);
+        waiter.resolve();
+      } else {
+        i++;
+      }
+    }
+  }
+}
+
+/** One destination's part of the DeliverySlots. Its fields are the pool's to set. */
+export class SlotShare {
+  readonly max: number;
+  /** Slots kept for this share while it is active (set by the pool as destinations come and go). */
+  reserve = 0;
+  inUse = 0;
+  active = false;
+  lastUsedAt = 0;
+  readonly #pool: DeliverySlots;
+
+  constructor(pool: DeliverySlots, maxInFlight: number) {
+    if (!Number.isInteger(maxInFlight) || maxInFlight < 1) throw new RangeError(`maxInFlight must be a positive integer, got ${maxInFlight}`);
+    this.#pool = pool;
+    this.max = maxInFlight;
+  }
+
+  /** Takes a slot if this share may, without waiting (and without a promise); pair a `true` with one release. */
+  tryAcquire(): boolean {
+    return this.#pool.take(this);
+  }
+
+  /** Resolves when this share may take a slot; pair every acquire with one release. */
   acquire(): Promise<void> {
     if (this.tryAcquire()) return Promise.resolve();
-    return new Promise((resolve) => this.#waiting.push(resolve));
+    return new Promise((resolve) => this.#pool.wait(this, resolve));
   }
 
   release(): void {
-    const next = this.#waiting.shift();
-    if (next) next(); // the slot passes straight to the next waiter
-    else this.#inUse--;
+    this.#pool.give(this);
+  }
+
+  /** The destination stopped (after its deliveries ended): its reserve goes back to the others. */
+  close(): void {
+    this.#pool.remove(this);
   }
 }

@@ -6,7 +6,7 @@ export { classifyStatus, parseRetryAfter, combine, backoffMs, RETRY_AFTER_BOUNDS
 export { isForbiddenAddress, guardedLookup, checkUrlHost, urlReachesOnlyPrivate, PrivateAddressError } from "./ssrf.ts";
 export { WebhookSender, type SenderOptions, type SendRequest, type SendResult } from "./sender.ts";
 export { DeliveryService, DEFAULT_PROCESS_MAX_IN_FLIGHT, type DeliveryServiceDeps } from "./service.ts";
-export { ConcurrencyLimit } from "./limit.ts";
+export { DeliverySlots, SlotShare } from "./limit.ts";
 export { DestinationWorker, DELIVERY_ID_HEADER, redactUrl, type DestinationWorkerDeps, type AttemptRecord, type WebhookSending } from "./worker.ts";
 export { DeliveryMetrics } from "./metrics.ts";
 export { ensureDestinationConsumer, removeDestinationConsumers, destinationConsumerConfig, ackWaitMs } from "./consumers.ts";

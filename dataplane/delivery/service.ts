@@ -10,7 +10,7 @@ import { DLQ_STREAM, DLQ_SUBJECTS, EVENTS_STREAM, TurnBatch, attemptsStreamConfi
 import { ensureDestinationConsumer, removeDestinationConsumers } from "./consumers.ts";
 import type { DeliveryBacklog, DeliveryMetrics } from "./metrics.ts";
 import { DestinationWorker, type WebhookSending } from "./worker.ts";
-import { ConcurrencyLimit } from "./limit.ts";
+import { DeliverySlots } from "./limit.ts";
 
 /** Default process-wide bound on messages in delivery, across all destinations. */
 export const DEFAULT_PROCESS_MAX_IN_FLIGHT = 1000;
@@ -32,7 +32,7 @@ export class DeliveryService {
   readonly #deps: DeliveryServiceDeps;
   readonly #jsm: JetStreamManager;
   readonly #workers = new Map<string, DestinationWorker>();
-  readonly #limit: ConcurrencyLimit;
+  readonly #slots: DeliverySlots;
   readonly #turn: TurnBatch;
   /** Config changes are applied one after another, never interleaved. */
   #applying: Promise<void> = Promise.resolve();
@@ -45,7 +45,7 @@ export class DeliveryService {
   private constructor(deps: DeliveryServiceDeps, jsm: JetStreamManager) {
     this.#deps = deps;
     this.#jsm = jsm;
-    this.#limit = new ConcurrencyLimit(deps.maxInFlight ?? DEFAULT_PROCESS_MAX_IN_FLIGHT);
+    this.#slots = new DeliverySlots(deps.maxInFlight ?? DEFAULT_PROCESS_MAX_IN_FLIGHT);
     this.#turn = new TurnBatch((err) => deps.log.warn({ err: (err as Error).message }, "an ack or nak could not be sent; the message will be redelivered"));
   }
 
@@ -116,11 +116,14 @@ export class DeliveryService {
       if (this.#workers.has(key)) continue;
       try {
         this.#managed.add(await ensureDestinationConsumer(this.#jsm, destination));
-        // No destination may hold more than half of the process's slots: a dead one with a large
-        // maxInFlight would otherwise starve every other destination for its whole timeout.
-        const share = new ConcurrencyLimit(Math.min(destination.maxInFlight, Math.max(1, Math.floor(this.#limit.max / 2))));
-        const worker = new DestinationWorker(destination, { nc, sender, log, metrics, limit: this.#limit, share, turn: this.#turn, streamMaxAgeMs: this.#streamMaxAgeMs });
-        await worker.start();
+        // Every destination has a reserve of the process's slots that the others cannot take:
+        // slow receivers with a large maxInFlight cannot starve the other destinations.
+        const share = this.#slots.share(destination.maxInFlight);
+        const worker = new DestinationWorker(destination, { nc, sender, log, metrics, share, turn: this.#turn, streamMaxAgeMs: this.#streamMaxAgeMs });
+        await worker.start().catch((err: unknown) => {
+          share.close();
+          throw err;
+        });
         this.#workers.set(key, worker);
         log.info({ destination: key, urls: destination.urls.length, sources: destination.sources }, "delivering");
         if (worker.retryWindowMs < destination.retryWindowMs) {

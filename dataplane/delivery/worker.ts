@@ -13,7 +13,7 @@ import { type AttemptOutcome, backoffMs, combine, nextRoundDelayMs } from "./out
 import { signingKeys, standardWebhookHeaders, webhookBody, xSignature, type DeliverableMessage, type SigningKeys } from "./payload.ts";
 import { routesTo } from "./routing.ts";
 import type { DeliveryMetrics } from "./metrics.ts";
-import type { ConcurrencyLimit } from "./limit.ts";
+import type { SlotShare } from "./limit.ts";
 import type { SendRequest, SendResult } from "./sender.ts";
 import { UrlPauses } from "./url-pause.ts";
 
@@ -63,10 +63,8 @@ export interface DestinationWorkerDeps {
   sender: WebhookSending;
   log: Logger;
   metrics: DeliveryMetrics;
-  /** The process-wide bound on messages in delivery. */
-  limit: ConcurrencyLimit;
-  /** This destination's share of it. */
-  share: ConcurrencyLimit;
+  /** This destination's share of the process's delivery slots (closed when the worker stops). */
+  share: SlotShare;
   /** Acks, naks and attempt records leave with the turn's other NATS traffic. */
   turn: TurnBatch;
   /** The events stream's max_age (Infinity for none): a message must be dead-lettered before it expires. */
@@ -115,8 +113,7 @@ export class DestinationWorker {
   readonly #sources = new Map<string, string>();
   /** URLs that no message is sent to for a while (Retry-After, or not answering). */
   readonly #pauses = new UrlPauses();
-  readonly #limit: ConcurrencyLimit;
-  readonly #share: ConcurrencyLimit;
+  readonly #share: SlotShare;
   readonly #nc: NatsConnection;
   readonly #turn: TurnBatch;
   readonly #inFlight = new Set<Promise<void>>();
@@ -147,7 +144,6 @@ export class DestinationWorker {
     this.#js = jetstream(deps.nc);
     this.#sender = deps.sender;
     this.#metrics = deps.metrics;
-    this.#limit = deps.limit;
     this.#share = deps.share;
     this.#turn = deps.turn;
     this.#label = `${destination.namespace}/${destination.name}`;
@@ -172,17 +168,13 @@ export class DestinationWorker {
           m.nak();
           continue;
         }
-        // Waiting for a slot (this destination's share, then the process's) pauses this
-        // destination's pulling: backpressure instead of an unbounded queue.
-        // (A free slot is taken at once: awaiting an already-resolved promise costs a turn of the microtask queue per message.)
+        // Waiting for a slot of this destination's share pauses its pulling: backpressure
+        // instead of an unbounded queue. (A free slot is taken at once: awaiting an
+        // already-resolved promise costs a turn of the microtask queue per message.)
         if (!this.#share.tryAcquire()) await this.#share.acquire();
-        if (!this.#limit.tryAcquire()) await this.#limit.acquire();
         const work = this.#handle(m)
           .catch((err: unknown) => this.#log.error({ err, seq: m.seq }, "delivery failed unexpectedly; the message will be redelivered"))
-          .finally(() => {
-            this.#limit.release();
-            this.#share.release();
-          });
+          .finally(() => this.#share.release());
         this.#inFlight.add(work);
         void work.finally(() => this.#inFlight.delete(work));
       }
@@ -195,6 +187,7 @@ export class DestinationWorker {
     await this.#messages?.close();
     await this.#loop;
     await Promise.all(this.#inFlight);
+    this.#share.close();
   }
 
   async #handle(m: JsMsg): Promise<void> {

@@ -1,45 +1,103 @@
-// The process-wide bound on deliveries in flight.
+// The process's delivery slots, shared among destinations: bounded by the process's limit and
+// each destination's maxInFlight, and no destination can take another's reserve.
 import { describe, expect, it } from "vitest";
-import { ConcurrencyLimit } from "../../dataplane/delivery/limit.ts";
+import { ACTIVE_FOR_MS, DeliverySlots } from "../../dataplane/delivery/limit.ts";
 
-describe("ConcurrencyLimit", () => {
+/** Takes slots of a share until it may take no more; returns how many it took. */
+const fill = (share: { tryAcquire(): boolean }) => {
+  let n = 0;
+  while (share.tryAcquire()) n++;
+  return n;
+};
+
+describe("DeliverySlots", () => {
   it("never lets more than max run at once, and runs everything in the end, in order of arrival", async () => {
-    const limit = new ConcurrencyLimit(3);
+    const share = new DeliverySlots(3).share(100);
     let running = 0;
     let peak = 0;
     const order: number[] = [];
     await Promise.all(
       Array.from({ length: 20 }, async (_, i) => {
-        await limit.acquire();
+        await share.acquire();
         order.push(i);
         running++;
         peak = Math.max(peak, running);
         await new Promise((r) => setTimeout(r, 5));
         running--;
-        limit.release();
+        share.release();
       }),
     );
     expect(peak).toBe(3);
     expect(order).toEqual(Array.from({ length: 20 }, (_, i) => i));
-    expect(limit.inUse).toBe(0);
+    expect(share.inUse).toBe(0);
   });
 
-  it("tryAcquire takes a free slot at once and refuses when none is free; a released slot goes to a waiter first", async () => {
-    const limit = new ConcurrencyLimit(1);
-    expect(limit.tryAcquire()).toBe(true);
-    expect(limit.tryAcquire()).toBe(false);
-    let waiterRan = false;
-    const waiter = limit.acquire().then(() => (waiterRan = true));
-    limit.release();
-    await waiter;
-    expect(waiterRan).toBe(true);
-    expect(limit.tryAcquire()).toBe(false); // the waiter holds it now
-    limit.release();
-    expect(limit.inUse).toBe(0);
-    expect(limit.tryAcquire()).toBe(true);
+  it("a destination busy alone may use every slot, up to its maxInFlight; beside idle ones, all but the lane kept for them", () => {
+    const slots = new DeliverySlots(10);
+    expect(fill(slots.share(100))).toBe(10);
+    const shared = new DeliverySlots(10);
+    const [busy] = [shared.share(100), shared.share(100)];
+    expect(fill(busy)).toBe(5);
+    expect(fill(new DeliverySlots(10).share(4))).toBe(4);
+  });
+
+  it("slow destinations cannot take another active destination's reserve (regression: two tarpits held every slot)", async () => {
+    let now = 1_000_000;
+    const slots = new DeliverySlots(9, () => now);
+    const [slow1, slow2, healthy] = [slots.share(500), slots.share(500), slots.share(500)];
+    // All three have delivered: active, each with a reserve of 3.
+    for (const share of [slow1, slow2, healthy]) {
+      expect(share.tryAcquire()).toBe(true);
+      share.release();
+    }
+    expect(fill(slow1) + fill(slow2)).toBe(6);
+    expect(slots.inUse).toBe(6);
+    // The healthy one's three slots are there whenever it needs them, however long the slow ones hold theirs.
+    now += ACTIVE_FOR_MS - 1;
+    expect(fill(healthy)).toBe(3);
+  });
+
+  it("an idle destination's reserve is lent, but not the lane kept for idle ones; a destination active again gets its reserve before borrowers", async () => {
+    let now = 1_000_000;
+    const slots = new DeliverySlots(6, () => now);
+    const [busy, quiet, newcomer] = [slots.share(100), slots.share(100), slots.share(100)]; // fair shares of 2
+    expect(quiet.tryAcquire()).toBe(true);
+    quiet.release();
+    expect(fill(busy)).toBe(2); // quiet's reserve and the lane for idle newcomer are kept
+    now += ACTIVE_FOR_MS;
+    expect(fill(busy)).toBe(2); // quiet idle long enough: its reserve is lent, the lane is not
+    expect(busy.inUse).toBe(4);
+    expect(fill(quiet)).toBe(2); // with messages again, quiet takes the lane at once
+
+    // Every slot in use. The borrower waits first, but the newcomer gets the next slot that frees.
+    const order: string[] = [];
+    const borrower = busy.acquire().then(() => order.push("busy"));
+    const arrival = newcomer.acquire().then(() => order.push("newcomer"));
+    busy.release();
+    await arrival;
+    expect(order).toEqual(["newcomer"]);
+    busy.release(); // busy holds its reserve of 2 and more: the freed slot is kept for newcomer's reserve
+    await Promise.resolve();
+    expect(order).toEqual(["newcomer"]);
+    expect(fill(newcomer)).toBe(1);
+    busy.release(); // within its reserve again, busy takes the next freed slot
+    await borrower;
+    expect(order).toEqual(["newcomer", "busy"]);
+  });
+
+  it("a closed share's reserve goes back to the others; tryAcquire never waits", () => {
+    const slots = new DeliverySlots(4);
+    const [a, b] = [slots.share(100), slots.share(100)];
+    expect(b.tryAcquire()).toBe(true);
+    b.release();
+    expect(fill(a)).toBe(2);
+    b.close();
+    expect(fill(a)).toBe(2);
+    expect(a.inUse).toBe(4);
   });
 
   it("refuses a bound that is not a positive integer", () => {
-    expect(() => new ConcurrencyLimit(0)).toThrow(RangeError);
+    expect(() => new DeliverySlots(0)).toThrow(RangeError);
+    expect(() => new DeliverySlots(3).share(0)).toThrow(RangeError);
   });
 });

@@ -1,6 +1,7 @@
 // The delivery service among others: it never deletes consumers it did not manage (another
 // deliver process with another config keeps its own), and a dead destination cannot take all of
 // the process's delivery slots from a healthy one.
+import type { ServerResponse } from "node:http";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { ConfigHolder, compileConfig } from "../../dataplane/config/mod.ts";
 import { DeliveryMetrics, DeliveryService, WebhookSender } from "../../dataplane/delivery/mod.ts";
@@ -63,7 +64,7 @@ describe("delivery service", () => {
     }
   });
 
-  it("gives a dead destination at most half of the process's slots, so a healthy one keeps flowing", async () => {
+  it("keeps a fair share of the process's slots free for an idle destination, so a dead one cannot hold them all", async () => {
     receiver.on("/dead", () => {}); // never answers
     const config = new ConfigHolder(configOf([
       { name: "dead", url: receiver.url("/dead"), timeout: "3s", maxInFlight: 100 },
@@ -78,6 +79,35 @@ describe("delivery service", () => {
       await receiver.waitFor("/healthy", 5, 2_500); // well before the dead URL's 3 s timeout frees anything
       expect(Date.now() - sentAt).toBeLessThan(2_500);
       expect(receiver.requests("/dead").length).toBe(2); // its share of 4: two
+    } finally {
+      await service.stop();
+    }
+  });
+
+  it("two slow destinations cannot starve a third (regression: each took half the process's slots, and the third waited for them, message after message)", async () => {
+    // 2xx just before the timeout: never paused, every slot held ~2.5 s.
+    const slow = (_req: unknown, _n: number, res: ServerResponse) => void setTimeout(() => res.writeHead(200).end("ok"), 2_500);
+    receiver.on("/slow-1", slow);
+    receiver.on("/slow-2", slow);
+    const config = new ConfigHolder(configOf([
+      { name: "slow-1", url: receiver.url("/slow-1"), timeout: "5s", maxInFlight: 100 },
+      { name: "slow-2", url: receiver.url("/slow-2"), timeout: "5s", maxInFlight: 100 },
+      { name: "victim", url: receiver.url("/victim") },
+    ]));
+    const service = await start(config, 6);
+    const publish = (source: string, id: string) => nats.js.publish(`trackhook.events.default.${source}.track`, JSON.stringify({ type: "track", messageId: id, userId: "u", event: "e" }), { msgID: `default/${source}/${id}` });
+    try {
+      await publish("victim", "v-0");
+      await receiver.waitFor("/victim", 1);
+      for (let i = 0; i < 30; i++) await Promise.all([publish("slow-1", `s1-${i}`), publish("slow-2", `s2-${i}`)]);
+      await receiver.waitFor("/slow-1", 2);
+      await receiver.waitFor("/slow-2", 2);
+      const sentAt = Date.now();
+      for (let i = 1; i <= 5; i++) await publish("victim", `v-${i}`);
+      await receiver.waitFor("/victim", 6, 2_000); // before any slow delivery frees a slot
+      expect(Date.now() - sentAt).toBeLessThan(2_000);
+      // Each slow one holds its fair share of 6 (two) and nothing more while the victim is active.
+      expect(receiver.requests("/slow-1").length + receiver.requests("/slow-2").length).toBe(4);
     } finally {
       await service.stop();
     }
