@@ -7,14 +7,25 @@ import { lookup as dnsLookup } from "node:dns";
 import { BlockList, isIP, type LookupFunction } from "node:net";
 
 const FORBIDDEN = new BlockList();
-for (const [network, prefix] of [
+const FORBIDDEN_IPV4 = [
   ["0.0.0.0", 8], ["10.0.0.0", 8], ["100.64.0.0", 10], ["127.0.0.0", 8], ["169.254.0.0", 16], ["172.16.0.0", 12],
   ["192.0.0.0", 24], ["192.0.2.0", 24], ["192.88.99.0", 24], ["192.168.0.0", 16], ["198.18.0.0", 15],
   ["198.51.100.0", 24], ["203.0.113.0", 24], ["224.0.0.0", 4], ["240.0.0.0", 4],
-] as const) FORBIDDEN.addSubnet(network, prefix, "ipv4");
+] as const;
+for (const [network, prefix] of FORBIDDEN_IPV4) FORBIDDEN.addSubnet(network, prefix, "ipv4");
 for (const [network, prefix] of [
-  ["::", 128], ["::1", 128], ["64:ff9b::", 96], ["100::", 64], ["2001:db8::", 32], ["fc00::", 7], ["fe80::", 10], ["ff00::", 8],
+  // ::/96 holds ::, ::1 and the deprecated IPv4-compatible ::a.b.c.d; ::ffff:0:a.b.c.d is SIIT's
+  // IPv4-translated form; 64:ff9b::/96 and 64:ff9b:1::/48 are NAT64 prefixes; fec0::/10 is the
+  // deprecated site-local range.
+  ["::", 96], ["::ffff:0:0:0", 96], ["64:ff9b::", 96], ["64:ff9b:1::", 48], ["100::", 64], ["2001:db8::", 32],
+  ["fc00::", 7], ["fe80::", 10], ["fec0::", 10], ["ff00::", 8],
 ] as const) FORBIDDEN.addSubnet(network, prefix, "ipv6");
+// 6to4 (2002::/16) carries an IPv4 address in its next 32 bits: refused when that one would be.
+for (const [network, prefix] of FORBIDDEN_IPV4) {
+  const [a, b, c, d] = network.split(".").map(Number) as [number, number, number, number];
+  const hex = (hi: number, lo: number) => ((hi << 8) | lo).toString(16);
+  FORBIDDEN.addSubnet(`2002:${hex(a, b)}:${hex(c, d)}::`, 16 + prefix, "ipv6");
+}
 
 /** Whether an IP address is one webhooks may not reach (IPv4-mapped IPv6 is judged as its IPv4). */
 export function isForbiddenAddress(address: string): boolean {

@@ -10,9 +10,12 @@ describe("forbidden addresses", () => {
     "127.0.0.1", "127.255.0.9", "10.1.2.3", "172.16.0.1", "172.31.255.255", "192.168.1.1", "169.254.169.254", "100.64.0.1",
     "0.0.0.0", "224.0.0.1", "255.255.255.255", "::1", "::", "fc00::1", "fd00:ec2::254", "fe80::1", "ff02::1",
     "::ffff:127.0.0.1", "::ffff:7f00:1", "::ffff:169.254.169.254", "::ffff:10.0.0.1",
+    // Regressions (the security review): IPv4-compatible, SIIT-translated, local-use NAT64,
+    // site-local, and 6to4 forms of forbidden IPv4 addresses were dialled.
+    "::127.0.0.1", "::7f00:1", "::ffff:0:7f00:1", "64:ff9b:1::a9fe:a9fe", "fec0::1", "2002:7f00:1::", "2002:a9fe:a9fe::1", "2002:c0a8:101::",
   ])("%s is refused", (address) => expect(isForbiddenAddress(address)).toBe(true));
 
-  it.each(["8.8.8.8", "1.1.1.1", "172.32.0.1", "100.128.0.1", "2606:4700:4700::1111", "::ffff:8.8.8.8"])("%s is allowed", (address) =>
+  it.each(["8.8.8.8", "1.1.1.1", "172.32.0.1", "100.128.0.1", "2606:4700:4700::1111", "::ffff:8.8.8.8", "2002:808:808::1"])("%s is allowed", (address) =>
     expect(isForbiddenAddress(address)).toBe(false));
 
   it("refuses IP-literal URLs before dialling, in every notation", () => {
