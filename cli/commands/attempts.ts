@@ -5,6 +5,7 @@ import { natsUrl } from "../args.ts";
 import { connectAdmin, qualifiedName, reportNothingFound } from "./replay.ts";
 import { table } from "./table.ts";
 import type { Command } from "./types.ts";
+import { jsonLine } from "./terminal.ts";
 import { NATS_AUTH_HELP } from "./nats-help.ts";
 
 /** How much of a response body the table shows. */
@@ -49,7 +50,7 @@ export const attemptsCommand: Command = {
       for await (const r of records) {
         found++;
         // --json streams each record as it comes (the history may be long), without keeping it.
-        if (json) process.stdout.write(`${JSON.stringify(r)}\n`);
+        if (json) process.stdout.write(jsonLine(r));
         else all.push(r);
       }
       // Nothing found: the hint goes to stderr, in --json mode too (stdout stays JSON lines).

@@ -4,6 +4,7 @@ import { natsUrl } from "../args.ts";
 import { SELECTION_FLAGS, SELECTION_HELP, connectAdmin, deadLetterSelection, reportNothingFound } from "./replay.ts";
 import { table } from "./table.ts";
 import type { Command } from "./types.ts";
+import { jsonLine } from "./terminal.ts";
 import { NATS_AUTH_HELP } from "./nats-help.ts";
 
 export function deadLetterRow(d: DeadLetter): string[] {
@@ -36,7 +37,7 @@ ${SELECTION_HELP}
       let found = 0;
       for await (const d of letters) {
         found++;
-        if (json) process.stdout.write(`${JSON.stringify(d)}\n`);
+        if (json) process.stdout.write(jsonLine(d));
         else rows.push(deadLetterRow(d));
       }
       // Nothing found: the hint goes to stderr, in --json mode too (stdout stays JSON lines).

@@ -6,6 +6,7 @@ import { EVENTS_STREAM, hasMessagesOn, isStreamNotFound, sourceSubjects } from "
 import { natsUrl } from "../args.ts";
 import { connectAdmin, fail, qualifiedName } from "./replay.ts";
 import type { Command } from "./types.ts";
+import { jsonLine } from "./terminal.ts";
 import { NATS_AUTH_HELP } from "./nats-help.ts";
 
 export const tailCommand: Command = {
@@ -42,7 +43,7 @@ export const tailCommand: Command = {
         process.stderr.write(`no message of source ${source.namespace}/${source.name} is stored yet: is the name right? (\`kubectl get sources -A\`, or the Source documents of your --config)\n`);
       }
       for await (const m of messages) {
-        if (!process.stdout.write(`${JSON.stringify(m)}\n`)) {
+        if (!process.stdout.write(jsonLine(m))) {
           await once(process.stdout, "drain", { signal: stop.signal }).catch(() => {});
         }
       }
