@@ -98,6 +98,16 @@ describe("CORS", () => {
     expect(res.headers.get("vary")).toBe("Origin, Access-Control-Request-Headers");
   });
 
+  it("gives no CORS grant on /metrics, /healthz and /readyz, which no web page should read (regression: granted, with credentials)", async () => {
+    for (const path of ["/metrics", "/healthz", "/readyz"]) {
+      // An origin granted on /v1 (above).
+      const res = await fetch(`${env.ingest.url}${path}`, { headers: { origin: "https://www.example" } });
+      expect(res.status, path).toBe(200);
+      expect(res.headers.get("access-control-allow-origin"), path).toBeNull();
+      expect(res.headers.get("access-control-allow-credentials"), path).toBeNull();
+    }
+  });
+
   it("gives no CORS grant to an origin that is not configured", async () => {
     const res = await fetch(`${env.ingest.url}/v1/t`, { method: "OPTIONS", headers: { origin: "https://evil.example", "access-control-request-method": "POST" } });
     expect(res.headers.get("access-control-allow-origin")).toBeNull();

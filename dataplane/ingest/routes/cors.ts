@@ -19,8 +19,10 @@ export function corsRoutes(app: FastifyInstance, state: IngestState): void {
     return true;
   };
 
+  // Only what browsers are meant to reach: the Tracking API and the analytics.js files. Not
+  // /metrics, /healthz or /readyz, which no web page of any origin should read.
   app.addHook("onRequest", (request, reply, done) => {
-    if (request.method !== "OPTIONS") allowOrigin(request, reply);
+    if (request.method !== "OPTIONS" && isBrowserPath(request.url)) allowOrigin(request, reply);
     done();
   });
 
@@ -37,3 +39,5 @@ export function corsRoutes(app: FastifyInstance, state: IngestState): void {
     reply.code(204).send();
   });
 }
+
+const isBrowserPath = (url: string) => url.startsWith("/v1/") || url.startsWith("/analytics.js/") || url.startsWith("/analytics-next/");
