@@ -32,11 +32,17 @@ function isDeliverable(value: unknown): value is DeliverableMessage {
   return typeof messageId === "string" && typeof type === "string";
 }
 
-/** A URL as attempt records show it: no credentials, and no query string (tokens live there). */
+/**
+ * A URL as attempt records and logs show it: no credentials, no query string, and of the path
+ * only its first segment. Tokens live in all three: Slack, Discord and Zapier put theirs in the
+ * path (`hooks.slack.com/services/T…/B…/<token>`).
+ */
 export function redactUrl(url: string): string {
   try {
     const parsed = new URL(url);
-    return `${parsed.origin}${parsed.pathname}${parsed.search ? "?…" : ""}`;
+    const [first, ...more] = parsed.pathname.split("/").filter(Boolean);
+    const path = more.length > 0 ? `/${first}/…` : parsed.pathname;
+    return `${parsed.origin}${path}${parsed.search ? "?…" : ""}`;
   } catch {
     return "(invalid URL)";
   }

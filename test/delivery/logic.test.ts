@@ -102,9 +102,13 @@ describe("body and signatures", () => {
 });
 
 describe("attempt records", () => {
-  it("show URLs without credentials or query strings", () => {
+  it("show URLs without credentials, query strings or more of the path than its first segment", () => {
     expect(redactUrl("https://user:pw@hooks.example.com:8443/in?token=abc")).toBe("https://hooks.example.com:8443/in?…");
-    expect(redactUrl("http://hooks.example.com/a/b")).toBe("http://hooks.example.com/a/b");
+    expect(redactUrl("http://hooks.example.com/a")).toBe("http://hooks.example.com/a");
+    // Tokens in the path (regression: shown whole in attempt records and logs).
+    expect(redactUrl("https://hooks.slack.com/services/T0001/B0002/XXXXXXXXXXXXXXXXXXXXXXXX")).toBe("https://hooks.slack.com/services/…");
+    expect(redactUrl("https://discord.com/api/webhooks/123/abc-token")).toBe("https://discord.com/api/…");
+    expect(redactUrl("https://hooks.example.com/")).toBe("https://hooks.example.com/");
   });
 });
 
