@@ -116,6 +116,8 @@ export class DestinationWorker {
   readonly #label: string;
   /** The retry window in force (retryWindowInForceMs). */
   readonly retryWindowMs: number;
+  /** Past this age (90% of the stream's max_age) a message is not sent even once. */
+  readonly #lastChanceAgeMs: number;
   readonly #sources = new Map<string, string>();
   /** URLs that no message is sent to for a while (Retry-After, or not answering). */
   readonly #pauses = new UrlPauses();
@@ -154,6 +156,7 @@ export class DestinationWorker {
     this.#turn = deps.turn;
     this.#label = `${destination.namespace}/${destination.name}`;
     this.retryWindowMs = retryWindowInForceMs(destination.retryWindowMs, deps.streamMaxAgeMs);
+    this.#lastChanceAgeMs = retryWindowInForceMs(Infinity, deps.streamMaxAgeMs);
     this.#attemptsSubject = attemptsSubject(destination.namespace, destination.name);
     this.#replaySubject = replaySubject(destination.namespace, destination.name);
     this.#customHeaders = Object.fromEntries(destination.headers.map(({ name, value }) => [name.toLowerCase(), value]));
@@ -210,9 +213,14 @@ export class DestinationWorker {
       return;
     }
     // The retry window counts from when the message was stored, not from the first attempt.
-    const deadline = info.timestampNanos / 1e6 + this.retryWindowMs;
-    if (Date.now() >= deadline && info.deliveryCount > 1) {
-      // Redelivered after the window closed (its dead letter could not be stored before): no more sends.
+    const storedAt = info.timestampNanos / 1e6;
+    const deadline = storedAt + this.retryWindowMs;
+    const now = Date.now();
+    // Past the window: no more sends once it was tried (redelivered, its dead letter not stored
+    // before), nor when the stream is about to drop it. A backlog behind a receiver that fails
+    // slowly reaches the consumer only as slots free: sent once each, its oldest messages expired
+    // from the stream unseen. Dead-lettered at once instead, the backlog drains at NATS speed.
+    if (now >= deadline && (info.deliveryCount > 1 || now - storedAt >= this.#lastChanceAgeMs)) {
       await this.#deadLetter(m, "retry_window_exhausted", info.deliveryCount);
       return;
     }
@@ -226,7 +234,6 @@ export class DestinationWorker {
     const round = this.#rounds.get(m.seq);
     let urls = this.destination.urls;
     if (round || !this.#pauses.empty) {
-      const now = Date.now();
       urls = urls.filter((url) => !round?.dead.has(url) && this.#pauses.claim(url, now, this.destination.timeoutMs));
       if (urls.length === 0) {
         // Redelivered before any URL's pause ended (another replica's nak, or a pause of the

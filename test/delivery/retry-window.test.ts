@@ -80,6 +80,52 @@ describe("a message whose retry window outlasts the stream", () => {
   });
 });
 
+describe("a backlog behind a receiver that fails slowly, near the stream's max_age", () => {
+  it("is dead-lettered, every message, before the stream drops it (regression: messages that reached the consumer only after their window were each sent once more, and the rest expired unseen)", async () => {
+    const short = await startNats();
+    const receiver = await startReceiver();
+    // Fails, but only after a while: the breaker does not pause it, and every send holds a slot.
+    receiver.on("/slow-503", (_req, _n, res) => void setTimeout(() => res.writeHead(503).end("later"), 400));
+    try {
+      await ensureStream(short.jsm, eventsStreamConfig({ ...DEFAULT_STREAM, maxAgeMs: 12_000, duplicateWindowMs: 1_000 }));
+      const config = new ConfigHolder(
+        compileConfig(
+          [
+            { apiVersion: "v1", kind: "Secret", metadata: { name: "k" }, stringData: { writeKey: "w" } },
+            { apiVersion: "trackhook.io/v1alpha1", kind: "Source", metadata: { name: "web" }, spec: { writeKeySecretRef: { name: "k", key: "writeKey" } } },
+            { apiVersion: "trackhook.io/v1alpha1", kind: "WebhookDestination", metadata: { name: "outlasts" }, spec: { sources: ["web"], urls: [receiver.url("/slow-503")], maxInFlight: 2 } },
+          ].map((body, i) => ({ origin: `doc ${i + 1}`, body })),
+        ),
+      );
+      const sender = new WebhookSender({ allowPrivateNetworks: true, userAgent: "test" });
+      const service = await DeliveryService.start({ nc: await short.connect(), config, sender, log: pino({ level: "silent" }), metrics: new DeliveryMetrics({ defaultMetrics: false }) });
+      try {
+        // Two slots at 400 ms a send: five first sends a second, so the 80th message would reach
+        // the consumer ~16 s after it was stored; the window in force is 10.8 s, max_age 12 s.
+        const count = 80;
+        await Promise.all(Array.from({ length: count }, (_, i) =>
+          short.js.publish("trackhook.events.default.web.track", JSON.stringify({ type: "track", userId: "u", event: "E", messageId: `backlog-${i}` }), { msgID: `default/web/backlog-${i}` })));
+        const deadline = Date.now() + 16_000;
+        let letters = 0;
+        while (Date.now() < deadline) {
+          letters = (await short.jsm.streams.info(DLQ_STREAM)).state.messages;
+          if (letters >= count) break;
+          await new Promise((r) => setTimeout(r, 200));
+        }
+        expect(letters).toBe(count);
+        // And each was sent at most once before its window closed.
+        expect(receiver.requests("/slow-503").length).toBeLessThan(count);
+      } finally {
+        await service.stop();
+        await sender.close();
+      }
+    } finally {
+      await receiver.close();
+      await short.stop();
+    }
+  }, 30_000);
+});
+
 async function expectDeadLetter(harness: NatsHarness, timeoutMs: number): Promise<{ reason: string | undefined; at: number }> {
   const deadline = Date.now() + timeoutMs;
   for (;;) {
