@@ -88,9 +88,17 @@ export class FileConfigProvider extends ConfigHolder {
       this.#failing = true;
       return;
     }
+    const current = this.current();
+    if (next.sources.length + next.destinations.length === 0 && current.sources.length + current.destinations.length > 0) {
+      // `gen > config.yaml` empties the file before it writes it: read in between, every Source
+      // (401 for every SDK) and destination (its consumer, backlog and all) would go.
+      this.log.error({ path: this.path }, "the config now holds no Source and no WebhookDestination, as a file caught while being written does; keeping the previous config (to run with none, stop the process)");
+      this.#failing = true;
+      return;
+    }
     const recovered = this.#failing;
     this.#failing = false;
-    if (JSON.stringify(next) === JSON.stringify(this.current())) {
+    if (JSON.stringify(next) === JSON.stringify(current)) {
       // Fixed back to what is running: say so, or the last word in the log stays the error.
       if (recovered) this.log.info({ path: this.path }, "config valid again; unchanged from the config in use");
       return;

@@ -26,7 +26,18 @@ export interface DeliveryServiceDeps {
   /** Size and replicas of the dead-letter and attempt-record streams. */
   dlqStream?: SideStreamSettings;
   attemptsStream?: SideStreamSettings;
+  /**
+   * How long the consumer of a destination no longer enabled is kept, with what it still had to
+   * deliver, in case the destination comes back (0: removed at once). Default CONSUMER_REMOVAL_GRACE_MS.
+   */
+  consumerRemovalGraceMs?: number;
 }
+
+/**
+ * A config file caught half-written (`gen > config.yaml`), or a destination disabled for a
+ * moment, must not throw away the messages its consumer still had to deliver.
+ */
+export const CONSUMER_REMOVAL_GRACE_MS = 10 * 60_000;
 
 export class DeliveryService {
   readonly #deps: DeliveryServiceDeps;
@@ -41,6 +52,10 @@ export class DeliveryService {
   #streamMaxAgeMs = Infinity;
   /** Consumers this service created or updated: the only ones it may delete. */
   readonly #managed = new Set<string>();
+  /** Consumers of destinations no longer enabled, to be removed when their grace ends. */
+  readonly #removals = new Map<string, NodeJS.Timeout>();
+  /** The consumers the config in effect wants. */
+  #wanted = new Set<string>();
 
   private constructor(deps: DeliveryServiceDeps, jsm: JetStreamManager) {
     this.#deps = deps;
@@ -141,15 +156,42 @@ export class DeliveryService {
     // Only consumers this process managed: another deliver (or dev) on the same NATS with another
     // config keeps its own. A destination removed while no process ran keeps its consumer until
     // the operator, or someone with `nats consumer rm`, cleans it up.
-    const removed = [...this.#managed].filter((name) => !keep.has(name));
-    await removeDestinationConsumers(this.#jsm, removed);
-    for (const name of removed) this.#managed.delete(name);
-    if (removed.length > 0) log.info({ consumers: removed }, "removed consumers of destinations no longer enabled");
+    this.#wanted = keep;
+    for (const name of keep) {
+      clearTimeout(this.#removals.get(name));
+      this.#removals.delete(name);
+    }
+    const removed = [...this.#managed].filter((name) => !keep.has(name) && !this.#removals.has(name));
+    const graceMs = this.#deps.consumerRemovalGraceMs ?? CONSUMER_REMOVAL_GRACE_MS;
+    if (graceMs === 0) {
+      await this.#removeConsumers(removed);
+    } else if (removed.length > 0) {
+      for (const name of removed) {
+        const timer = setTimeout(() => {
+          this.#removals.delete(name);
+          // In line with config changes: one that brought the destination back has the last word.
+          this.#applying = this.#applying.catch(() => {}).then(() => (this.#wanted.has(name) ? undefined : this.#removeConsumers([name])));
+        }, graceMs);
+        timer.unref();
+        this.#removals.set(name, timer);
+      }
+      log.info({ consumers: removed, removedInSeconds: Math.round(graceMs / 1000) }, "destinations no longer enabled: nothing more is sent to them; their consumers, with the messages still to deliver, are kept in case they come back, then removed");
+    }
     if (failed.length > 0) throw new Error(`destinations not started: ${failed.join(", ")}`);
+  }
+
+  async #removeConsumers(names: string[]): Promise<void> {
+    if (names.length === 0) return;
+    await removeDestinationConsumers(this.#jsm, names);
+    for (const name of names) this.#managed.delete(name);
+    this.#deps.log.info({ consumers: names }, "removed consumers of destinations no longer enabled");
   }
 
   /** Stops pulling and waits for in-flight deliveries. */
   async stop(): Promise<void> {
+    // Consumers awaiting removal stay, as for a destination removed while no process runs.
+    for (const timer of this.#removals.values()) clearTimeout(timer);
+    this.#removals.clear();
     this.#unsubscribe();
     await this.#applying.catch(() => {});
     await Promise.all([...this.#workers.values()].map((w) => w.stop()));

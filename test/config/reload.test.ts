@@ -76,6 +76,16 @@ describe("live config reload from files", () => {
     expect(await statusFor("key-one")).toBe(401);
   });
 
+  it("a file caught empty while being written (`gen > file`) keeps the config in force (regression: every key refused, every destination's backlog dropped)", async () => {
+    writeFileSync(file, ""); // truncated in place, as a shell redirection does before writing
+    await new Promise((r) => setTimeout(r, 400));
+    expect(provider.current().sources.map((s) => s.name).sort()).toEqual(["app", "web"]);
+    expect(await statusFor("key-one-rotated")).toBe(200);
+    writeFileSync(file, doc({ web: "key-one-rotated", app: "key-two" }));
+    await new Promise((r) => setTimeout(r, 200));
+    expect(await statusFor("key-two")).toBe(200);
+  });
+
   it("a broken edit is refused and the last good config stays in force", async () => {
     save("apiVersion: trackhook.io/v1alpha1\nkind: Source\nmetadata: { name: web }\nspec: {}\n");
     await new Promise((r) => setTimeout(r, 400));

@@ -40,8 +40,11 @@ function configOf(destinations: Array<{ name: string; url: string; timeout?: str
   );
 }
 
-const start = async (config: ConfigHolder, maxInFlight?: number) =>
-  DeliveryService.start({ nc: await nats.connect(), config, sender, log: createLogger({ level: "silent" }), metrics: new DeliveryMetrics({ defaultMetrics: false }), ...(maxInFlight ? { maxInFlight } : {}) });
+const start = async (config: ConfigHolder, maxInFlight?: number, consumerRemovalGraceMs = 0) =>
+  DeliveryService.start({
+    nc: await nats.connect(), config, sender, log: createLogger({ level: "silent" }), metrics: new DeliveryMetrics({ defaultMetrics: false }),
+    consumerRemovalGraceMs, ...(maxInFlight ? { maxInFlight } : {}),
+  });
 
 const consumers = async () => {
   const names: string[] = [];
@@ -61,6 +64,32 @@ describe("delivery service", () => {
     } finally {
       await a.stop();
       await b.stop();
+    }
+  });
+
+  it("keeps a removed destination's consumer, and the messages it still had to deliver, for a grace period (regression: a config file caught empty for a second lost the backlog)", async () => {
+    const config = new ConfigHolder(configOf([{ name: "gamma", url: receiver.url("/gamma") }]));
+    const service = await start(config, undefined, 1_500);
+    const publish = (id: string) => nats.js.publish("trackhook.events.default.gamma.track", JSON.stringify({ type: "track", messageId: id, userId: "u", event: "e" }), { msgID: `default/gamma/${id}` });
+    try {
+      const full = config.current();
+      config.set({ sources: [], destinations: [] }); // the file read while being written
+      await expect.poll(() => service.destinations).toEqual([]);
+      await publish("g-while-gone");
+      await new Promise((r) => setTimeout(r, 500));
+      expect(receiver.requests("/gamma")).toHaveLength(0); // nothing is sent to it meanwhile
+      expect(await consumers()).toContain("dest_default_gamma");
+      config.set(full); // the write completed
+      await receiver.waitFor("/gamma", 1);
+      expect(JSON.parse(receiver.requests("/gamma")[0]!.body.toString()).messageId).toBe("g-while-gone");
+
+      // Gone for longer than the grace: the consumer is removed.
+      config.set({ sources: [], destinations: [] });
+      await new Promise((r) => setTimeout(r, 500));
+      expect(await consumers()).toContain("dest_default_gamma");
+      await expect.poll(consumers, { timeout: 5_000 }).not.toContain("dest_default_gamma");
+    } finally {
+      await service.stop();
     }
   });
 
