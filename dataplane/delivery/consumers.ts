@@ -45,9 +45,15 @@ export function destinationConsumerConfig(destination: CompiledDestination): Par
   };
 }
 
-/** Creates the destination's consumer, or updates its filters and limits in place. */
-export async function ensureDestinationConsumer(jsm: JetStreamManager, destination: CompiledDestination): Promise<string> {
-  const config = destinationConsumerConfig(destination);
+/**
+ * Creates the destination's consumer, or updates its filters and limits in place. `startSeq`
+ * overrides where a consumer made now starts (one recreated after it was deleted under delivery).
+ */
+export async function ensureDestinationConsumer(jsm: JetStreamManager, destination: CompiledDestination, options: { startSeq?: number } = {}): Promise<string> {
+  const base = destinationConsumerConfig(destination);
+  const config: typeof base = options.startSeq === undefined
+    ? base
+    : { ...base, deliver_policy: DeliverPolicy.StartSequence, opt_start_seq: options.startSeq, opt_start_time: undefined };
   const info = () =>
     jsm.consumers.info(EVENTS_STREAM, config.durable_name).catch((err: Error) => {
       if (isConsumerNotFound(err)) return undefined;
@@ -65,7 +71,7 @@ export async function ensureDestinationConsumer(jsm: JetStreamManager, destinati
   }
   if (existing) {
     // Where it started is fixed at creation.
-    const { deliver_policy: _policy, opt_start_time: _start, ...mutable } = config;
+    const { deliver_policy: _policy, opt_start_time: _start, opt_start_seq: _seq, ...mutable } = config;
     const differs = (Object.keys(mutable) as Array<keyof typeof mutable>).some(
       (key) => JSON.stringify(existing.config[key]) !== JSON.stringify(mutable[key]),
     );

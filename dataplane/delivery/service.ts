@@ -31,6 +31,8 @@ export interface DeliveryServiceDeps {
    * deliver, in case the destination comes back (0: removed at once). Default CONSUMER_REMOVAL_GRACE_MS.
    */
   consumerRemovalGraceMs?: number;
+  /** How often each destination's consumer is checked for, to recreate one deleted under delivery. */
+  consumerCheckMs?: number;
 }
 
 /**
@@ -134,7 +136,8 @@ export class DeliveryService {
         // Every destination has a reserve of the process's slots that the others cannot take:
         // slow receivers with a large maxInFlight cannot starve the other destinations.
         const share = this.#slots.share(destination.maxInFlight);
-        const worker = new DestinationWorker(destination, { nc, sender, log, metrics, share, turn: this.#turn, streamMaxAgeMs: this.#streamMaxAgeMs });
+        const worker = new DestinationWorker(destination, { nc, sender, log, metrics, share, turn: this.#turn, streamMaxAgeMs: this.#streamMaxAgeMs,
+          ...(this.#deps.consumerCheckMs ? { consumerCheckMs: this.#deps.consumerCheckMs } : {}) });
         await worker.start().catch((err: unknown) => {
           share.close();
           throw err;

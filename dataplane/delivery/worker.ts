@@ -3,7 +3,7 @@
 // a dead letter and acks (permanent failure, or the retry window is over). A message is acked only
 // after it was delivered or its dead letter is stored.
 import { headers as natsHeaders, type NatsConnection } from "@nats-io/transport-node";
-import { jetstream, type ConsumerMessages, type JetStreamClient, type JsMsg } from "@nats-io/jetstream";
+import { jetstream, jetstreamManager, type ConsumerMessages, type JetStreamClient, type JsMsg } from "@nats-io/jetstream";
 import type { CompiledDestination } from "../../schema/mod.ts";
 import { isoTimestamp } from "../iso-time.ts";
 import type { Logger } from "../logging.ts";
@@ -13,6 +13,7 @@ import { type AttemptOutcome, backoffMs, combine, nextRoundDelayMs } from "./out
 import { signingKeys, standardWebhookHeaders, webhookBody, xSignature, type DeliverableMessage, type SigningKeys } from "./payload.ts";
 import { routesTo } from "./routing.ts";
 import type { DeliveryMetrics } from "./metrics.ts";
+import { ConsumerWatch } from "./consumer-watch.ts";
 import type { SlotShare } from "./limit.ts";
 import type { SendRequest, SendResult } from "./sender.ts";
 import { UrlPauses } from "./url-pause.ts";
@@ -75,6 +76,8 @@ export interface DestinationWorkerDeps {
   turn: TurnBatch;
   /** The events stream's max_age (Infinity for none): a message must be dead-lettered before it expires. */
   streamMaxAgeMs?: number;
+  /** How often the consumer is checked for (ConsumerWatch; tests shorten it). */
+  consumerCheckMs?: number;
 }
 
 /**
@@ -143,6 +146,8 @@ export class DestinationWorker {
   /** The destination's URLs as attempt records show them, redacted once. */
   readonly #redactedUrls: Map<string, string>;
   #messages: ConsumerMessages | undefined;
+  #watch: ConsumerWatch | undefined;
+  readonly #consumerCheckMs: number | undefined;
   #stopping = false;
   #loop: Promise<void> | undefined;
 
@@ -163,14 +168,22 @@ export class DestinationWorker {
     this.#redactedUrls = new Map(destination.urls.map((url) => [url, redactUrl(url)]));
     this.#signingKeys = destination.sharedSecret ? signingKeys(destination.sharedSecret) : undefined;
     this.#log = deps.log.child({ destination: this.#label });
+    this.#consumerCheckMs = deps.consumerCheckMs;
   }
 
   async start(): Promise<void> {
+    await this.#pull();
+    this.#watch = new ConsumerWatch(await jetstreamManager(this.#nc), this.destination, this.#log, () => this.#pullAgain(), this.#consumerCheckMs);
+    this.#watch.follow(this.#messages!);
+  }
+
+  async #pull(): Promise<void> {
     const consumer = await this.#js.consumers.get(EVENTS_STREAM, consumerName(this.destination.namespace, this.destination.name));
     // Buffered messages are already delivered (their ack_wait runs), so the buffer stays within the window.
-    this.#messages = await consumer.consume({ max_messages: Math.min(this.destination.maxInFlight, 256) });
+    const messages = await consumer.consume({ max_messages: Math.min(this.destination.maxInFlight, 256) });
+    this.#messages = messages;
     this.#loop = (async () => {
-      for await (const m of this.#messages!) {
+      for await (const m of messages) {
         // Messages buffered when stop() began go back to the server: a disabled or removed
         // destination must not be sent anything more, and shutdown should not wait for them.
         if (this.#stopping) {
@@ -190,9 +203,19 @@ export class DestinationWorker {
     })();
   }
 
+  /** After the consumer was recreated (ConsumerWatch). */
+  async #pullAgain(): Promise<void> {
+    await this.#messages?.close();
+    await this.#loop;
+    if (this.#stopping) return;
+    await this.#pull();
+    this.#watch?.follow(this.#messages!);
+  }
+
   /** Stops pulling and waits for the messages in delivery (SIGTERM drains). */
   async stop(): Promise<void> {
     this.#stopping = true;
+    this.#watch?.stop();
     await this.#messages?.close();
     await this.#loop;
     await Promise.all(this.#inFlight);

@@ -93,6 +93,28 @@ describe("delivery service", () => {
     }
   });
 
+  it("recreates a consumer deleted under delivery, from its last acknowledged message, and delivers what was stored meanwhile (regression: pulling stopped silently, and a restart skipped those messages)", async () => {
+    const config = new ConfigHolder(configOf([{ name: "delta", url: receiver.url("/delta") }]));
+    const service = await DeliveryService.start({
+      nc: await nats.connect(), config, sender, log: createLogger({ level: "silent" }), metrics: new DeliveryMetrics({ defaultMetrics: false }),
+      consumerRemovalGraceMs: 0, consumerCheckMs: 500,
+    });
+    const publish = (id: string) => nats.js.publish("trackhook.events.default.delta.track", JSON.stringify({ type: "track", messageId: id, userId: "u", event: "e" }), { msgID: `default/delta/${id}` });
+    const ids = () => receiver.requests("/delta").map((r) => JSON.parse(r.body.toString()).messageId as string);
+    try {
+      await publish("d-before");
+      await receiver.waitFor("/delta", 1);
+      await new Promise((r) => setTimeout(r, 800)); // its ack noted by a check
+      await nats.jsm.consumers.delete(EVENTS_STREAM, "dest_default_delta"); // `nats consumer rm`
+      for (const id of ["d-1", "d-2", "d-3"]) await publish(id);
+      await receiver.waitFor("/delta", 4, 15_000);
+      expect(ids()).toEqual(["d-before", "d-1", "d-2", "d-3"]);
+      expect(await consumers()).toContain("dest_default_delta");
+    } finally {
+      await service.stop();
+    }
+  });
+
   it("keeps a fair share of the process's slots free for an idle destination, so a dead one cannot hold them all", async () => {
     receiver.on("/dead", () => {}); // never answers
     const config = new ConfigHolder(configOf([
