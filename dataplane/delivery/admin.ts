@@ -138,10 +138,12 @@ export async function replayDeadLetters(nc: NatsConnection, options: DeadLetterS
       if (original) h.set("Trackhook-Original-Subject", original);
       await js.publish(replay, m.data, { headers: h, msgID: `replay/${namespace}/${destination}/${m.seq}`, expect: { streamName: EVENTS_STREAM } });
       // Only now is the copy stored; a dead letter deleted by a concurrent replay is fine.
-      await jsm.streams.deleteMessage(DLQ_STREAM, m.seq, false).catch((err: Error) => {
+      const deleted = await jsm.streams.deleteMessage(DLQ_STREAM, m.seq, false).catch((err: Error) => {
         if (!/no message found|not found/i.test(err.message)) throw err;
+        return false;
       });
-      replayed++;
+      // Counted by whoever deleted the dead letter: two replays at once each count only their own.
+      if (deleted) replayed++;
     }
   } catch (err) {
     throw new ReplayInterruptedError(replayed, err);

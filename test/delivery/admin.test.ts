@@ -139,6 +139,23 @@ describe("replaying dead letters", () => {
     expect(await strayConsumers()).toEqual([]);
   });
 
+  it("two replays at once move each dead letter once, and together report what was moved (regression: 88 + 90 reported for 90)", async () => {
+    env.receiver.on("/twice", answer(404));
+    const key = addSource("twice-src");
+    await addDestination("twice-hook", { source: "twice-src", urls: [env.receiver.url("/twice")] });
+    const count = 40;
+    for (let i = 0; i < count; i++) await send(key, { userId: "u7", event: "Twice", messageId: `t-${i}` });
+    await waitForDeadLetters("twice-hook", count);
+    env.receiver.on("/twice", answer(200));
+    const selection = { namespace: "default", destination: "twice-hook" };
+    const [a, b] = await Promise.all([replayDeadLetters(env.nc, selection), replayDeadLetters(env.nc, selection)]);
+    expect(a.replayed + b.replayed).toBe(count);
+    await env.receiver.waitFor("/twice", 2 * count);
+    const delivered = env.receiver.requests("/twice").slice(count).map((r) => JSON.parse(r.body.toString()).messageId as string);
+    expect(new Set(delivered).size).toBe(count);
+    expect(await deadLetters("twice-hook")).toEqual([]);
+  });
+
   it("--message-id replays that message only, however many dead letters are older", async () => {
     env.receiver.on("/pick", answer(404));
     const key = addSource("pick-src");
