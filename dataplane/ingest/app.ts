@@ -126,12 +126,14 @@ export async function buildIngestApp(deps: IngestAppDeps, input: IngestOptionsIn
     metrics.countRequest(request.routeOptions.url ?? "unmatched", 499, "client_aborted");
   });
 
+  const storageFailures = new StorageFailureLog();
   app.setErrorHandler((err: FastifyError | IngestError, request, reply) => {
     const error = err instanceof IngestError ? err : fromFastifyError(err);
     request.errorCode = error.code;
     // A request to no route that fails before the not-found handler (its body) has no route hook to count it.
     if (request.is404) metrics.countRequest("unmatched", error.statusCode, error.code);
-    if (error.statusCode >= 500) request.log.error({ reqId: request.id, err, code: error.code }, error.message);
+    if (error.code === "storage_unavailable" || error.code === "storage_full") storageFailures.log(request.log, request.id, error);
+    else if (error.statusCode >= 500) request.log.error({ reqId: request.id, err, code: error.code }, error.message);
     else request.log.info({ reqId: request.id, code: error.code, route: request.routeOptions.url }, error.message);
     if (error.retryAfter) reply.header("retry-after", String(error.retryAfter));
     if (!request.raw.complete) {
@@ -215,4 +217,29 @@ function fromFastifyError(err: FastifyError): IngestError {
     return new IngestError(err.statusCode === 413 ? "request_too_large" : "invalid_body", 400, err.message, { cause: err });
   }
   return errors.internal(err);
+}
+
+/** At most one line per STORAGE_LOG_INTERVAL_MS while JetStream cannot store messages. */
+const STORAGE_LOG_INTERVAL_MS = 10_000;
+
+/**
+ * While NATS is down every request fails alike: a line (and a stack) for each would flood the log
+ * pipeline at production rates. One line every 10 s says why and how many more failed; the
+ * metrics count each.
+ */
+class StorageFailureLog {
+  #at = -Infinity;
+  #since = 0;
+
+  log(log: FastifyBaseLogger, reqId: string, error: IngestError): void {
+    const now = Date.now();
+    if (now - this.#at < STORAGE_LOG_INTERVAL_MS) {
+      this.#since++;
+      return;
+    }
+    const cause = error.cause instanceof Error ? error.cause.message : undefined;
+    log.error({ reqId, code: error.code, cause, moreFailedSinceLastLine: this.#since }, error.message);
+    this.#at = now;
+    this.#since = 0;
+  }
 }

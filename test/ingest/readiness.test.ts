@@ -1,7 +1,11 @@
 // /readyz follows JetStream: 503 while nats-server is down (so Kubernetes takes the pod out of the
 // Service), 200 again once it is back; /healthz stays 200 throughout (no restart loop).
 import { describe, expect, it } from "vitest";
-import { useIngest } from "../harness/ingest.ts";
+import { buildIngestApp } from "../../dataplane/ingest/mod.ts";
+import { createLogger } from "../../dataplane/logging.ts";
+import { ensureStream, eventsStreamConfig } from "../../dataplane/nats/mod.ts";
+import { DEFAULT_STREAM, TEST_CONFIG, WRITE_KEY, basic, configFromYaml, post, useIngest } from "../harness/ingest.ts";
+import { startNats } from "../harness/nats.ts";
 
 const env = useIngest();
 
@@ -30,5 +34,29 @@ describe("readiness", () => {
   it("is ready again once nats-server is back", async () => {
     await env.nats.server.restart();
     expect(await until("/readyz", 200)).toEqual({ status: "ready" });
+  });
+});
+
+describe("the log while JetStream cannot store", () => {
+  it("has one line for many failed requests, with the cause and no stack (regression: a line and a stack per request)", async () => {
+    const nats = await startNats();
+    const lines: Array<Record<string, unknown>> = [];
+    const logger = createLogger({ level: "info", destination: { write: (line: string) => lines.push(JSON.parse(line) as Record<string, unknown>) } });
+    await ensureStream(nats.jsm, eventsStreamConfig(DEFAULT_STREAM));
+    const app = await buildIngestApp({ nc: await nats.connect(), config: configFromYaml(TEST_CONFIG), logger }, { publishTimeoutMs: 300 });
+    const url = await app.listen({ host: "127.0.0.1", port: 0 });
+    try {
+      await nats.server.kill("SIGKILL");
+      const statuses = await Promise.all(Array.from({ length: 20 }, (_, i) =>
+        post(`${url}/v1/track`, { userId: "u", event: "e", messageId: `down-${i}` }, { headers: { authorization: basic(WRITE_KEY) } }).then((r) => r.status)));
+      expect(statuses).toEqual(Array(20).fill(503));
+      const storage = lines.filter((l) => l.code === "storage_unavailable");
+      expect(storage).toHaveLength(1);
+      expect(storage[0]).toMatchObject({ level: 50, msg: "Messages could not be stored; retry later", cause: expect.any(String), moreFailedSinceLastLine: 0 });
+      expect(storage[0]).not.toHaveProperty("err");
+    } finally {
+      await app.close();
+      await nats.stop();
+    }
   });
 });
