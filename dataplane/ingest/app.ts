@@ -44,6 +44,11 @@ export async function buildIngestApp(deps: IngestAppDeps, input: IngestOptionsIn
   );
   const jsm = await jetstreamManager(deps.nc, { timeout: 1000, checkAPI: false });
 
+  metrics.readStreamFrom(async () => {
+    const { state, config } = await jsm.streams.info(EVENTS_STREAM);
+    return { bytes: state.bytes, maxBytes: config.max_bytes };
+  });
+
   let readiness: { at: number; result: Promise<{ ready: boolean; reason?: string }> } | undefined;
   const ready = () => {
     if (readiness && performance.now() - readiness.at < READINESS_CACHE_MS) return readiness.result;

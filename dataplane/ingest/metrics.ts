@@ -2,6 +2,11 @@
 import { Gauge, Histogram, Registry, collectDefaultMetrics } from "prom-client";
 import { TalliedCounter } from "../ops/tally.ts";
 
+export interface EventsStreamUse {
+  bytes: number;
+  maxBytes: number;
+}
+
 export class IngestMetrics {
   readonly registry = new Registry();
 
@@ -37,8 +42,33 @@ export class IngestMetrics {
     registers: [this.registry],
   });
 
+  #stream: () => Promise<EventsStreamUse | undefined> = async () => undefined;
+
   constructor(options: { defaultMetrics?: boolean } = {}) {
     if (options.defaultMetrics ?? true) collectDefaultMetrics({ register: this.registry });
+    // The events stream keeps delivered messages too (limits retention, until max_age): when its
+    // bytes reach max_bytes every request gets 503 storage_full, however small the lag. A scrape
+    // reads the stream once for both gauges; none is set while NATS does not answer.
+    let reading: Promise<EventsStreamUse | undefined> | undefined;
+    const readStream = () => (reading ??= this.#stream().catch(() => undefined).finally(() => (reading = undefined)));
+    const gauge = (name: string, help: string, pick: (use: EventsStreamUse) => number) =>
+      new Gauge({
+        name,
+        help,
+        registers: [this.registry],
+        async collect() {
+          this.reset();
+          const use = await readStream();
+          if (use) this.set(pick(use));
+        },
+      });
+    gauge("trackhook_events_stream_bytes", "Bytes stored in TRACKHOOK_EVENTS (delivered messages included, until max_age)", (use) => use.bytes);
+    gauge("trackhook_events_stream_max_bytes", "TRACKHOOK_EVENTS's max_bytes: at it, messages are refused with 503 storage_full", (use) => use.maxBytes);
+  }
+
+  /** Where the stream gauges read from at scrape time. */
+  readStreamFrom(source: () => Promise<EventsStreamUse | undefined>): void {
+    this.#stream = source;
   }
 
   countRequest(route: string, status: number, code: string): void {
