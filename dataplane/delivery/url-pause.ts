@@ -13,7 +13,10 @@ export interface UrlPauseOptions {
   maxMs: number;
 }
 
-export const URL_PAUSE_DEFAULTS: UrlPauseOptions = Object.freeze({ threshold: 5, baseMs: 5_000, maxMs: 5 * 60_000 });
+// At most a minute: the messages holding a destination's slots wait out the pause, so a receiver
+// back from an outage got nothing for up to the whole pause (with 5 minutes, 166 s in a review's
+// run), while the backlog behind it waited too. One probe a minute is no load on a dead URL.
+export const URL_PAUSE_DEFAULTS: UrlPauseOptions = Object.freeze({ threshold: 5, baseMs: 5_000, maxMs: 60_000 });
 
 /** Errors that mean no HTTP answer came: the receiver is down or unreachable, not refusing one message. */
 const UNREACHABLE: ReadonlySet<DeliveryErrorCode> = new Set(["timeout", "connection_refused", "connection_reset", "dns_error", "network_error"]);
