@@ -45,6 +45,8 @@ export interface OperatorOptions {
   watchNamespace: string | undefined;
   /** Delivery runs with --allow-private-networks: destinations may name private addresses. */
   allowPrivateNetworks: boolean;
+  /** Read only Secrets labelled SECRET_LABEL (--require-secret-label). */
+  requireSecretLabel: boolean;
   identity: string;
 }
 
@@ -57,6 +59,7 @@ export function operatorOptions(input: Partial<OperatorOptions> = {}): Readonly<
     configReplicas: 1,
     watchNamespace: undefined,
     allowPrivateNetworks: false,
+    requireSecretLabel: false,
     identity: `${process.env.POD_NAME ?? hostname()}_${randomBytes(4).toString("hex")}`,
     ...input,
   });
@@ -142,6 +145,7 @@ export class Operator {
       events: new EventRecorder(this.#kube, this.#options.identity, this.#log),
       config: new ConfigWriter(kv), jsm, js: jetstream(this.#nc),
       sources, destinations, deletions, sourceDigests: new Map(), allowPrivateNetworks: this.#options.allowPrivateNetworks,
+      requireSecretLabel: this.#options.requireSecretLabel,
       requeue: (kind, namespace, name) => this.#queues?.[kind].add(`${namespace}/${name}`),
     };
     const queue = (kind: Kind, reconcile: (ctx: OperatorContext, ns: string, name: string) => Promise<ReconcileResult>) =>

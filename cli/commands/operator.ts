@@ -25,6 +25,8 @@ export const operatorCommand: Command = {
   --resync <dur>               reconcile every object this often regardless of events (default 10m, at least 10s)
   --allow-private-networks     delivery runs with --allow-private-networks: accept destinations whose URLs
                                reach only private, loopback or cluster-internal addresses (refused otherwise)
+  --require-secret-label       read only Secrets labelled trackhook.io/secret=true, so that creating a
+                               WebhookDestination does not let one send any Secret of its namespace to a URL
   --port <n>                   port of /healthz, /readyz and /metrics (default 8082)
   --host <addr>                their listen address (default 0.0.0.0)
   --log-level <level>          trace, debug, info, warn, error (default info)`,
@@ -32,7 +34,7 @@ export const operatorCommand: Command = {
     nats: { type: "string" }, kubeconfig: { type: "string" }, "lease-namespace": { type: "string" },
     "lease-name": { type: "string" }, "lease-duration": { type: "string" }, "config-replicas": { type: "string" }, "watch-namespace": { type: "string" },
     resync: { type: "string" }, port: { type: "string" }, host: { type: "string" }, "log-level": { type: "string" },
-    "allow-private-networks": { type: "boolean" },
+    "allow-private-networks": { type: "boolean" }, "require-secret-label": { type: "boolean" },
   },
   async run(values) {
     // Loaded here, not at the top: @kubernetes/client-node costs every other command ~50 MB of
@@ -63,6 +65,7 @@ export const operatorCommand: Command = {
       watchNamespace: values["watch-namespace"] || undefined,
       configReplicas: integerFlag("config-replicas", values["config-replicas"] ?? "1", 1, 5),
       allowPrivateNetworks: Boolean(values["allow-private-networks"] as unknown),
+      requireSecretLabel: Boolean(values["require-secret-label"] as unknown),
     });
     const port = integerFlag("port", values.port ?? "8082", 0, 65535);
     const log = createLogger({ level: values["log-level"], name: "operator" });

@@ -26,7 +26,15 @@ export function sha256Hex(text: string): string {
 }
 
 /** The values of a Secret by key, or undefined when there is no such Secret. */
-export type SecretLookup = (namespace: string, name: string) => ReadonlyMap<string, string> | undefined;
+export type SecretLookup = (namespace: string, name: string) => ReadonlyMap<string, string> | RefusedSecret | undefined;
+
+/** A Secret that exists but may not be read (the operator's --require-secret-label): why. */
+export class RefusedSecret {
+  readonly why: string;
+  constructor(why: string) {
+    this.why = why;
+  }
+}
 
 /** A Secret's values from its `data` (base64) and `stringData`, which wins as in Kubernetes. */
 export function secretValues(secret: { data?: Record<string, string> | undefined; stringData?: Record<string, string> | undefined }): Map<string, string> {
@@ -38,7 +46,7 @@ export function secretValues(secret: { data?: Record<string, string> | undefined
 
 /** Why a resource cannot take effect; `reason` is the CamelCase reason of its Ready condition. */
 export interface Problem {
-  reason: "SecretNotFound" | "SecretKeyMissing" | "SecretKeyEmpty" | "SecretValueInvalid" | "SourceNotFound" | "InvalidSpec" | "PrivateAddressRefused";
+  reason: "SecretNotFound" | "SecretNotLabelled" | "SecretKeyMissing" | "SecretKeyEmpty" | "SecretValueInvalid" | "SourceNotFound" | "InvalidSpec" | "PrivateAddressRefused";
   field: string;
   message: string;
 }
@@ -64,6 +72,10 @@ export function secretNamesOf(doc: SourceDocument | WebhookDestinationDocument):
 
 function secretValue(lookup: SecretLookup, namespace: string, field: string, ref: SecretRef, problems: Problem[]): string | undefined {
   const secret = lookup(namespace, ref.name);
+  if (secret instanceof RefusedSecret) {
+    problems.push({ reason: "SecretNotLabelled", field, message: secret.why });
+    return undefined;
+  }
   const value = secret?.get(ref.key);
   if (!secret) {
     problems.push({ reason: "SecretNotFound", field, message: `Secret ${namespace}/${ref.name} does not exist` });

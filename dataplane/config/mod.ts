@@ -10,6 +10,7 @@ export {
   sha256Hex,
   type CompileResult,
   type Problem,
+  RefusedSecret,
   type SecretLookup,
   type SourceRef,
 } from "./compile-resource.ts";

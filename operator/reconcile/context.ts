@@ -1,6 +1,6 @@
 // What every reconciler works with, and the API writes they share: status, finalizers, Secrets.
 import type { JetStreamClient, JetStreamManager } from "@nats-io/jetstream";
-import { secretValues, type ConfigWriter, type SecretLookup } from "../../dataplane/config/mod.ts";
+import { RefusedSecret, secretValues, type ConfigWriter, type SecretLookup } from "../../dataplane/config/mod.ts";
 import type { Logger } from "../../dataplane/logging.ts";
 import type {
   DeletionRequestSpec,
@@ -42,6 +42,8 @@ export interface OperatorContext {
   sourceDigests: Map<string, string>;
   /** Whether delivery may reach private networks: if not, destinations whose URLs only reach them are refused. */
   allowPrivateNetworks: boolean;
+  /** Read only Secrets labelled SECRET_LABEL: who may create a WebhookDestination may not send any Secret of its namespace to a URL. */
+  requireSecretLabel: boolean;
   /** Queues another reconcile of an object (a Source that lost or may win a shared key). */
   requeue(kind: Kind, namespace: string, name: string): void;
 }
@@ -135,12 +137,22 @@ export async function removeFinalizer(ctx: OperatorContext, object: AnyResource)
 }
 
 /** Reads the named Secrets of a namespace (fresh, never cached) for one compile. */
+/** The label a Secret needs to be read when the operator runs with --require-secret-label. */
+export const SECRET_LABEL = { name: "trackhook.io/secret", value: "true" } as const;
+
 export async function readSecrets(ctx: OperatorContext, namespace: string, names: readonly string[]): Promise<SecretLookup> {
-  const found = new Map<string, Map<string, string>>();
+  const found = new Map<string, Map<string, string> | RefusedSecret>();
   await Promise.all(
     names.map(async (name) => {
       try {
-        found.set(name, secretValues(await ctx.kube.core.readNamespacedSecret({ name, namespace })));
+        const secret = await ctx.kube.core.readNamespacedSecret({ name, namespace });
+        if (ctx.requireSecretLabel && secret.metadata?.labels?.[SECRET_LABEL.name] !== SECRET_LABEL.value) {
+          found.set(name, new RefusedSecret(
+            `Secret ${namespace}/${name} lacks the label ${SECRET_LABEL.name}=${SECRET_LABEL.value}, which the operator (--require-secret-label) asks of every Secret it reads: \`kubectl label secret -n ${namespace} ${name} ${SECRET_LABEL.name}=${SECRET_LABEL.value}\``,
+          ));
+          return;
+        }
+        found.set(name, secretValues(secret));
       } catch (err) {
         if (!isNotFound(err)) throw err;
       }
