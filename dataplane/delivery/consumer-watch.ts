@@ -1,41 +1,39 @@
-// Watches a running destination's consumer, and recreates it when it was deleted under delivery
-// (`nats consumer rm`, storage lost): without it, pulling stops without a word, and a consumer
-// made later from scratch would skip everything stored meanwhile. Recreated, it starts after the
-// last acknowledged message seen, so what was stored since is delivered; messages acknowledged
-// after that sighting may arrive twice, with the same delivery id.
+// Watches a running destination's consumer and tells when it is gone: deleted under delivery
+// (`nats consumer rm`, storage lost), the client's pulls stop without a word. What to do about it
+// is the delivery service's to decide (DeliveryService recreates it, if the destination is still
+// wanted), with the last acknowledged message seen here, so that nothing stored since is skipped.
 import type { ConsumerMessages, JetStreamManager } from "@nats-io/jetstream";
-import type { CompiledDestination } from "../../schema/mod.ts";
-import type { Logger } from "../logging.ts";
-import { EVENTS_STREAM, consumerName, isConsumerNotFound } from "../nats/mod.ts";
-import { ensureDestinationConsumer } from "./consumers.ts";
+import { EVENTS_STREAM, isConsumerNotFound } from "../nats/mod.ts";
 
 /** How often the consumer is looked at (its ack floor noted, its presence checked). */
 export const CONSUMER_CHECK_MS = 30_000;
 /**
- * A deleted consumer is recreated only this long after it is missed, and only if the destination
- * is still running then: the operator deletes the consumer of a destination it removes just after
- * it takes the destination out of the config, which stops this watch first.
+ * A missing consumer is reported only when still missing this much later: the operator deletes
+ * the consumer of a destination it disables or removes just after it changes the config, which
+ * stops this watch first (or makes the service see the destination is no longer wanted).
  */
-const RECREATE_AFTER_MS = 2_000;
+const CONFIRM_AFTER_MS = 5_000;
+
+/** Where a consumer had got to: its ack floor, in the stream created at `streamCreated`. */
+export interface ConsumerPosition {
+  ackFloor: number;
+  streamCreated: string;
+}
 
 export class ConsumerWatch {
   readonly #jsm: JetStreamManager;
-  readonly #destination: CompiledDestination;
-  readonly #log: Logger;
   readonly #name: string;
+  readonly #lost: (last: ConsumerPosition | undefined) => void;
   readonly #timer: NodeJS.Timeout;
-  #ackFloor: number | undefined;
+  #last: ConsumerPosition | undefined;
   #checking: Promise<void> | undefined;
   #stopped = false;
-  readonly #recreated: () => Promise<void>;
 
-  /** @param recreated pulls anew (the client's pulls of the deleted consumer do not resume on their own). */
-  constructor(jsm: JetStreamManager, destination: CompiledDestination, log: Logger, recreated: () => Promise<void>, checkEveryMs = CONSUMER_CHECK_MS) {
-    this.#recreated = recreated;
+  /** @param lost hears (once) that the consumer is gone, with where it had got to if known. */
+  constructor(jsm: JetStreamManager, name: string, lost: (last: ConsumerPosition | undefined) => void, checkEveryMs = CONSUMER_CHECK_MS) {
     this.#jsm = jsm;
-    this.#destination = destination;
-    this.#log = log;
-    this.#name = consumerName(destination.namespace, destination.name);
+    this.#name = name;
+    this.#lost = lost;
     this.#timer = setInterval(() => void this.check(), checkEveryMs);
     this.#timer.unref();
     void this.check();
@@ -61,28 +59,20 @@ export class ConsumerWatch {
   }
 
   async #check(): Promise<void> {
-    if (this.#stopped) return;
-    if (await this.#present()) return;
-    await new Promise((r) => setTimeout(r, RECREATE_AFTER_MS));
     if (this.#stopped || (await this.#present())) return;
-    const startSeq = this.#ackFloor === undefined ? undefined : this.#ackFloor + 1;
-    this.#log.error(
-      { consumer: this.#name, startSeq },
-      "the destination's consumer was deleted under delivery; recreating it after the last acknowledged message seen (messages after it may arrive twice, with the same delivery id)",
-    );
-    try {
-      await ensureDestinationConsumer(this.#jsm, this.#destination, startSeq === undefined ? {} : { startSeq });
-      if (!this.#stopped) await this.#recreated();
-    } catch (err) {
-      this.#log.error({ consumer: this.#name, err: (err as Error).message }, "the destination's consumer could not be recreated; tried again shortly");
-    }
+    await new Promise((r) => setTimeout(r, CONFIRM_AFTER_MS));
+    if (this.#stopped || (await this.#present())) return;
+    this.stop();
+    this.#lost(this.#last);
   }
 
-  /** Whether the consumer exists (noting its ack floor); true when NATS cannot tell. */
+  /** Whether the consumer exists (noting where it had got to); true when NATS cannot tell. */
   async #present(): Promise<boolean> {
     try {
       const info = await this.#jsm.consumers.info(EVENTS_STREAM, this.#name);
-      this.#ackFloor = info.ack_floor.stream_seq;
+      // The stream's creation time tells a floor of this stream from one of a stream since recreated.
+      const stream = await this.#jsm.streams.info(EVENTS_STREAM);
+      this.#last = { ackFloor: info.ack_floor.stream_seq, streamCreated: stream.created };
       return true;
     } catch (err) {
       return !isConsumerNotFound(err);

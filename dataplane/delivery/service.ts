@@ -10,6 +10,7 @@ import { DLQ_STREAM, DLQ_SUBJECTS, EVENTS_STREAM, TurnBatch, attemptsStreamConfi
 import { ensureDestinationConsumer, removeDestinationConsumers } from "./consumers.ts";
 import type { DeliveryBacklog, DeliveryMetrics } from "./metrics.ts";
 import { DestinationWorker, type WebhookSending } from "./worker.ts";
+import type { ConsumerPosition } from "./consumer-watch.ts";
 import { DeliverySlots } from "./limit.ts";
 
 /** Default process-wide bound on messages in delivery, across all destinations. */
@@ -39,7 +40,7 @@ export interface DeliveryServiceDeps {
  * A config file caught half-written (`gen > config.yaml`), or a destination disabled for a
  * moment, must not throw away the messages its consumer still had to deliver.
  */
-export const CONSUMER_REMOVAL_GRACE_MS = 10 * 60_000;
+export const CONSUMER_REMOVAL_GRACE_MS = 60_000;
 
 export class DeliveryService {
   readonly #deps: DeliveryServiceDeps;
@@ -58,6 +59,7 @@ export class DeliveryService {
   readonly #removals = new Map<string, NodeJS.Timeout>();
   /** The consumers the config in effect wants. */
   #wanted = new Set<string>();
+  #stopped = false;
 
   private constructor(deps: DeliveryServiceDeps, jsm: JetStreamManager) {
     this.#deps = deps;
@@ -117,7 +119,7 @@ export class DeliveryService {
   }
 
   async #apply(config: CompiledConfig): Promise<void> {
-    const { log, sender, metrics, nc } = this.#deps;
+    const { log } = this.#deps;
     const wanted = new Map(config.destinations.filter((d) => d.enabled).map((d) => [`${d.namespace}/${d.name}`, d]));
     for (const [key, worker] of this.#workers) {
       const next = wanted.get(key);
@@ -133,23 +135,7 @@ export class DeliveryService {
       if (this.#workers.has(key)) continue;
       try {
         this.#managed.add(await ensureDestinationConsumer(this.#jsm, destination));
-        // Every destination has a reserve of the process's slots that the others cannot take:
-        // slow receivers with a large maxInFlight cannot starve the other destinations.
-        const share = this.#slots.share(destination.maxInFlight);
-        const worker = new DestinationWorker(destination, { nc, sender, log, metrics, share, turn: this.#turn, streamMaxAgeMs: this.#streamMaxAgeMs,
-          ...(this.#deps.consumerCheckMs ? { consumerCheckMs: this.#deps.consumerCheckMs } : {}) });
-        await worker.start().catch((err: unknown) => {
-          share.close();
-          throw err;
-        });
-        this.#workers.set(key, worker);
-        log.info({ destination: key, urls: destination.urls.length, sources: destination.sources }, "delivering");
-        if (worker.retryWindowMs < destination.retryWindowMs) {
-          log.error(
-            { destination: key, retryWindowMs: destination.retryWindowMs, streamMaxAgeMs: this.#streamMaxAgeMs, retryWindowInForceMs: worker.retryWindowMs },
-            "retryWindow is not well within the events stream's max_age: messages are dead-lettered after 90% of max_age instead, before the stream drops them (raise --stream-max-age, or shorten retryWindow)",
-          );
-        }
+        await this.#startWorker(key, destination);
       } catch (err) {
         // One destination that cannot start must not keep the others from running.
         failed.push(key);
@@ -173,7 +159,11 @@ export class DeliveryService {
         const timer = setTimeout(() => {
           this.#removals.delete(name);
           // In line with config changes: one that brought the destination back has the last word.
-          this.#applying = this.#applying.catch(() => {}).then(() => (this.#wanted.has(name) ? undefined : this.#removeConsumers([name])));
+          this.#applying = this.#applying
+            .catch(() => {})
+            .then(() => (this.#wanted.has(name) ? undefined : this.#removeConsumers([name])))
+            // Still in #managed: the next config change schedules its removal again.
+            .catch((err: unknown) => log.warn({ err: (err as Error).message, consumer: name }, "the consumer of a destination no longer enabled could not be removed; tried again at the next config change"));
         }, graceMs);
         timer.unref();
         this.#removals.set(name, timer);
@@ -181,6 +171,74 @@ export class DeliveryService {
       log.info({ consumers: removed, removedInSeconds: Math.round(graceMs / 1000) }, "destinations no longer enabled: nothing more is sent to them; their consumers, with the messages still to deliver, are kept in case they come back, then removed");
     }
     if (failed.length > 0) throw new Error(`destinations not started: ${failed.join(", ")}`);
+  }
+
+  async #startWorker(key: string, destination: CompiledDestination): Promise<void> {
+    const { log, sender, metrics, nc } = this.#deps;
+    // Every destination has a reserve of the process's slots that the others cannot take:
+    // slow receivers with a large maxInFlight cannot starve the other destinations.
+    const share = this.#slots.share(destination.maxInFlight);
+    const worker: DestinationWorker = new DestinationWorker(destination, {
+      nc, sender, log, metrics, share, turn: this.#turn, streamMaxAgeMs: this.#streamMaxAgeMs, jsm: this.#jsm,
+      onConsumerLost: (last) => this.#recover(key, worker, last),
+      ...(this.#deps.consumerCheckMs ? { consumerCheckMs: this.#deps.consumerCheckMs } : {}),
+    });
+    await worker.start().catch((err: unknown) => {
+      share.close();
+      throw err;
+    });
+    this.#workers.set(key, worker);
+    log.info({ destination: key, urls: destination.urls.length, sources: destination.sources }, "delivering");
+    if (worker.retryWindowMs < destination.retryWindowMs) {
+      log.error(
+        { destination: key, retryWindowMs: destination.retryWindowMs, streamMaxAgeMs: this.#streamMaxAgeMs, retryWindowInForceMs: worker.retryWindowMs },
+        "retryWindow is not well within the events stream's max_age: messages are dead-lettered after 90% of max_age instead, before the stream drops them (raise --stream-max-age, or shorten retryWindow)",
+      );
+    }
+  }
+
+  /**
+   * A running destination's consumer was deleted under it (ConsumerWatch). If the destination is
+   * still wanted, by the latest config received (a config change that removes it, as the
+   * operator's deletion comes with, must not bring its consumer back), the consumer is recreated
+   * after the last acknowledged message seen, and a new worker pulls from it. Retried every few
+   * seconds while NATS does not answer.
+   */
+  #recover(key: string, lost: DestinationWorker, last: ConsumerPosition | undefined): void {
+    const { log } = this.#deps;
+    const run = async () => {
+      if (this.#stopped || this.#workers.get(key) !== lost) return;
+      const latest = this.#deps.config.current().destinations.find((d) => d.enabled && `${d.namespace}/${d.name}` === key);
+      if (!latest || !sameDelivery(latest, lost.destination)) return; // the change will be applied
+      const startSeq = await this.#resumeFrom(last);
+      await ensureDestinationConsumer(this.#jsm, latest, { startSeq });
+      log.error(
+        { destination: key, startSeq, lastAckFloor: last?.ackFloor },
+        "the destination's consumer was deleted under delivery; recreated after the last acknowledged message seen (messages after it may arrive twice, with the same delivery id)",
+      );
+      await lost.stop();
+      this.#workers.delete(key);
+      await this.#startWorker(key, latest).catch((err: unknown) => {
+        log.error({ err: (err as Error).message, destination: key }, "destination could not start; it is tried again at the next config change or restart");
+      });
+    };
+    this.#applying = this.#applying.catch(() => {}).then(run).catch((err: unknown) => {
+      // NATS did not answer: the lost worker is still in place, so this can simply run again.
+      log.error({ err: (err as Error).message, destination: key }, "the destination's consumer could not be recreated; trying again in 5 s");
+      setTimeout(() => this.#recover(key, lost, last), 5_000).unref();
+    });
+  }
+
+  /**
+   * Where a recreated consumer starts: after the last acknowledged message, if that was in the
+   * stream as it is; from the stream's start if the stream was recreated since (its sequence
+   * numbers started again); from now if where it had got to was never seen.
+   */
+  async #resumeFrom(last: ConsumerPosition | undefined): Promise<number> {
+    const { created, state } = await this.#jsm.streams.info(EVENTS_STREAM);
+    if (!last) return state.last_seq + 1;
+    if (last.streamCreated !== created) return state.first_seq;
+    return Math.min(last.ackFloor + 1, state.last_seq + 1);
   }
 
   async #removeConsumers(names: string[]): Promise<void> {
@@ -192,10 +250,12 @@ export class DeliveryService {
 
   /** Stops pulling and waits for in-flight deliveries. */
   async stop(): Promise<void> {
+    this.#stopped = true;
+    this.#unsubscribe();
+    await this.#applying.catch(() => {});
     // Consumers awaiting removal stay, as for a destination removed while no process runs.
     for (const timer of this.#removals.values()) clearTimeout(timer);
     this.#removals.clear();
-    this.#unsubscribe();
     await this.#applying.catch(() => {});
     await Promise.all([...this.#workers.values()].map((w) => w.stop()));
     this.#workers.clear();

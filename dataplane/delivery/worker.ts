@@ -3,7 +3,7 @@
 // a dead letter and acks (permanent failure, or the retry window is over). A message is acked only
 // after it was delivered or its dead letter is stored.
 import { headers as natsHeaders, type NatsConnection } from "@nats-io/transport-node";
-import { jetstream, jetstreamManager, type ConsumerMessages, type JetStreamClient, type JsMsg } from "@nats-io/jetstream";
+import { jetstream, type ConsumerMessages, type JetStreamClient, type JetStreamManager, type JsMsg } from "@nats-io/jetstream";
 import type { CompiledDestination } from "../../schema/mod.ts";
 import { isoTimestamp } from "../iso-time.ts";
 import type { Logger } from "../logging.ts";
@@ -13,7 +13,7 @@ import { type AttemptOutcome, backoffMs, combine, nextRoundDelayMs } from "./out
 import { signingKeys, standardWebhookHeaders, webhookBody, xSignature, type DeliverableMessage, type SigningKeys } from "./payload.ts";
 import { routesTo } from "./routing.ts";
 import type { DeliveryMetrics } from "./metrics.ts";
-import { ConsumerWatch } from "./consumer-watch.ts";
+import { ConsumerWatch, type ConsumerPosition } from "./consumer-watch.ts";
 import type { SlotShare } from "./limit.ts";
 import type { SendRequest, SendResult } from "./sender.ts";
 import { UrlPauses } from "./url-pause.ts";
@@ -78,6 +78,10 @@ export interface DestinationWorkerDeps {
   streamMaxAgeMs?: number;
   /** How often the consumer is checked for (ConsumerWatch; tests shorten it). */
   consumerCheckMs?: number;
+  /** Checks the consumer with it; without one, the consumer is not watched. */
+  jsm?: JetStreamManager;
+  /** Hears (once) that the consumer is gone from under this worker. */
+  onConsumerLost?: (last: ConsumerPosition | undefined) => void;
 }
 
 /**
@@ -148,6 +152,8 @@ export class DestinationWorker {
   #messages: ConsumerMessages | undefined;
   #watch: ConsumerWatch | undefined;
   readonly #consumerCheckMs: number | undefined;
+  readonly #jsm: JetStreamManager | undefined;
+  readonly #onConsumerLost: ((last: ConsumerPosition | undefined) => void) | undefined;
   #stopping = false;
   #loop: Promise<void> | undefined;
 
@@ -169,31 +175,33 @@ export class DestinationWorker {
     this.#signingKeys = destination.sharedSecret ? signingKeys(destination.sharedSecret) : undefined;
     this.#log = deps.log.child({ destination: this.#label });
     this.#consumerCheckMs = deps.consumerCheckMs;
+    this.#jsm = deps.jsm;
+    this.#onConsumerLost = deps.jsm ? deps.onConsumerLost : undefined;
   }
 
   async start(): Promise<void> {
-    await this.#pull();
-    this.#watch = new ConsumerWatch(await jetstreamManager(this.#nc), this.destination, this.#log, () => this.#pullAgain(), this.#consumerCheckMs);
-    this.#watch.follow(this.#messages!);
-  }
-
-  async #pull(): Promise<void> {
     const consumer = await this.#js.consumers.get(EVENTS_STREAM, consumerName(this.destination.namespace, this.destination.name));
     // Buffered messages are already delivered (their ack_wait runs), so the buffer stays within the window.
     const messages = await consumer.consume({ max_messages: Math.min(this.destination.maxInFlight, 256) });
     this.#messages = messages;
     this.#loop = (async () => {
       for await (const m of messages) {
-        // Messages buffered when stop() began go back to the server: a disabled or removed
-        // destination must not be sent anything more, and shutdown should not wait for them.
-        if (this.#stopping) {
-          m.nak();
-          continue;
-        }
         // Waiting for a slot of this destination's share pauses its pulling: backpressure
         // instead of an unbounded queue. (A free slot is taken at once: awaiting an
         // already-resolved promise costs a turn of the microtask queue per message.)
-        if (!this.#share.tryAcquire()) await this.#share.acquire();
+        let slot = false;
+        if (!this.#stopping) {
+          if (!this.#share.tryAcquire()) await this.#share.acquire();
+          slot = true;
+        }
+        // Messages buffered (or waiting for a slot) when stop() began go back to the server: a
+        // disabled or removed destination must not be sent anything more, and shutdown should
+        // not wait for them.
+        if (this.#stopping) {
+          if (slot) this.#share.release();
+          m.nak();
+          continue;
+        }
         const work = this.#handle(m)
           .catch((err: unknown) => this.#log.error({ err, seq: m.seq }, "delivery failed unexpectedly; the message will be redelivered"))
           .finally(() => this.#share.release());
@@ -201,15 +209,10 @@ export class DestinationWorker {
         void work.finally(() => this.#inFlight.delete(work));
       }
     })();
-  }
-
-  /** After the consumer was recreated (ConsumerWatch). */
-  async #pullAgain(): Promise<void> {
-    await this.#messages?.close();
-    await this.#loop;
-    if (this.#stopping) return;
-    await this.#pull();
-    this.#watch?.follow(this.#messages!);
+    if (this.#onConsumerLost) {
+      this.#watch = new ConsumerWatch(this.#jsm!, consumerName(this.destination.namespace, this.destination.name), this.#onConsumerLost, this.#consumerCheckMs);
+      this.#watch.follow(messages);
+    }
   }
 
   /** Stops pulling and waits for the messages in delivery (SIGTERM drains). */

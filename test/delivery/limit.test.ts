@@ -96,6 +96,21 @@ describe("DeliverySlots", () => {
     expect(a.inUse).toBe(4);
   });
 
+  it("closing a share wakes the destinations waiting for its reserve", async () => {
+    const slots = new DeliverySlots(4);
+    const [a, b] = [slots.share(100), slots.share(100)];
+    expect(b.tryAcquire()).toBe(true);
+    b.release();
+    expect(fill(a)).toBe(2);
+    let woken = false;
+    const waiting = a.acquire().then(() => (woken = true));
+    await Promise.resolve();
+    expect(woken).toBe(false);
+    b.close(); // b removed: its reserve is a's to take, at once
+    await waiting;
+    expect(a.inUse).toBe(3);
+  });
+
   it("refuses a bound that is not a positive integer", () => {
     expect(() => new DeliverySlots(0)).toThrow(RangeError);
     expect(() => new DeliverySlots(3).share(0)).toThrow(RangeError);
