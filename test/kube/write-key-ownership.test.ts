@@ -73,7 +73,7 @@ describe("an older Source edited to another's write key", () => {
 
 describe("a Source whose Secret goes missing", () => {
   it("keeps its key reserved: a copy waiting with DuplicateWriteKey does not take it, nor its traffic (regression: the copy took it)", async () => {
-    const operator = await startOperator(env);
+    let operator = await startOperator(env);
     const trackWith = (key: string) => post(`${env.ingest.url}/v1/track`, { userId: "u-1", event: "Checked" }, { headers: { authorization: basic(key) } });
     try {
       await env.apply([secretYaml("holder-key", { writeKey: "browser-snippet-key" }), sourceYaml("holder", { name: "holder-key" })].join("---\n"));
@@ -86,10 +86,20 @@ describe("a Source whose Secret goes missing", () => {
       const broken = await env.waitReady("Source", "holder", "False");
       expect(broken.status!.conditions![0]).toMatchObject({ reason: "SecretNotFound", message: expect.stringContaining("its write key stays reserved for it") });
       await env.waitFor("the key refused by ingest", async () => (await trackWith("browser-snippet-key")).status === 401);
-      // ...and stays the holder's: the copy, looked at again, is still refused, and never in effect.
-      await new Promise((r) => setTimeout(r, 1_000));
-      expect((await env.waitReady("Source", "thief", "False")).status!.conditions![0]).toMatchObject({ reason: "DuplicateWriteKey" });
+      // ...and stays the holder's, across an operator restart too (the new one reconciles the
+      // copy afresh, knowing the holder only from the config bucket): never in effect.
+      await operator.stop();
       const kv = await new Kvm(env.nats.nc).open(CONFIG_BUCKET);
+      const puts: string[] = [];
+      const watch = await kv.watch({ key: sourceKey(env.namespace, "thief") });
+      void (async () => {
+        for await (const entry of watch) if (entry.operation === "PUT") puts.push(entry.key);
+      })();
+      operator = await startOperator(env); // synced: its first reconciles are done or under way
+      await new Promise((r) => setTimeout(r, 2_000));
+      watch.stop();
+      expect((await env.get("Source", "thief"))!.status!.conditions![0]).toMatchObject({ reason: "DuplicateWriteKey" });
+      expect(puts).toEqual([]);
       expect((await kv.get(sourceKey(env.namespace, "thief")))?.operation).not.toBe("PUT");
       expect((await trackWith("browser-snippet-key")).status).toBe(401);
 
