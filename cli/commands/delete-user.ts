@@ -1,9 +1,10 @@
 // `trackhook delete-user`: the laptop equivalent of creating a DeletionRequest — one delete
 // notification per user to the webhooks of a source, through the normal delivery path.
 import { randomUUID } from "node:crypto";
-import { jetstream } from "@nats-io/jetstream";
+import { jetstream, jetstreamManager } from "@nats-io/jetstream";
 import { loadConfigFile } from "../../dataplane/config/mod.ts";
 import { hasEnabledDestination, publishDeleteNotifications } from "../../dataplane/deletion/mod.ts";
+import { purgeDeadLettersOf } from "../../dataplane/delivery/admin.ts";
 import { UsageError, natsUrl } from "../args.ts";
 import { connectAdmin, fail, qualifiedName } from "./replay.ts";
 import type { Command } from "./types.ts";
@@ -46,12 +47,18 @@ export const deleteUserCommand: Command = {
     if (!nc) return;
     try {
       const requestId = values["request-id"] ?? randomUUID();
-      const { stored, duplicates } = await publishDeleteNotifications(jetstream(nc), {
+      // Said first: a run that fails half-way is finished by running again with this id.
+      process.stderr.write(`request ${requestId} (to finish it if this run fails: --request-id ${requestId})\n`);
+      const js = jetstream(nc);
+      const { stored, duplicates } = await publishDeleteNotifications(js, {
         namespace, source: name, requestId, userIds, timestamp: new Date().toISOString(),
       });
+      // trackhook's own copies that `replay` could send again.
+      const { removed } = await purgeDeadLettersOf(js, await jetstreamManager(nc), { namespace, sources: [name], userIds });
       process.stdout.write(
         `request ${requestId}: ${stored} delete notifications stored for ${namespace}/${name}` +
-          (duplicates > 0 ? ` (${duplicates} already sent by this request before)` : "") + "\n",
+          (duplicates > 0 ? ` (${duplicates} already sent by this request before)` : "") +
+          (removed > 0 ? `; ${removed} of their dead letters removed` : "") + "\n",
       );
     } finally {
       await nc.close();

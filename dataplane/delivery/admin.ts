@@ -8,7 +8,7 @@ import { DEFAULT_NAMESPACE } from "../config/mod.ts";
 import { parseJson } from "../json.ts";
 import {
   ATTEMPTS_STREAM, DLQ_STREAM, EVENTS_STREAM, EVENTS_SUBJECTS, attemptsSubject, consumerName, dlqSubject, isConsumerNotFound, isStreamNotFound,
-  namespaceSubjects, replaySubject, sourceSubjects,
+  namespaceSubjects, replaySubject, sourceOfEventSubject, sourceSubjects,
 } from "../nats/mod.ts";
 import type { AttemptRecord } from "./worker.ts";
 
@@ -149,6 +149,42 @@ export async function replayDeadLetters(nc: NatsConnection, options: DeadLetterS
     throw new ReplayInterruptedError(replayed, err);
   }
   return { replayed };
+}
+
+/**
+ * Removes the dead letters of the given users from the given sources (in one namespace, every
+ * destination): a deletion request's erasure must not be undone by a later `trackhook replay`,
+ * which would send the user's messages to the receivers again. Delete notifications themselves
+ * stay, so that a failed one can still be replayed. Resolves with how many were removed.
+ */
+export async function purgeDeadLettersOf(
+  js: JetStreamClient,
+  jsm: JetStreamManager,
+  request: { namespace: string; sources: readonly string[]; userIds: readonly string[] },
+): Promise<{ removed: number }> {
+  checkName("namespace", request.namespace);
+  const lastSeq = await streamLastSeq(jsm, DLQ_STREAM);
+  if (lastSeq === undefined) return { removed: 0 };
+  const users = new Set(request.userIds);
+  const sources = new Set(request.sources);
+  let removed = 0;
+  for await (const m of readStored(js, DLQ_STREAM, `trackhook.dlq.${request.namespace}.*`, { lastSeq })) {
+    const source = sourceOfEventSubject(m.headers?.get("Trackhook-Original-Subject") ?? "");
+    if (source === undefined || !sources.has(source)) continue;
+    let body: { userId?: unknown; type?: unknown };
+    try {
+      body = parseJson(m.string()) as { userId?: unknown; type?: unknown };
+    } catch {
+      continue;
+    }
+    if (body?.type === "delete" || typeof body?.userId !== "string" || !users.has(body.userId)) continue;
+    const deleted = await jsm.streams.deleteMessage(DLQ_STREAM, m.seq, false).catch((err: Error) => {
+      if (!/no message found|not found/i.test(err.message)) throw err;
+      return false;
+    });
+    if (deleted) removed++;
+  }
+  return { removed };
 }
 
 /**

@@ -9,4 +9,5 @@ export { DeliveryService, DEFAULT_PROCESS_MAX_IN_FLIGHT, type DeliveryServiceDep
 export { DeliverySlots, SlotShare } from "./limit.ts";
 export { DestinationWorker, DELIVERY_ID_HEADER, redactUrl, type DestinationWorkerDeps, type AttemptRecord, type WebhookSending } from "./worker.ts";
 export { DeliveryMetrics } from "./metrics.ts";
+export { purgeDeadLettersOf } from "./admin.ts";
 export { ensureDestinationConsumer, removeDestinationConsumers, destinationConsumerConfig, ackWaitMs } from "./consumers.ts";

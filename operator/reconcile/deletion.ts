@@ -5,6 +5,7 @@
 // again, so the stream drops them as duplicates.
 import { resolveSourceNames } from "../../dataplane/config/mod.ts";
 import { publishDeleteNotifications } from "../../dataplane/deletion/mod.ts";
+import { purgeDeadLettersOf } from "../../dataplane/delivery/mod.ts";
 import type { DeletionRequestStatus, DeletionState } from "../../schema/mod.ts";
 import type { ReconcileResult } from "../queue.ts";
 import { withReady } from "../conditions.ts";
@@ -70,6 +71,10 @@ async function sendNotifications(ctx: OperatorContext, namespace: string, name: 
 
   const failed = progress.filter((s) => s.state === "FAILED");
   const notified = progress.filter((s) => s.state === "FINISHED" && !s.reason).map((s) => s.name);
+  // trackhook's own copies that `replay` could send again: the users' dead letters, of every
+  // existing source named (one without an enabled destination may still have some).
+  const { removed } = await purgeDeadLettersOf(ctx.js, ctx.jsm, { namespace, sources: progress.filter((s) => s.state === "FINISHED").map((s) => s.name), userIds: request.spec.userIds });
+  const purged = removed > 0 ? `; ${removed} of their dead letters removed` : "";
   const final: DeletionRequestStatus = { ...request.status, state: failed.length > 0 ? "FAILED" : "FINISHED", sources: progress, completedAt: new Date().toISOString() };
   const users = new Set(request.spec.userIds).size;
   await setReady(
@@ -80,10 +85,10 @@ async function sendNotifications(ctx: OperatorContext, namespace: string, name: 
       : {
           status: "True",
           reason: "Finished",
-          message: notified.length > 0 ? `delete notifications for ${users} user${users === 1 ? "" : "s"} stored for ${notified.join(", ")}` : "no affected source has an enabled webhook destination; nothing to notify",
+          message: (notified.length > 0 ? `delete notifications for ${users} user${users === 1 ? "" : "s"} stored for ${notified.join(", ")}` : "no affected source has an enabled webhook destination; nothing to notify") + purged,
         },
   );
-  ctx.log.info({ request: `${namespace}/${name}`, state: final.state, sources: notified, users }, "deletion request done");
+  ctx.log.info({ request: `${namespace}/${name}`, state: final.state, sources: notified, users, deadLettersRemoved: removed }, "deletion request done");
 }
 
 /** Decides once which sources get notifications, and records it before anything is sent. */

@@ -8,6 +8,8 @@ import { fileURLToPath } from "node:url";
 import { describe, expect, it } from "vitest";
 import { deleteMessageId } from "../../dataplane/deletion/mod.ts";
 import { useDelivery } from "../harness/delivery.ts";
+import { basic, post } from "../harness/ingest.ts";
+import { answer } from "../harness/receiver.ts";
 
 const root = fileURLToPath(new URL("../..", import.meta.url));
 const CLI = join(root, "cli", "main.ts");
@@ -52,7 +54,7 @@ describe("trackhook delete-user", () => {
     const config = configFile();
 
     const first = deleteUser(config, "--source", "shop", "--user-id", "u-1", "--user-id", "u-2", "--request-id", "req-1");
-    expect(first.stderr).toBe("");
+    expect(first.stderr).toBe("request req-1 (to finish it if this run fails: --request-id req-1)\n");
     expect(first.stdout).toContain("request req-1: 2 delete notifications stored for default/shop");
     const received = await env.receiver.waitFor("/deletes", 2);
     const bodies = received.map((r) => JSON.parse(r.body.toString()) as Record<string, unknown>);
@@ -69,6 +71,37 @@ describe("trackhook delete-user", () => {
     expect(again.stdout).toContain("0 delete notifications stored for default/shop (2 already sent by this request before)");
     await new Promise((r) => setTimeout(r, 500));
     expect(env.receiver.requests("/deletes")).toHaveLength(2);
+  });
+
+  it("removes the user's dead letters, which a replay would send again, and keeps the others' and the delete notifications (regression: replay re-sent an erased user's data)", async () => {
+    env.receiver.on("/purge", answer(404)); // dead-letters everything at once
+    const key = env.addSource("purge-src");
+    await env.setDestination("purge-hook", { sources: ["purge-src"], urls: [env.receiver.url("/purge")] });
+    for (const [userId, messageId] of [["alice", "p-alice"], ["bob", "p-bob"]] as const) {
+      expect((await post(`${env.ingest.url}/v1/identify`, { userId, messageId, traits: { email: `${userId}@example.com` } }, { headers: { authorization: basic(key) } })).status).toBe(200);
+    }
+    await expect.poll(async () => (await env.deadLetters("purge-hook")).length, { timeout: 10_000 }).toBe(2);
+    const dir = mkdtempSync(join(tmpdir(), "trackhook-delete-user-"));
+    writeFileSync(join(dir, "config.yaml"), `apiVersion: v1
+kind: Secret
+metadata: { name: keys }
+stringData: { purge: key-purge }
+---
+apiVersion: trackhook.io/v1alpha1
+kind: Source
+metadata: { name: purge-src }
+spec: { writeKeySecretRef: { name: keys, key: purge } }
+---
+apiVersion: trackhook.io/v1alpha1
+kind: WebhookDestination
+metadata: { name: purge-hook }
+spec: { sources: [purge-src], urls: ["${env.receiver.url("/purge")}"] }
+`);
+    const result = deleteUser(dir, "--source", "purge-src", "--user-id", "alice");
+    expect(result.stdout).toMatch(/1 delete notifications stored for default\/purge-src; 1 of their dead letters removed/);
+    // The delete notification, refused by the 404 too, is dead-lettered in its turn: it stays, to be replayed.
+    await expect.poll(async () => (await env.deadLetters("purge-hook")).map((d) => `${d.body.type}:${d.body.userId}`).sort(), { timeout: 10_000 })
+      .toEqual(["delete:alice", "identify:bob"]);
   });
 
   it("refuses a source with no enabled webhook, and an unknown source, sending nothing", () => {

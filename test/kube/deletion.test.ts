@@ -3,7 +3,8 @@
 // one resumes.
 import { describe, expect, it } from "vitest";
 import { deleteMessageId } from "../../dataplane/deletion/mod.ts";
-import { EVENTS_STREAM } from "../../dataplane/nats/mod.ts";
+import { headers } from "@nats-io/transport-node";
+import { DLQ_STREAM, EVENTS_STREAM, dlqSubject } from "../../dataplane/nats/mod.ts";
 import { destinationYaml, secretYaml, sourceYaml, yamlDocuments } from "../harness/documents.ts";
 import { spawnOperator, useOperatorEnv, type KubeResource } from "../harness/operator.ts";
 
@@ -62,6 +63,30 @@ describe("DeletionRequest", () => {
       expect(failed.status).toMatchObject({ state: "FAILED" });
       expect(failed.status!.conditions!.find((c) => c.type === "Ready")).toMatchObject({ reason: "SourceNotFound" });
       expect(progressOf(failed).find((s) => s.name === "shop")).toMatchObject({ state: "FINISHED", notified: 1 });
+    } finally {
+      await operator.stop();
+    }
+  });
+
+  it("removes the users' dead letters, which a replay would send again, and leaves the others' (regression: replay re-sent an erased user's data)", async () => {
+    const operator = await spawnOperator(env);
+    try {
+      await env.apply(setup(["shop", "blog", "quiet"], ["shop", "blog"]));
+      await env.waitReady("WebhookDestination", "erasure");
+      const deadLetter = (userId: string) => {
+        const h = headers();
+        h.set("Trackhook-Original-Subject", `trackhook.events.${env.namespace}.shop.identify`);
+        return env.nats.js.publish(dlqSubject(env.namespace, "erasure"), JSON.stringify({ type: "identify", userId, messageId: `dl-${userId}`, traits: { email: `${userId}@example.com` } }), { headers: h });
+      };
+      await deadLetter("dave");
+      await deadLetter("erin");
+      await env.apply(deletionRequest("gdpr-3", ["dave"], ["shop"]));
+      const done = await env.waitReady("DeletionRequest", "gdpr-3");
+      expect(done.status!.conditions!.find((c) => c.type === "Ready")!.message).toContain("1 of their dead letters removed");
+      const left = await env.nats.jsm.streams.info(DLQ_STREAM, { subjects_filter: dlqSubject(env.namespace, "erasure") });
+      expect(left.state.messages).toBe(1);
+      const remaining = await env.nats.jsm.streams.getMessage(DLQ_STREAM, { last_by_subj: dlqSubject(env.namespace, "erasure") });
+      expect(remaining?.json<{ userId: string }>().userId).toBe("erin");
     } finally {
       await operator.stop();
     }
