@@ -244,9 +244,15 @@ function document<K extends string, S extends TSchema>(kind: K, apiVersion: stri
   );
 }
 
+/**
+ * A user id as a deletion names it: no control characters, no whitespace at either end (a stray
+ * space or newline would notify a user who does not exist, and the request would still succeed).
+ */
+export const USER_ID_PATTERN = "^[^\\s\\p{Cc}]([^\\p{Cc}]*[^\\s\\p{Cc}])?$";
+
 export const DeletionRequestSpec = Type.Object(
   {
-    userIds: Type.Array(Type.String({ minLength: 1, maxLength: 256 }), {
+    userIds: Type.Array(Type.String({ minLength: 1, maxLength: 256, pattern: USER_ID_PATTERN }), {
       minItems: 1,
       maxItems: 5000,
       description: "The users to delete: one delete notification per user goes to each affected source's webhooks.",

@@ -8,6 +8,9 @@ import { purgeDeadLettersOf } from "../../dataplane/delivery/admin.ts";
 import { UsageError, natsUrl } from "../args.ts";
 import { connectAdmin, fail, qualifiedName } from "./replay.ts";
 import type { Command } from "./types.ts";
+import { USER_ID_PATTERN } from "../../schema/mod.ts";
+
+const USER_ID = new RegExp(USER_ID_PATTERN, "u");
 import { NATS_AUTH_HELP } from "./nats-help.ts";
 
 export const deleteUserCommand: Command = {
@@ -34,6 +37,8 @@ export const deleteUserCommand: Command = {
     if (userIds.length === 0) throw new UsageError("--user-id <id> is required (repeat it for several users)");
     if (userIds.length > 5000) throw new UsageError(`at most 5000 users per request, not ${userIds.length}`);
     if (userIds.some((id) => id.length === 0 || id.length > 256)) throw new UsageError("--user-id: ids are 1 to 256 characters");
+    const odd = userIds.find((id) => !USER_ID.test(id));
+    if (odd !== undefined) throw new UsageError(`--user-id ${JSON.stringify(odd)}: no whitespace at either end and no control characters (it would notify a user who does not exist)`);
     const url = natsUrl(values);
     const config = loadConfigFile(values.config);
     if (!config.sources.some((s) => s.namespace === namespace && s.name === name)) {

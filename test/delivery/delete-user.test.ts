@@ -112,6 +112,9 @@ spec: { sources: [purge-src], urls: ["${env.receiver.url("/purge")}"] }
     const unknown = deleteUser(config, "--source", "nope", "--user-id", "u-1");
     expect(unknown.status).toBe(2);
     expect(unknown.stderr).toContain("no Source default/nope in");
+    const spaced = deleteUser(config, "--source", "shop", "--user-id", "alice ");
+    expect(spaced.status).toBe(2);
+    expect(spaced.stderr).toContain('--user-id "alice ": no whitespace at either end and no control characters');
     const none = deleteUser(config, "--source", "shop");
     expect(none.status).toBe(2);
     expect(none.stderr).toContain("--user-id <id> is required");

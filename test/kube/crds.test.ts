@@ -207,6 +207,14 @@ describe("CRDs: invalid objects are refused with a message naming the field", ()
     expect(await rejection(deletionRequest("too-many-users", { userIds }))).toContain("spec.userIds: Too many: 5001: must have at most 5000 items");
   });
 
+  it("DeletionRequest: a user id with whitespace at either end, or a control character (regression: accepted, and a user who does not exist was notified)", async () => {
+    for (const [i, id] of [" alice", "alice ", "a\nb", "tab\t"].entries()) {
+      expect(await rejection(deletionRequest(`odd-user-${i}`, { userIds: ["ok", id] })), JSON.stringify(id)).toContain("spec.userIds[1]: Invalid value");
+    }
+    // Inner spaces and any script are ids like others.
+    await create(deletionRequest("fine-users", { userIds: ["jane doe", "ünïcödé-用户", "x"] }));
+  });
+
   it("DeletionRequest: the spec cannot be changed, but labels and status can", async () => {
     await create(deletionRequest("frozen", { userIds: ["u1"] }));
     const refused = await cluster.kubectl(["patch", "deletionrequest", "frozen", "-n", ns, "--type=merge", "-p", JSON.stringify({ spec: { userIds: ["u2"] } })]);
