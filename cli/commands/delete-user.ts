@@ -44,26 +44,28 @@ export const deleteUserCommand: Command = {
     if (!config.sources.some((s) => s.namespace === namespace && s.name === name)) {
       throw new UsageError(`no Source ${namespace}/${name} in ${values.config}`);
     }
-    if (!hasEnabledDestination(config, namespace, name)) {
-      fail(`Source ${namespace}/${name} has no enabled WebhookDestination: nobody to notify, nothing sent`);
-      return;
-    }
     const nc = await connectAdmin(url, "trackhook-delete-user");
     if (!nc) return;
     try {
+      const js = jetstream(nc);
+      // trackhook's own copies that `replay` could send again go in any case, even when no
+      // destination is enabled now (a disabled one may still have the user's dead letters).
+      const purge = async () => (await purgeDeadLettersOf(js, await jetstreamManager(nc), { namespace, sources: [name], userIds })).removed;
+      const removedNote = (removed: number) => (removed > 0 ? `; ${removed} of their dead letters removed` : "");
+      if (!hasEnabledDestination(config, namespace, name)) {
+        fail(`Source ${namespace}/${name} has no enabled WebhookDestination: nobody to notify, nothing sent${removedNote(await purge())}`);
+        return;
+      }
       const requestId = values["request-id"] ?? randomUUID();
       // Said first: a run that fails half-way is finished by running again with this id.
       process.stderr.write(`request ${requestId} (to finish it if this run fails: --request-id ${requestId})\n`);
-      const js = jetstream(nc);
       const { stored, duplicates } = await publishDeleteNotifications(js, {
         namespace, source: name, requestId, userIds, timestamp: new Date().toISOString(),
       });
-      // trackhook's own copies that `replay` could send again.
-      const { removed } = await purgeDeadLettersOf(js, await jetstreamManager(nc), { namespace, sources: [name], userIds });
+      const removed = await purge();
       process.stdout.write(
         `request ${requestId}: ${stored} delete notifications stored for ${namespace}/${name}` +
-          (duplicates > 0 ? ` (${duplicates} already sent by this request before)` : "") +
-          (removed > 0 ? `; ${removed} of their dead letters removed` : "") + "\n",
+          (duplicates > 0 ? ` (${duplicates} already sent by this request before)` : "") + removedNote(removed) + "\n",
       );
     } finally {
       await nc.close();

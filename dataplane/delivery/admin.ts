@@ -59,7 +59,12 @@ const INACTIVE_THRESHOLD_MS = 30_000;
  * at most `limit`, and none stored after the read started (so a replayed message that is
  * dead-lettered again during the same replay is not read twice).
  */
-async function* readStored(js: JetStreamClient, stream: string, filter: string, options: { startTime?: Date; limit?: number; lastSeq?: number } = {}): AsyncGenerator<JsMsg> {
+async function* readStored(
+  js: JetStreamClient,
+  stream: string,
+  filter: string,
+  options: { startTime?: Date; limit?: number; lastSeq?: number; whole?: boolean } = {},
+): AsyncGenerator<JsMsg> {
   const opts: Partial<OrderedConsumerOptions> = { filter_subjects: filter, inactive_threshold: INACTIVE_THRESHOLD_MS };
   if (options.startTime) opts.opt_start_time = options.startTime.toISOString();
   else opts.deliver_policy = DeliverPolicy.All;
@@ -82,7 +87,12 @@ async function* readStored(js: JetStreamClient, stream: string, filter: string, 
         if (remaining === 0) break;
       }
       // Fewer than pending: some were deleted meanwhile (another replay); nothing more to read.
-      if (got === 0) break;
+      // Unless the fetch only timed out (a busy server): a reader that must see every message
+      // (`whole`) says so rather than end early as if it had.
+      if (got === 0) {
+        if (options.whole && (await consumer.info(true)).num_pending > 0) throw new Error(`reading ${stream} stopped early: a fetch timed out; try again`);
+        break;
+      }
     }
   } finally {
     await consumer.delete().catch(() => {});
@@ -160,17 +170,18 @@ export async function replayDeadLetters(nc: NatsConnection, options: DeadLetterS
 export async function purgeDeadLettersOf(
   js: JetStreamClient,
   jsm: JetStreamManager,
-  request: { namespace: string; sources: readonly string[]; userIds: readonly string[] },
+  /** `sources`: only dead letters of these sources; all the namespace's when undefined. */
+  request: { namespace: string; sources?: readonly string[]; userIds: readonly string[] },
 ): Promise<{ removed: number }> {
   checkName("namespace", request.namespace);
   const lastSeq = await streamLastSeq(jsm, DLQ_STREAM);
   if (lastSeq === undefined) return { removed: 0 };
   const users = new Set(request.userIds);
-  const sources = new Set(request.sources);
+  const sources = request.sources ? new Set(request.sources) : undefined;
   let removed = 0;
-  for await (const m of readStored(js, DLQ_STREAM, `trackhook.dlq.${request.namespace}.*`, { lastSeq })) {
+  for await (const m of readStored(js, DLQ_STREAM, `trackhook.dlq.${request.namespace}.*`, { lastSeq, whole: true })) {
     const source = sourceOfEventSubject(m.headers?.get("Trackhook-Original-Subject") ?? "");
-    if (source === undefined || !sources.has(source)) continue;
+    if (sources && (source === undefined || !sources.has(source))) continue;
     let body: { userId?: unknown; type?: unknown };
     try {
       body = parseJson(m.string()) as { userId?: unknown; type?: unknown };

@@ -60,7 +60,7 @@ export class ConsumerWatch {
 
   async #check(): Promise<void> {
     if (this.#stopped || (await this.#present())) return;
-    await new Promise((r) => setTimeout(r, CONFIRM_AFTER_MS));
+    await new Promise((r) => setTimeout(r, CONFIRM_AFTER_MS).unref());
     if (this.#stopped || (await this.#present())) return;
     this.stop();
     this.#lost(this.#last);

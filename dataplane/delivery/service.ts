@@ -216,14 +216,13 @@ export class DeliveryService {
         { destination: key, startSeq, lastAckFloor: last?.ackFloor },
         "the destination's consumer was deleted under delivery; recreated after the last acknowledged message seen (messages after it may arrive twice, with the same delivery id)",
       );
+      // The lost worker stays listed (stopped) until its successor runs: a start that fails is
+      // retried below like the rest, not left for the next config change.
       await lost.stop();
-      this.#workers.delete(key);
-      await this.#startWorker(key, latest).catch((err: unknown) => {
-        log.error({ err: (err as Error).message, destination: key }, "destination could not start; it is tried again at the next config change or restart");
-      });
+      await this.#startWorker(key, latest);
     };
     this.#applying = this.#applying.catch(() => {}).then(run).catch((err: unknown) => {
-      // NATS did not answer: the lost worker is still in place, so this can simply run again.
+      // NATS did not answer: the lost worker is still listed, so this can simply run again.
       log.error({ err: (err as Error).message, destination: key }, "the destination's consumer could not be recreated; trying again in 5 s");
       setTimeout(() => this.#recover(key, lost, last), 5_000).unref();
     });

@@ -72,8 +72,9 @@ async function sendNotifications(ctx: OperatorContext, namespace: string, name: 
   const failed = progress.filter((s) => s.state === "FAILED");
   const notified = progress.filter((s) => s.state === "FINISHED" && !s.reason).map((s) => s.name);
   // trackhook's own copies that `replay` could send again: the users' dead letters, of every
-  // existing source named (one without an enabled destination may still have some).
-  const { removed } = await purgeDeadLettersOf(ctx.js, ctx.jsm, { namespace, sources: progress.filter((s) => s.state === "FINISHED").map((s) => s.name), userIds: request.spec.userIds });
+  // source the request names (a deleted one's, and one's without an enabled destination, too),
+  // or of the whole namespace when it names none.
+  const { removed } = await purgeDeadLettersOf(ctx.js, ctx.jsm, { namespace, ...(request.spec.sources ? { sources: request.spec.sources } : {}), userIds: request.spec.userIds });
   const purged = removed > 0 ? `; ${removed} of their dead letters removed` : "";
   const final: DeletionRequestStatus = { ...request.status, state: failed.length > 0 ? "FAILED" : "FINISHED", sources: progress, completedAt: new Date().toISOString() };
   const users = new Set(request.spec.userIds).size;

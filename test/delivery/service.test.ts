@@ -4,7 +4,7 @@
 import type { ServerResponse } from "node:http";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { ConfigHolder, compileConfig } from "../../dataplane/config/mod.ts";
-import { DeliveryMetrics, DeliveryService, WebhookSender } from "../../dataplane/delivery/mod.ts";
+import { DeliveryMetrics, DeliveryService, DestinationWorker, WebhookSender } from "../../dataplane/delivery/mod.ts";
 import { createLogger } from "../../dataplane/logging.ts";
 import { EVENTS_STREAM, ensureStream, eventsStreamConfig } from "../../dataplane/nats/mod.ts";
 import { DEFAULT_STREAM } from "../harness/ingest.ts";
@@ -111,6 +111,33 @@ describe("delivery service", () => {
       expect(ids()).toEqual(["d-before", "d-1", "d-2", "d-3"]);
       expect(await consumers()).toContain("dest_default_delta");
     } finally {
+      await service.stop();
+    }
+  });
+
+  it("retries a recovery whose new worker fails to start, instead of leaving the destination stopped (found by a review)", async () => {
+    const config = new ConfigHolder(configOf([{ name: "eta", url: receiver.url("/eta") }]));
+    const service = await DeliveryService.start({
+      nc: await nats.connect(), config, sender, log: createLogger({ level: "silent" }), metrics: new DeliveryMetrics({ defaultMetrics: false }),
+      consumerRemovalGraceMs: 0, consumerCheckMs: 300,
+    });
+    const publish = (id: string) => nats.js.publish("trackhook.events.default.eta.track", JSON.stringify({ type: "track", messageId: id, userId: "u", event: "e" }), { msgID: `default/eta/${id}` });
+    const start = DestinationWorker.prototype.start;
+    try {
+      await publish("h-before");
+      await receiver.waitFor("/eta", 1);
+      let failures = 0;
+      DestinationWorker.prototype.start = async function (this: DestinationWorker) {
+        if (failures++ === 0) throw new Error("timeout (NATS did not answer)"); // the next start works
+        return start.call(this);
+      };
+      await nats.jsm.consumers.delete(EVENTS_STREAM, "dest_default_eta");
+      await publish("h-after");
+      await receiver.waitFor("/eta", 2, 20_000);
+      expect(failures).toBe(2);
+      expect(service.destinations).toEqual(["default/eta"]);
+    } finally {
+      DestinationWorker.prototype.start = start;
       await service.stop();
     }
   });
