@@ -16,8 +16,8 @@ for (const [network, prefix] of FORBIDDEN_IPV4) FORBIDDEN.addSubnet(network, pre
 for (const [network, prefix] of [
   // ::/96 holds ::, ::1 and the deprecated IPv4-compatible ::a.b.c.d; ::ffff:0:a.b.c.d is SIIT's
   // IPv4-translated form; 64:ff9b::/96 and 64:ff9b:1::/48 are NAT64 prefixes; fec0::/10 is the
-  // deprecated site-local range.
-  ["::", 96], ["::ffff:0:0:0", 96], ["64:ff9b::", 96], ["64:ff9b:1::", 48], ["100::", 64], ["2001:db8::", 32],
+  // deprecated site-local range; 2001::/32 is Teredo, which tunnels to an (obfuscated) IPv4.
+  ["::", 96], ["::ffff:0:0:0", 96], ["64:ff9b::", 96], ["64:ff9b:1::", 48], ["100::", 64], ["2001::", 32], ["2001:db8::", 32],
   ["fc00::", 7], ["fe80::", 10], ["fec0::", 10], ["ff00::", 8],
 ] as const) FORBIDDEN.addSubnet(network, prefix, "ipv6");
 // 6to4 (2002::/16) carries an IPv4 address in its next 32 bits: refused when that one would be.

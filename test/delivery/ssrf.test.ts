@@ -12,7 +12,7 @@ describe("forbidden addresses", () => {
     "::ffff:127.0.0.1", "::ffff:7f00:1", "::ffff:169.254.169.254", "::ffff:10.0.0.1",
     // Regressions (the security review): IPv4-compatible, SIIT-translated, local-use NAT64,
     // site-local, and 6to4 forms of forbidden IPv4 addresses were dialled.
-    "::127.0.0.1", "::7f00:1", "::ffff:0:7f00:1", "64:ff9b:1::a9fe:a9fe", "fec0::1", "2002:7f00:1::", "2002:a9fe:a9fe::1", "2002:c0a8:101::",
+    "::127.0.0.1", "::7f00:1", "::ffff:0:7f00:1", "64:ff9b:1::a9fe:a9fe", "fec0::1", "2002:7f00:1::", "2002:a9fe:a9fe::1", "2002:c0a8:101::", "2001:0:4136:e378:8000:63bf:3fff:fdd2",
   ])("%s is refused", (address) => expect(isForbiddenAddress(address)).toBe(true));
 
   it.each(["8.8.8.8", "1.1.1.1", "172.32.0.1", "100.128.0.1", "2606:4700:4700::1111", "::ffff:8.8.8.8", "2002:808:808::1"])("%s is allowed", (address) =>
