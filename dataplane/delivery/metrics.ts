@@ -1,5 +1,5 @@
 // Delivery's Prometheus metrics, on a registry of its own.
-import { Gauge, Histogram, Registry, collectDefaultMetrics } from "prom-client";
+import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from "prom-client";
 import { TalliedCounter } from "../ops/tally.ts";
 
 /** Per-destination figures read from JetStream when metrics are scraped. */
@@ -41,7 +41,22 @@ export class DeliveryMetrics {
     registers: [this.registry],
   });
 
+  /**
+   * Delete notifications apart: an erasure a receiver never got must be noticed (alert on
+   * dead_lettered). Rare enough for prom-client's own counting.
+   */
+  readonly #deleteNotifications = new Counter({
+    name: "trackhook_delivery_delete_notifications_total",
+    help: "Delete notifications (user erasure) per destination, by outcome (delivered, dead_lettered)",
+    labelNames: ["destination", "outcome"] as const,
+    registers: [this.registry],
+  });
+
   #backlog: () => Promise<DeliveryBacklog[]> = async () => [];
+
+  countDeleteNotification(destination: string, outcome: "delivered" | "dead_lettered"): void {
+    this.#deleteNotifications.inc({ destination, outcome });
+  }
 
   countDelivery(destination: string, outcome: "delivered" | "retry" | "dead_lettered" | "skipped", reason = ""): void {
     this.#deliveries.add(destination, outcome, reason);

@@ -280,6 +280,7 @@ export class DestinationWorker {
         if (r.outcome.kind !== "delivered" || acked) return;
         acked = true;
         this.#metrics.countDelivery(this.#label, "delivered");
+        if (message.type === "delete") this.#metrics.countDeleteNotification(this.#label, "delivered");
         this.#turn.add(() => m.ack());
       });
     }
@@ -485,7 +486,13 @@ export class DestinationWorker {
     }
     this.#rounds.delete(m.seq);
     this.#metrics.countDelivery(this.#label, "dead_lettered", reason);
-    this.#log.warn({ seq: m.seq, reason, attempts }, "message moved to the dead-letter queue");
+    const original = h.get("Trackhook-Original-Subject");
+    if (original.endsWith(".delete")) {
+      this.#metrics.countDeleteNotification(this.#label, "dead_lettered");
+      this.#log.error({ seq: m.seq, reason, attempts }, "a delete notification (user erasure) moved to the dead-letter queue: the receiver did not get it; `trackhook replay` once it answers");
+    } else {
+      this.#log.warn({ seq: m.seq, reason, attempts }, "message moved to the dead-letter queue");
+    }
     m.ack();
   }
 }

@@ -81,6 +81,18 @@ describe("payloads, headers and signatures", () => {
     expect(body).toMatchObject({ type: "delete", userId: "u-gone", timestamp: "2026-11-22T00:00:00.000Z" });
     expect(body).not.toHaveProperty("version");
     expect(r!.headers["x-signature"]).toBe(createHmac("sha1", "s3cret").update(r!.body).digest("hex"));
+    await expect.poll(async () => await env.metrics.registry.metrics()).toContain('trackhook_delivery_delete_notifications_total{destination="default/deletes",outcome="delivered"} 1');
+  });
+
+  it("counts and logs apart a delete notification that ends in the dead-letter queue, so an erasure a receiver never got can be alerted on", async () => {
+    env.receiver.on("/deletes-gone", answer(410));
+    await addDestination("deletes-gone", { urls: [env.receiver.url("/deletes-gone")] });
+    const notification = { type: "delete", userId: "u-lost", timestamp: "2026-11-22T00:00:00.000Z", messageId: "delete-2", context: {} };
+    await env.nats.js.publish("trackhook.events.default.deletes-gone.delete", JSON.stringify(notification), { msgID: "default/deletes-gone/delete-2" });
+    await expect.poll(async () => await env.metrics.registry.metrics(), { timeout: 10_000 })
+      .toContain('trackhook_delivery_delete_notifications_total{destination="default/deletes-gone",outcome="dead_lettered"} 1');
+    const line = env.logs().find((l) => l.destination === "default/deletes-gone" && String(l.msg).startsWith("a delete notification (user erasure) moved to the dead-letter queue"));
+    expect(line).toMatchObject({ level: 50, reason: "permanent_failure" });
   });
 
   it("sends no X-Signature without a shared secret; adds Standard Webhooks headers when asked", async () => {
