@@ -370,6 +370,16 @@ export const DeletionRequestStatus = Type.Object(
     ),
     startedAt: Type.Optional(Type.String({ format: "date-time", description: "When the operator started sending." })),
     completedAt: Type.Optional(Type.String({ format: "date-time", description: "When the request reached FINISHED or FAILED." })),
+    deadLettersRemoved: Type.Optional(
+      Type.Integer({ minimum: 0, description: "Dead letters of these users removed from trackhook, so that a replay cannot send them to the receivers again." }),
+    ),
+    finalPurgeAt: Type.Optional(
+      Type.String({
+        format: "date-time",
+        description: "When the users' dead letters are looked for once more: by then every message of theirs that was still being retried at the request has been delivered or dead-lettered (90% of the events stream's max_age after completedAt).",
+      }),
+    ),
+    finalPurgeDone: Type.Optional(Type.Boolean({ description: "The last look for the users' dead letters is done." })),
   },
   { description: statusDescription },
 );

@@ -7,7 +7,7 @@ export { isForbiddenAddress, guardedLookup, checkUrlHost, urlReachesOnlyPrivate,
 export { WebhookSender, type SenderOptions, type SendRequest, type SendResult } from "./sender.ts";
 export { DeliveryService, DEFAULT_PROCESS_MAX_IN_FLIGHT, type DeliveryServiceDeps } from "./service.ts";
 export { DeliverySlots, SlotShare } from "./limit.ts";
-export { DestinationWorker, DELIVERY_ID_HEADER, redactUrl, type DestinationWorkerDeps, type AttemptRecord, type WebhookSending } from "./worker.ts";
+export { DestinationWorker, DELIVERY_ID_HEADER, redactUrl, retryWindowInForceMs, type DestinationWorkerDeps, type AttemptRecord, type WebhookSending } from "./worker.ts";
 export { DeliveryMetrics } from "./metrics.ts";
 export { purgeDeadLettersOf } from "./admin.ts";
 export { ensureDestinationConsumer, removeDestinationConsumers, destinationConsumerConfig, ackWaitMs } from "./consumers.ts";

@@ -5,7 +5,8 @@
 // again, so the stream drops them as duplicates.
 import { resolveSourceNames } from "../../dataplane/config/mod.ts";
 import { publishDeleteNotifications } from "../../dataplane/deletion/mod.ts";
-import { purgeDeadLettersOf } from "../../dataplane/delivery/mod.ts";
+import { purgeDeadLettersOf, retryWindowInForceMs } from "../../dataplane/delivery/mod.ts";
+import { EVENTS_STREAM } from "../../dataplane/nats/mod.ts";
 import type { DeletionRequestStatus, DeletionState } from "../../schema/mod.ts";
 import type { ReconcileResult } from "../queue.ts";
 import { withReady } from "../conditions.ts";
@@ -35,7 +36,7 @@ async function sendNotifications(ctx: OperatorContext, namespace: string, name: 
   // start from older progress than it recorded.
   let request = await readFresh(ctx, namespace, name);
   if (!request || isDeleting(request)) return;
-  if (request.status?.state && FINAL.includes(request.status.state)) return;
+  if (request.status?.state && FINAL.includes(request.status.state)) return finalPurge(ctx, request);
 
   if (!request.status?.sources) {
     request = await plan(ctx, request);
@@ -76,7 +77,11 @@ async function sendNotifications(ctx: OperatorContext, namespace: string, name: 
   // or of the whole namespace when it names none.
   const { removed } = await purgeDeadLettersOf(ctx.js, ctx.jsm, { namespace, ...(request.spec.sources ? { sources: request.spec.sources } : {}), userIds: request.spec.userIds });
   const purged = removed > 0 ? `; ${removed} of their dead letters removed` : "";
-  const final: DeletionRequestStatus = { ...request.status, state: failed.length > 0 ? "FAILED" : "FINISHED", sources: progress, completedAt: new Date().toISOString() };
+  const completedAt = new Date();
+  const final: DeletionRequestStatus = {
+    ...request.status, state: failed.length > 0 ? "FAILED" : "FINISHED", sources: progress, completedAt: completedAt.toISOString(),
+    deadLettersRemoved: removed, finalPurgeAt: new Date(completedAt.getTime() + (await longestRetryMs(ctx))).toISOString(),
+  };
   const users = new Set(request.spec.userIds).size;
   await setReady(
     ctx,
@@ -90,6 +95,29 @@ async function sendNotifications(ctx: OperatorContext, namespace: string, name: 
         },
   );
   ctx.log.info({ request: `${namespace}/${name}`, state: final.state, sources: notified, users, deadLettersRemoved: removed }, "deletion request done");
+}
+
+/**
+ * A message of the users still being retried when the request was made becomes a dead letter
+ * only later (within its retry window, at most 90% of the events stream's max_age): once that
+ * time has passed, the users' dead letters are looked for once more. Checked at each reconcile of
+ * the finished request (the operator's resync comes every few minutes).
+ */
+async function finalPurge(ctx: OperatorContext, request: DeletionResource): Promise<ReconcileResult> {
+  const status = request.status!;
+  if (status.finalPurgeDone || !status.finalPurgeAt) return;
+  const dueInMs = Date.parse(status.finalPurgeAt) - Date.now();
+  if (dueInMs > 0) return { requeueAfterMs: Math.min(dueInMs, 60 * 60_000) };
+  const { namespace } = request.metadata;
+  const { removed } = await purgeDeadLettersOf(ctx.js, ctx.jsm, { namespace, ...(request.spec.sources ? { sources: request.spec.sources } : {}), userIds: request.spec.userIds });
+  await writeStatus(ctx, request, { ...status, deadLettersRemoved: (status.deadLettersRemoved ?? 0) + removed, finalPurgeDone: true });
+  if (removed > 0) ctx.log.info({ request: `${namespace}/${request.metadata.name}`, deadLettersRemoved: removed }, "deletion request: dead letters made after it removed");
+}
+
+/** The longest a message can be retried before it is dead-lettered: 90% of the events stream's max_age. */
+async function longestRetryMs(ctx: OperatorContext): Promise<number> {
+  const maxAgeNs = (await ctx.jsm.streams.info(EVENTS_STREAM)).config.max_age;
+  return retryWindowInForceMs(Infinity, maxAgeNs > 0 ? maxAgeNs / 1e6 : 72 * 3_600_000);
 }
 
 /** Decides once which sources get notifications, and records it before anything is sent. */

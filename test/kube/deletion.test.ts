@@ -69,7 +69,8 @@ describe("DeletionRequest", () => {
   });
 
   it("removes the users' dead letters, which a replay would send again, and leaves the others' (regression: replay re-sent an erased user's data)", async () => {
-    const operator = await spawnOperator(env);
+    // Resync often: the final purge is looked at when a finished request is reconciled again.
+    const operator = await spawnOperator(env, { resync: "10s" });
     try {
       await env.apply(setup(["shop", "blog", "quiet"], ["shop", "blog"]));
       await env.waitReady("WebhookDestination", "erasure");
@@ -87,10 +88,25 @@ describe("DeletionRequest", () => {
       expect(left.state.messages).toBe(1);
       const remaining = await env.nats.jsm.streams.getMessage(DLQ_STREAM, { last_by_subj: dlqSubject(env.namespace, "erasure") });
       expect(remaining?.json<{ userId: string }>().userId).toBe("erin");
+
+      // A message of dave's that was still being retried becomes a dead letter after the request:
+      // once every such retry is over (finalPurgeAt, here moved to now), it is removed too.
+      const status = done.status as { completedAt: string; finalPurgeAt: string; deadLettersRemoved: number; finalPurgeDone?: boolean };
+      expect(status.deadLettersRemoved).toBe(1);
+      expect(Date.parse(status.finalPurgeAt) - Date.parse(status.completedAt)).toBe(0.9 * 3_600_000); // the test stream keeps 1 h
+      expect(status.finalPurgeDone).toBeUndefined();
+      await deadLetter("dave");
+      await env.cluster.kubectlOk(["patch", "deletionrequest", "gdpr-3", "-n", env.namespace, "--subresource=status", "--type=merge", "-p", JSON.stringify({ status: { finalPurgeAt: new Date().toISOString() } })]);
+      const purgedAgain = await env.waitFor("the final purge", async () => {
+        const request = await env.get("DeletionRequest", "gdpr-3");
+        return (request?.status as { finalPurgeDone?: boolean } | undefined)?.finalPurgeDone ? request : undefined;
+      }, 25_000);
+      expect((purgedAgain.status as { deadLettersRemoved: number }).deadLettersRemoved).toBe(2);
+      expect((await env.nats.jsm.streams.info(DLQ_STREAM, { subjects_filter: dlqSubject(env.namespace, "erasure") })).state.messages).toBe(1);
     } finally {
       await operator.stop();
     }
-  });
+  }, 60_000);
 
   it("sends none twice when the operator is killed mid-way and another resumes", async () => {
     const users = Array.from({ length: 5000 }, (_, i) => `user-${i}`);
