@@ -40,11 +40,17 @@ function configOf(destinations: Array<{ name: string; url: string; timeout?: str
   );
 }
 
-const start = async (config: ConfigHolder, maxInFlight?: number, consumerRemovalGraceMs = 0) =>
+const start = async (config: ConfigHolder, options: { maxInFlight?: number; consumerRemovalGraceMs?: number; consumerCheckMs?: number; on?: NatsHarness } = {}) =>
   DeliveryService.start({
-    nc: await nats.connect(), config, sender, log: createLogger({ level: "silent" }), metrics: new DeliveryMetrics({ defaultMetrics: false }),
-    consumerRemovalGraceMs, ...(maxInFlight ? { maxInFlight } : {}),
+    nc: await (options.on ?? nats).connect(), config, sender, log: createLogger({ level: "silent" }), metrics: new DeliveryMetrics({ defaultMetrics: false }),
+    consumerRemovalGraceMs: options.consumerRemovalGraceMs ?? 0,
+    ...(options.maxInFlight ? { maxInFlight: options.maxInFlight } : {}),
+    ...(options.consumerCheckMs ? { consumerCheckMs: options.consumerCheckMs } : {}),
   });
+
+/** Stores a track message of a source, as ingest would. */
+const publishTo = (source: string, on: NatsHarness = nats) => (id: string) =>
+  on.js.publish(`trackhook.events.default.${source}.track`, JSON.stringify({ type: "track", messageId: id, userId: "u", event: "e" }), { msgID: `default/${source}/${id}` });
 
 const consumers = async () => {
   const names: string[] = [];
@@ -69,8 +75,8 @@ describe("delivery service", () => {
 
   it("keeps a removed destination's consumer, and the messages it still had to deliver, for a grace period (regression: a config file caught empty for a second lost the backlog)", async () => {
     const config = new ConfigHolder(configOf([{ name: "gamma", url: receiver.url("/gamma") }]));
-    const service = await start(config, undefined, 1_500);
-    const publish = (id: string) => nats.js.publish("trackhook.events.default.gamma.track", JSON.stringify({ type: "track", messageId: id, userId: "u", event: "e" }), { msgID: `default/gamma/${id}` });
+    const service = await start(config, { consumerRemovalGraceMs: 1_500 });
+    const publish = publishTo("gamma");
     try {
       const full = config.current();
       config.set({ sources: [], destinations: [] }); // the file read while being written
@@ -95,11 +101,8 @@ describe("delivery service", () => {
 
   it("recreates a consumer deleted under delivery, from its last acknowledged message, and delivers what was stored meanwhile (regression: pulling stopped silently, and a restart skipped those messages)", async () => {
     const config = new ConfigHolder(configOf([{ name: "delta", url: receiver.url("/delta") }]));
-    const service = await DeliveryService.start({
-      nc: await nats.connect(), config, sender, log: createLogger({ level: "silent" }), metrics: new DeliveryMetrics({ defaultMetrics: false }),
-      consumerRemovalGraceMs: 0, consumerCheckMs: 500,
-    });
-    const publish = (id: string) => nats.js.publish("trackhook.events.default.delta.track", JSON.stringify({ type: "track", messageId: id, userId: "u", event: "e" }), { msgID: `default/delta/${id}` });
+    const service = await start(config, { consumerRemovalGraceMs: 0, consumerCheckMs: 500 });
+    const publish = publishTo("delta");
     const ids = () => receiver.requests("/delta").map((r) => JSON.parse(r.body.toString()).messageId as string);
     try {
       await publish("d-before");
@@ -117,19 +120,16 @@ describe("delivery service", () => {
 
   it("retries a recovery whose new worker fails to start, instead of leaving the destination stopped (found by a review)", async () => {
     const config = new ConfigHolder(configOf([{ name: "eta", url: receiver.url("/eta") }]));
-    const service = await DeliveryService.start({
-      nc: await nats.connect(), config, sender, log: createLogger({ level: "silent" }), metrics: new DeliveryMetrics({ defaultMetrics: false }),
-      consumerRemovalGraceMs: 0, consumerCheckMs: 300,
-    });
-    const publish = (id: string) => nats.js.publish("trackhook.events.default.eta.track", JSON.stringify({ type: "track", messageId: id, userId: "u", event: "e" }), { msgID: `default/eta/${id}` });
-    const start = DestinationWorker.prototype.start;
+    const service = await start(config, { consumerRemovalGraceMs: 0, consumerCheckMs: 300 });
+    const publish = publishTo("eta");
+    const originalStart = DestinationWorker.prototype.start;
     try {
       await publish("h-before");
       await receiver.waitFor("/eta", 1);
       let failures = 0;
       DestinationWorker.prototype.start = async function (this: DestinationWorker) {
         if (failures++ === 0) throw new Error("timeout (NATS did not answer)"); // the next start works
-        return start.call(this);
+        return originalStart.call(this);
       };
       await nats.jsm.consumers.delete(EVENTS_STREAM, "dest_default_eta");
       await publish("h-after");
@@ -137,7 +137,7 @@ describe("delivery service", () => {
       expect(failures).toBe(2);
       expect(service.destinations).toEqual(["default/eta"]);
     } finally {
-      DestinationWorker.prototype.start = start;
+      DestinationWorker.prototype.start = originalStart;
       await service.stop();
     }
   });
@@ -147,10 +147,7 @@ describe("delivery service", () => {
     receiver.on("/eps-x", slow);
     const both = configOf([{ name: "eps-x", url: receiver.url("/eps-x") }, { name: "eps-y", url: receiver.url("/eps-y") }]);
     const config = new ConfigHolder(both);
-    const service = await DeliveryService.start({
-      nc: await nats.connect(), config, sender, log: createLogger({ level: "silent" }), metrics: new DeliveryMetrics({ defaultMetrics: false }),
-      consumerRemovalGraceMs: 60_000, consumerCheckMs: 300,
-    });
+    const service = await start(config, { consumerRemovalGraceMs: 60_000, consumerCheckMs: 300 });
     try {
       await nats.js.publish("trackhook.events.default.eps-x.track", JSON.stringify({ type: "track", messageId: "x-1", userId: "u", event: "e" }), { msgID: "default/eps-x/x-1" });
       await receiver.waitFor("/eps-x", 1); // in flight for 4 s: stopping eps-x's worker waits for it
@@ -170,11 +167,8 @@ describe("delivery service", () => {
     const ownReceiver = await startReceiver();
     await ensureStream(own.jsm, eventsStreamConfig(DEFAULT_STREAM));
     const config = new ConfigHolder(configOf([{ name: "zeta", url: ownReceiver.url("/zeta") }]));
-    const service = await DeliveryService.start({
-      nc: await own.connect(), config, sender, log: createLogger({ level: "silent" }), metrics: new DeliveryMetrics({ defaultMetrics: false }),
-      consumerRemovalGraceMs: 0, consumerCheckMs: 300,
-    });
-    const publish = (id: string) => own.js.publish("trackhook.events.default.zeta.track", JSON.stringify({ type: "track", messageId: id, userId: "u", event: "e" }), { msgID: `default/zeta/${id}` });
+    const service = await start(config, { consumerRemovalGraceMs: 0, consumerCheckMs: 300, on: own });
+    const publish = publishTo("zeta", own);
     try {
       for (let i = 0; i < 10; i++) await publish(`z-old-${i}`);
       await ownReceiver.waitFor("/zeta", 10);
@@ -197,7 +191,7 @@ describe("delivery service", () => {
       { name: "dead", url: receiver.url("/dead"), timeout: "3s", maxInFlight: 100 },
       { name: "healthy", url: receiver.url("/healthy") },
     ]));
-    const service = await start(config, 4);
+    const service = await start(config, { maxInFlight: 4 });
     try {
       for (let i = 0; i < 20; i++) await nats.js.publish("trackhook.events.default.dead.track", JSON.stringify({ type: "track", messageId: `d-${i}`, userId: "u", event: "e" }), { msgID: `default/dead/d-${i}` });
       await receiver.waitFor("/dead", 2);
@@ -221,8 +215,8 @@ describe("delivery service", () => {
       { name: "slow-2", url: receiver.url("/slow-2"), timeout: "5s", maxInFlight: 100 },
       { name: "victim", url: receiver.url("/victim") },
     ]));
-    const service = await start(config, 6);
-    const publish = (source: string, id: string) => nats.js.publish(`trackhook.events.default.${source}.track`, JSON.stringify({ type: "track", messageId: id, userId: "u", event: "e" }), { msgID: `default/${source}/${id}` });
+    const service = await start(config, { maxInFlight: 6 });
+    const publish = (source: string, id: string) => publishTo(source)(id);
     try {
       await publish("victim", "v-0");
       await receiver.waitFor("/victim", 1);
