@@ -39,6 +39,11 @@ export class ConsumerWatch {
     void this.check();
   }
 
+  /** Where the consumer had got to when last seen, if it was. */
+  get last(): ConsumerPosition | undefined {
+    return this.#last;
+  }
+
   /** Also checks at once when the client reports the consumer gone. */
   follow(messages: ConsumerMessages): void {
     void (async () => {

@@ -121,9 +121,14 @@ export class DeliveryService {
   async #apply(config: CompiledConfig): Promise<void> {
     const { log } = this.#deps;
     const wanted = new Map(config.destinations.filter((d) => d.enabled).map((d) => [`${d.namespace}/${d.name}`, d]));
+    // Where the consumers of restarted workers had got to: one deleted under delivery just
+    // before this change is recreated from there, not from the destination's start policy.
+    const positions = new Map<string, ConsumerPosition>();
     for (const [key, worker] of this.#workers) {
       const next = wanted.get(key);
       if (!next || !sameDelivery(next, worker.destination)) {
+        const last = worker.lastPosition;
+        if (next && last) positions.set(key, last);
         await worker.stop();
         this.#workers.delete(key);
       }
@@ -134,7 +139,9 @@ export class DeliveryService {
       keep.add(consumerName(destination.namespace, destination.name));
       if (this.#workers.has(key)) continue;
       try {
-        this.#managed.add(await ensureDestinationConsumer(this.#jsm, destination));
+        const last = positions.get(key);
+        // startSeq counts only if the consumer has to be made (it was deleted): an existing one keeps its place.
+        this.#managed.add(await ensureDestinationConsumer(this.#jsm, destination, last ? { startSeq: await this.#resumeFrom(last) } : {}));
         await this.#startWorker(key, destination);
       } catch (err) {
         // One destination that cannot start must not keep the others from running.

@@ -215,6 +215,11 @@ export class DestinationWorker {
     }
   }
 
+  /** Where the consumer had got to when last seen (ConsumerWatch), if it was. */
+  get lastPosition(): ConsumerPosition | undefined {
+    return this.#watch?.last;
+  }
+
   /** Stops pulling and waits for the messages in delivery (SIGTERM drains). */
   async stop(): Promise<void> {
     this.#stopping = true;

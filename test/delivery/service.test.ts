@@ -118,6 +118,25 @@ describe("delivery service", () => {
     }
   });
 
+  it("a consumer deleted just before a config change of its destination is recreated from where it had got to (found by a review: the change recreated it from now)", async () => {
+    const docs = configOf([{ name: "theta", url: receiver.url("/theta") }]);
+    const config = new ConfigHolder(docs);
+    const service = await start(config, { consumerCheckMs: 300 });
+    const publish = publishTo("theta");
+    try {
+      await publish("t-before");
+      await receiver.waitFor("/theta", 1);
+      await new Promise((r) => setTimeout(r, 800)); // its ack noted by a check
+      await nats.jsm.consumers.delete(EVENTS_STREAM, "dest_default_theta");
+      for (const id of ["t-1", "t-2"]) await publish(id);
+      config.set({ ...docs, destinations: docs.destinations.map((d) => ({ ...d, timeoutMs: 7_000 })) }); // before the watch confirms the loss
+      await receiver.waitFor("/theta", 3, 10_000);
+      expect(receiver.requests("/theta").map((r) => JSON.parse(r.body.toString()).messageId)).toEqual(["t-before", "t-1", "t-2"]);
+    } finally {
+      await service.stop();
+    }
+  });
+
   it("retries a recovery whose new worker fails to start, instead of leaving the destination stopped (found by a review)", async () => {
     const config = new ConfigHolder(configOf([{ name: "eta", url: receiver.url("/eta") }]));
     const service = await start(config, { consumerRemovalGraceMs: 0, consumerCheckMs: 300 });
