@@ -61,11 +61,15 @@ export class FileConfigProvider extends ConfigHolder {
   private readonly log: Logger;
   /** The last reload failed: the next good one says so even when nothing changed. */
   #failing = false;
+  /** A reload that removes something waits this long and reads again (see reload). */
+  readonly #settleMs: number;
+  #settling: NodeJS.Timeout | undefined;
 
-  constructor(path: string, log: Logger, debounceMs = 200) {
+  constructor(path: string, log: Logger, debounceMs = 200, settleMs = 1_000) {
     super(loadConfigFile(path)); // throws ConfigError: invalid config fails at start
     this.path = path;
     this.log = log;
+    this.#settleMs = settleMs;
     const isDir = statSync(path).isDirectory();
     const dir = isDir ? path : dirname(path);
     const file = isDir ? undefined : basename(path);
@@ -78,7 +82,8 @@ export class FileConfigProvider extends ConfigHolder {
     this.#watcher.unref();
   }
 
-  reload(): void {
+  /** @param settled a second read, `settleMs` after a first that removed something. */
+  reload(settled = false): void {
     let next: CompiledConfig;
     try {
       next = loadConfigFile(this.path);
@@ -96,6 +101,16 @@ export class FileConfigProvider extends ConfigHolder {
       this.#failing = true;
       return;
     }
+    // A file read while being written (`gen > config.yaml`, a copy) may hold only its first
+    // documents: a Source missing for that moment refuses its SDKs' requests with 401, which
+    // they do not retry, and a destination missing loses its worker. What removes something
+    // takes effect only if a second read a moment later says the same; additions at once.
+    if (!settled && removesSomething(current, next)) {
+      clearTimeout(this.#settling);
+      this.#settling = setTimeout(() => this.reload(true), this.#settleMs);
+      this.#settling.unref();
+      return;
+    }
     const recovered = this.#failing;
     this.#failing = false;
     if (JSON.stringify(next) === JSON.stringify(current)) {
@@ -109,6 +124,14 @@ export class FileConfigProvider extends ConfigHolder {
 
   override close(): void {
     clearTimeout(this.#timer);
+    clearTimeout(this.#settling);
     this.#watcher.close();
   }
+}
+
+/** Whether `next` lacks a Source or destination that `current` has (by namespace and name). */
+function removesSomething(current: CompiledConfig, next: CompiledConfig): boolean {
+  const names = (items: Array<{ namespace: string; name: string }>) => new Set(items.map((i) => `${i.namespace}/${i.name}`));
+  const [sources, destinations] = [names(next.sources), names(next.destinations)];
+  return current.sources.some((s) => !sources.has(`${s.namespace}/${s.name}`)) || current.destinations.some((d) => !destinations.has(`${d.namespace}/${d.name}`));
 }

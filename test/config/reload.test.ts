@@ -86,6 +86,30 @@ describe("live config reload from files", () => {
     expect(await statusFor("key-two")).toBe(200);
   });
 
+  it("a file caught half-written (its first documents only) does not refuse the missing Source's key, even for a moment; a real removal takes effect a second later", async () => {
+    const full = doc({ web: "key-one-rotated", app: "key-two" });
+    writeFileSync(file, doc({ web: "key-one-rotated" })); // the first half, in place
+    const statuses: number[] = [];
+    const watching = (async () => {
+      for (const until = Date.now() + 700; Date.now() < until; ) {
+        statuses.push(await statusFor("key-two"));
+        await new Promise((r) => setTimeout(r, 30));
+      }
+    })();
+    await new Promise((r) => setTimeout(r, 350));
+    writeFileSync(file, full); // the rest
+    await watching;
+    expect(statuses.length).toBeGreaterThan(5);
+    expect(statuses.every((status) => status === 200), JSON.stringify(statuses)).toBe(true);
+
+    save(doc({ web: "key-one-rotated" })); // really removed
+    await new Promise((r) => setTimeout(r, 400));
+    expect(await statusFor("key-two")).toBe(200); // not yet: confirmed by a second read first
+    await eventually(async () => (await statusFor("key-two")) === 401, 5_000);
+    save(full);
+    await eventually(async () => (await statusFor("key-two")) === 200);
+  });
+
   it("a broken edit is refused and the last good config stays in force", async () => {
     save("apiVersion: trackhook.io/v1alpha1\nkind: Source\nmetadata: { name: web }\nspec: {}\n");
     await new Promise((r) => setTimeout(r, 400));
