@@ -17,6 +17,7 @@ import { ConsumerWatch, type ConsumerPosition } from "./consumer-watch.ts";
 import type { SlotShare } from "./limit.ts";
 import type { SendRequest, SendResult } from "./sender.ts";
 import { UrlPauses } from "./url-pause.ts";
+import { LogInterval } from "../ops/log-interval.ts";
 
 /** What the worker needs of an HTTP sender (dataplane/delivery/sender.ts). */
 export interface WebhookSending {
@@ -139,8 +140,8 @@ export class DestinationWorker {
    */
   readonly #rounds = new Map<number, RoundState>();
   #roundsSweptAt = 0;
-  /** When the last timeout line was logged, and timeouts since (see #logTimeout). */
-  #timeoutsLogged = { at: -Infinity, since: 0 };
+  /** One "webhook timed out" line per TIMEOUT_LOG_INTERVAL_MS at most (see #logTimeout). */
+  readonly #timeoutLog = new LogInterval(TIMEOUT_LOG_INTERVAL_MS);
   readonly #attemptsSubject: string;
   readonly #replaySubject: string;
   /** The destination's own headers, names lower-cased once. */
@@ -458,16 +459,12 @@ export class DestinationWorker {
    * the ones in between; each attempt is in TRACKHOOK_ATTEMPTS and the metrics anyway.
    */
   #logTimeout(url: string, messageId: string, attempt: number): void {
-    const now = Date.now();
-    if (now - this.#timeoutsLogged.at < TIMEOUT_LOG_INTERVAL_MS) {
-      this.#timeoutsLogged.since++;
-      return;
-    }
+    const held = this.#timeoutLog.pass();
+    if (held === undefined) return;
     this.#log.warn(
-      { url: this.#shownUrl(url), messageId, attempt, timeoutMs: this.destination.timeoutMs, moreTimeoutsSinceLastLine: this.#timeoutsLogged.since },
+      { url: this.#shownUrl(url), messageId, attempt, timeoutMs: this.destination.timeoutMs, moreTimeoutsSinceLastLine: held },
       "webhook timed out: no answer within the destination's timeout; it will be retried while the retry window lasts",
     );
-    this.#timeoutsLogged = { at: now, since: 0 };
   }
 
   async #deadLetter(m: JsMsg, reason: string, attempts: number, last?: AttemptOutcome): Promise<void> {

@@ -10,6 +10,7 @@ import { Registry } from "prom-client";
 import type { ConfigProvider } from "../config/mod.ts";
 import type { Logger } from "../logging.ts";
 import { EVENTS_STREAM } from "../nats/mod.ts";
+import { LogInterval } from "../ops/log-interval.ts";
 import { opsRoutes } from "../ops/server.ts";
 import { SourceDirectory } from "./auth.ts";
 import { parseJsonObject, readBoundedBody } from "./body.ts";
@@ -233,18 +234,12 @@ const STORAGE_LOG_INTERVAL_MS = 10_000;
  * metrics count each.
  */
 class StorageFailureLog {
-  #at = -Infinity;
-  #since = 0;
+  readonly #interval = new LogInterval(STORAGE_LOG_INTERVAL_MS);
 
   log(log: FastifyBaseLogger, reqId: string, error: IngestError): void {
-    const now = Date.now();
-    if (now - this.#at < STORAGE_LOG_INTERVAL_MS) {
-      this.#since++;
-      return;
-    }
+    const held = this.#interval.pass();
+    if (held === undefined) return;
     const cause = error.cause instanceof Error ? error.cause.message : undefined;
-    log.error({ reqId, code: error.code, cause, moreFailedSinceLastLine: this.#since }, error.message);
-    this.#at = now;
-    this.#since = 0;
+    log.error({ reqId, code: error.code, cause, moreFailedSinceLastLine: held }, error.message);
   }
 }
