@@ -9,9 +9,9 @@ import { UsageError, natsUrl } from "../args.ts";
 import { connectAdmin, fail, qualifiedName } from "./replay.ts";
 import type { Command } from "./types.ts";
 import { USER_ID_PATTERN } from "../../schema/mod.ts";
+import { NATS_AUTH_HELP } from "./nats-help.ts";
 
 const USER_ID = new RegExp(USER_ID_PATTERN, "u");
-import { NATS_AUTH_HELP } from "./nats-help.ts";
 
 export const deleteUserCommand: Command = {
   exitWhenDone: true,

@@ -147,13 +147,9 @@ export async function replayDeadLetters(nc: NatsConnection, options: DeadLetterS
       const original = m.headers?.get("Trackhook-Original-Subject");
       if (original) h.set("Trackhook-Original-Subject", original);
       await js.publish(replay, m.data, { headers: h, msgID: `replay/${namespace}/${destination}/${m.seq}`, expect: { streamName: EVENTS_STREAM } });
-      // Only now is the copy stored; a dead letter deleted by a concurrent replay is fine.
-      const deleted = await jsm.streams.deleteMessage(DLQ_STREAM, m.seq, false).catch((err: Error) => {
-        if (!/no message found|not found/i.test(err.message)) throw err;
-        return false;
-      });
-      // Counted by whoever deleted the dead letter: two replays at once each count only their own.
-      if (deleted) replayed++;
+      // Only now is the copy stored. Counted by whoever deleted the dead letter: two replays at
+      // once each count only their own.
+      if (await deleteDeadLetter(jsm, m.seq)) replayed++;
     }
   } catch (err) {
     throw new ReplayInterruptedError(replayed, err);
@@ -189,13 +185,17 @@ export async function purgeDeadLettersOf(
       continue;
     }
     if (body?.type === "delete" || typeof body?.userId !== "string" || !users.has(body.userId)) continue;
-    const deleted = await jsm.streams.deleteMessage(DLQ_STREAM, m.seq, false).catch((err: Error) => {
-      if (!/no message found|not found/i.test(err.message)) throw err;
-      return false;
-    });
-    if (deleted) removed++;
+    if (await deleteDeadLetter(jsm, m.seq)) removed++;
   }
   return { removed };
+}
+
+/** Deletes a dead letter; false when it was gone already (a concurrent replay or purge took it). */
+async function deleteDeadLetter(jsm: JetStreamManager, seq: number): Promise<boolean> {
+  return jsm.streams.deleteMessage(DLQ_STREAM, seq, false).catch((err: Error) => {
+    if (!/no message found|not found/i.test(err.message)) throw err;
+    return false;
+  });
 }
 
 /**

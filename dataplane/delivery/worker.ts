@@ -152,9 +152,8 @@ export class DestinationWorker {
   readonly #redactedUrls: Map<string, string>;
   #messages: ConsumerMessages | undefined;
   #watch: ConsumerWatch | undefined;
-  readonly #consumerCheckMs: number | undefined;
-  readonly #jsm: JetStreamManager | undefined;
-  readonly #onConsumerLost: ((last: ConsumerPosition | undefined) => void) | undefined;
+  /** What start() watches the consumer with (deps.jsm and deps.onConsumerLost), if anything. */
+  readonly #watchWith: { jsm: JetStreamManager; lost: (last: ConsumerPosition | undefined) => void; checkMs: number | undefined } | undefined;
   #stopping = false;
   #loop: Promise<void> | undefined;
 
@@ -175,9 +174,7 @@ export class DestinationWorker {
     this.#redactedUrls = new Map(destination.urls.map((url) => [url, redactUrl(url)]));
     this.#signingKeys = destination.sharedSecret ? signingKeys(destination.sharedSecret) : undefined;
     this.#log = deps.log.child({ destination: this.#label });
-    this.#consumerCheckMs = deps.consumerCheckMs;
-    this.#jsm = deps.jsm;
-    this.#onConsumerLost = deps.jsm ? deps.onConsumerLost : undefined;
+    this.#watchWith = deps.jsm && deps.onConsumerLost ? { jsm: deps.jsm, lost: deps.onConsumerLost, checkMs: deps.consumerCheckMs } : undefined;
   }
 
   async start(): Promise<void> {
@@ -210,8 +207,9 @@ export class DestinationWorker {
         void work.finally(() => this.#inFlight.delete(work));
       }
     })();
-    if (this.#onConsumerLost) {
-      this.#watch = new ConsumerWatch(this.#jsm!, consumerName(this.destination.namespace, this.destination.name), this.#onConsumerLost, this.#consumerCheckMs);
+    const watchWith = this.#watchWith;
+    if (watchWith) {
+      this.#watch = new ConsumerWatch(watchWith.jsm, consumerName(this.destination.namespace, this.destination.name), watchWith.lost, watchWith.checkMs);
       this.#watch.follow(messages);
     }
   }

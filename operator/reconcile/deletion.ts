@@ -72,10 +72,7 @@ async function sendNotifications(ctx: OperatorContext, namespace: string, name: 
 
   const failed = progress.filter((s) => s.state === "FAILED");
   const notified = progress.filter((s) => s.state === "FINISHED" && !s.reason).map((s) => s.name);
-  // trackhook's own copies that `replay` could send again: the users' dead letters, of every
-  // source the request names (a deleted one's, and one's without an enabled destination, too),
-  // or of the whole namespace when it names none.
-  const { removed } = await purgeDeadLettersOf(ctx.js, ctx.jsm, { namespace, ...(request.spec.sources ? { sources: request.spec.sources } : {}), userIds: request.spec.userIds });
+  const removed = await purgeDeadLetters(ctx, request);
   const purged = removed > 0 ? `; ${removed} of their dead letters removed` : "";
   const completedAt = new Date();
   const final: DeletionRequestStatus = {
@@ -109,9 +106,19 @@ async function finalPurge(ctx: OperatorContext, request: DeletionResource): Prom
   const dueInMs = Date.parse(status.finalPurgeAt) - Date.now();
   if (dueInMs > 0) return { requeueAfterMs: Math.min(dueInMs, 60 * 60_000) };
   const { namespace } = request.metadata;
-  const { removed } = await purgeDeadLettersOf(ctx.js, ctx.jsm, { namespace, ...(request.spec.sources ? { sources: request.spec.sources } : {}), userIds: request.spec.userIds });
+  const removed = await purgeDeadLetters(ctx, request);
   await writeStatus(ctx, request, { ...status, deadLettersRemoved: (status.deadLettersRemoved ?? 0) + removed, finalPurgeDone: true });
   if (removed > 0) ctx.log.info({ request: `${namespace}/${request.metadata.name}`, deadLettersRemoved: removed }, "deletion request: dead letters made after it removed");
+}
+
+/**
+ * trackhook's own copies that `replay` could send again: the users' dead letters, of every source
+ * the request names (a deleted one's, and one's without an enabled destination, too), or of the
+ * whole namespace when it names none. Resolves with how many were removed.
+ */
+async function purgeDeadLetters(ctx: OperatorContext, request: DeletionResource): Promise<number> {
+  const { sources, userIds } = request.spec;
+  return (await purgeDeadLettersOf(ctx.js, ctx.jsm, { namespace: request.metadata.namespace, ...(sources ? { sources } : {}), userIds })).removed;
 }
 
 /** The longest a message can be retried before it is dead-lettered: 90% of the events stream's max_age. */
