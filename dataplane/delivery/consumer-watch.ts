@@ -26,6 +26,11 @@ export class ConsumerWatch {
   readonly #lost: (last: ConsumerPosition | undefined) => void;
   readonly #timer: NodeJS.Timeout;
   #last: ConsumerPosition | undefined;
+  /**
+   * The events stream's creation time, read once: a stream recreated since takes its consumers
+   * with it, which this watch then reports, and the service sees the stream's new time.
+   */
+  #streamCreated: string | undefined;
   #checking: Promise<void> | undefined;
   #stopped = false;
 
@@ -76,8 +81,8 @@ export class ConsumerWatch {
     try {
       const info = await this.#jsm.consumers.info(EVENTS_STREAM, this.#name);
       // The stream's creation time tells a floor of this stream from one of a stream since recreated.
-      const stream = await this.#jsm.streams.info(EVENTS_STREAM);
-      this.#last = { ackFloor: info.ack_floor.stream_seq, streamCreated: stream.created };
+      this.#streamCreated ??= (await this.#jsm.streams.info(EVENTS_STREAM)).created;
+      this.#last = { ackFloor: info.ack_floor.stream_seq, streamCreated: this.#streamCreated };
       return true;
     } catch (err) {
       return !isConsumerNotFound(err);
