@@ -7,8 +7,8 @@
 // cannot take it. Beyond its reserve a destination may borrow only what no active destination's
 // unused reserve needs, and while some destination is idle, never the last fair share of free
 // slots (the lane that an idle destination with a message again takes at once). So a destination
-// busy alone uses every slot (beside idle ones, all but the lane), while one whose receivers answer just before their
-// timeout fills its reserve and what is spare, never the others' reserves.
+// busy alone uses every slot (beside idle ones, all but the lane), while one whose receivers
+// answer just before their timeout fills its reserve and what is spare, never the others' reserves.
 
 /** How long a destination keeps its reserve after its last delivery. */
 export const ACTIVE_FOR_MS = 30_000;
