@@ -1,14 +1,16 @@
 // `trackhook delete-user`: the laptop equivalent of creating a DeletionRequest — one delete
 // notification per user to the webhooks of a source, through the normal delivery path.
 import { randomUUID } from "node:crypto";
-import { jetstream, jetstreamManager } from "@nats-io/jetstream";
+import { jetstream, jetstreamManager, type JetStreamManager } from "@nats-io/jetstream";
 import { loadConfigFile } from "../../dataplane/config/mod.ts";
 import { hasEnabledDestination, publishDeleteNotifications } from "../../dataplane/deletion/mod.ts";
 import { purgeDeadLettersOf } from "../../dataplane/delivery/admin.ts";
+import { retryWindowInForceMs } from "../../dataplane/delivery/worker.ts";
+import { EVENTS_STREAM } from "../../dataplane/nats/mod.ts";
 import { UsageError, natsUrl } from "../args.ts";
 import { connectAdmin, fail, qualifiedName } from "./replay.ts";
 import type { Command } from "./types.ts";
-import { USER_ID_PATTERN } from "../../schema/mod.ts";
+import { USER_ID_PATTERN, type CompiledConfig } from "../../schema/mod.ts";
 import { NATS_AUTH_HELP } from "./nats-help.ts";
 
 const USER_ID = new RegExp(USER_ID_PATTERN, "u");
@@ -22,13 +24,15 @@ export const deleteUserCommand: Command = {
   --config <file|dir>        the config \`trackhook dev\`/\`deliver\` runs with (to find the source's webhooks)
   --source <ns/name>         the Source (namespace "default" when omitted)
   --user-id <id>             a user to delete; repeat for more (up to 5000)
+  --dead-letters-only        send no notification: only remove the users' dead letters (run it once
+                             the retries of their messages are over, at the time a run prints)
   --request-id <id>          names the request: running again with the same id within the stream's
                              duplicate window (--duplicate-window, 10m by default) sends nothing twice
                              (default: a new id, so every run notifies again)
   --nats <url>               NATS server URL(s), comma-separated (or TRACKHOOK_NATS_URL)${NATS_AUTH_HELP}`,
   flags: {
     config: { type: "string" }, source: { type: "string" }, "user-id": { type: "string", multiple: true },
-    "request-id": { type: "string" }, nats: { type: "string" },
+    "request-id": { type: "string" }, "dead-letters-only": { type: "boolean" }, nats: { type: "string" },
   },
   async run(values) {
     if (!values.config) throw new UsageError("--config <file|dir> is required");
@@ -39,6 +43,7 @@ export const deleteUserCommand: Command = {
     if (userIds.some((id) => id.length === 0 || id.length > 256)) throw new UsageError("--user-id: ids are 1 to 256 characters");
     const odd = userIds.find((id) => !USER_ID.test(id));
     if (odd !== undefined) throw new UsageError(`--user-id ${JSON.stringify(odd)}: no whitespace at either end and no control characters (it would notify a user who does not exist)`);
+    if (values["dead-letters-only"] && values["request-id"]) throw new UsageError("--dead-letters-only sends no notification: it takes no --request-id");
     const url = natsUrl(values);
     const config = loadConfigFile(values.config);
     if (!config.sources.some((s) => s.namespace === namespace && s.name === name)) {
@@ -48,10 +53,15 @@ export const deleteUserCommand: Command = {
     if (!nc) return;
     try {
       const js = jetstream(nc);
+      const jsm = await jetstreamManager(nc);
       // trackhook's own copies that `replay` could send again go in any case, even when no
       // destination is enabled now (a disabled one may still have the user's dead letters).
-      const purge = async () => (await purgeDeadLettersOf(js, await jetstreamManager(nc), { namespace, sources: [name], userIds })).removed;
+      const purge = async () => (await purgeDeadLettersOf(js, jsm, { namespace, sources: [name], userIds })).removed;
       const removedNote = (removed: number) => (removed > 0 ? `; ${removed} of their dead letters removed` : "");
+      if (values["dead-letters-only"]) {
+        process.stdout.write(`${await purge()} dead letters of ${userIds.length === 1 ? "the user" : `the ${userIds.length} users`} removed from ${namespace}/${name}'s destinations\n`);
+        return;
+      }
       if (!hasEnabledDestination(config, namespace, name)) {
         fail(`Source ${namespace}/${name} has no enabled WebhookDestination: nobody to notify, nothing sent${removedNote(await purge())}`);
         return;
@@ -67,8 +77,25 @@ export const deleteUserCommand: Command = {
         `request ${requestId}: ${stored} delete notifications stored for ${namespace}/${name}` +
           (duplicates > 0 ? ` (${duplicates} already sent by this request before)` : "") + removedNote(removed) + "\n",
       );
+      // What the operator does by itself (status.finalPurgeAt), a person does here: a message of
+      // theirs still being retried can become a dead letter until its retry window ends.
+      const until = await lastRetryEnds(jsm, config, namespace, name);
+      process.stdout.write(
+        `messages of ${userIds.length === 1 ? "this user" : "these users"} still being retried can become dead letters until ${until.toISOString()}: ` +
+          `run delete-user again then, for the same users with --dead-letters-only, to remove those too\n`,
+      );
     } finally {
       await nc.close();
     }
   },
 };
+
+/** When the last retry of a message stored now to the source's enabled destinations ends, at the latest. */
+async function lastRetryEnds(jsm: JetStreamManager, config: CompiledConfig, namespace: string, source: string): Promise<Date> {
+  const maxAgeNanos = (await jsm.streams.info(EVENTS_STREAM)).config.max_age;
+  const maxAgeMs = maxAgeNanos > 0 ? maxAgeNanos / 1e6 : Infinity;
+  const windows = config.destinations
+    .filter((d) => d.enabled && d.namespace === namespace && d.sources.includes(source))
+    .map((d) => retryWindowInForceMs(d.retryWindowMs, maxAgeMs));
+  return new Date(Date.now() + Math.max(0, ...windows));
+}

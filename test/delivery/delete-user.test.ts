@@ -97,11 +97,30 @@ kind: WebhookDestination
 metadata: { name: purge-hook }
 spec: { sources: [purge-src], urls: ["${env.receiver.url("/purge")}"] }
 `);
+    const before = Date.now();
     const result = deleteUser(dir, "--source", "purge-src", "--user-id", "alice");
     expect(result.stdout).toMatch(/1 delete notifications stored for default\/purge-src; 1 of their dead letters removed/);
     // The delete notification, refused by the 404 too, is dead-lettered in its turn: it stays, to be replayed.
     await expect.poll(async () => (await env.deadLetters("purge-hook")).map((d) => `${d.body.type}:${d.body.userId}`).sort(), { timeout: 10_000 })
       .toEqual(["delete:alice", "identify:bob"]);
+
+    // A message of hers still being retried could become a dead letter later: the run said until
+    // when (the retry window in force: 4h, cut to 90% of the test stream's 1h max_age), and a
+    // --dead-letters-only run then removes it.
+    const until = /still being retried can become dead letters until (\S+): run delete-user again then, for the same users with --dead-letters-only/.exec(result.stdout)?.[1];
+    expect(Date.parse(until ?? "") - before).toBeGreaterThanOrEqual(0.9 * 3_600_000);
+    expect(Date.parse(until ?? "") - Date.now()).toBeLessThanOrEqual(0.9 * 3_600_000);
+    expect((await post(`${env.ingest.url}/v1/track`, { userId: "alice", messageId: "p-alice-late", event: "Late" }, { headers: { authorization: basic(key) } })).status).toBe(200);
+    await expect.poll(async () => (await env.deadLetters("purge-hook")).length, { timeout: 10_000 }).toBe(3);
+    const notifiedBefore = env.receiver.requests("/purge").filter((r) => JSON.parse(r.body.toString()).type === "delete").length;
+    const late = deleteUser(dir, "--source", "purge-src", "--user-id", "alice", "--dead-letters-only");
+    expect(late.status).toBe(0);
+    expect(late.stdout).toBe("1 dead letters of the user removed from default/purge-src's destinations\n");
+    expect((await env.deadLetters("purge-hook")).map((d) => `${d.body.type}:${d.body.userId}`).sort()).toEqual(["delete:alice", "identify:bob"]);
+    await new Promise((r) => setTimeout(r, 300));
+    expect(env.receiver.requests("/purge").filter((r) => JSON.parse(r.body.toString()).type === "delete")).toHaveLength(notifiedBefore);
+    expect(deleteUser(dir, "--source", "purge-src", "--user-id", "alice", "--dead-letters-only", "--request-id", "r").stderr)
+      .toContain("--dead-letters-only sends no notification: it takes no --request-id");
   });
 
   it("refuses a source with no enabled webhook, and an unknown source, sending nothing", () => {
