@@ -53,6 +53,7 @@ export class DeliveryMetrics {
   });
 
   #backlog: () => Promise<DeliveryBacklog[]> = async () => [];
+  #destinations: () => Array<{ destination: string; running: boolean }> = () => [];
 
   countDeleteNotification(destination: string, outcome: "delivered" | "dead_lettered"): void {
     this.#deleteNotifications.inc({ destination, outcome });
@@ -91,6 +92,22 @@ export class DeliveryMetrics {
     gauge("trackhook_delivery_consumer_pending_messages", "Messages not yet handed to delivery, per destination (consumer lag)", (b) => b.pending);
     gauge("trackhook_delivery_in_flight_messages", "Messages in delivery or waiting for a retry, per destination", (b) => b.inFlight);
     gauge("trackhook_delivery_dead_letters", "Messages in the dead-letter queue, per destination", (b) => b.deadLetters);
+    const destinations = () => this.#destinations();
+    new Gauge({
+      name: "trackhook_delivery_destination_up",
+      help: "1 per enabled destination this process delivers; 0 while it cannot start (it is retried)",
+      labelNames: ["destination"] as const,
+      registers: [this.registry],
+      collect() {
+        this.reset();
+        for (const d of destinations()) this.set({ destination: d.destination }, d.running ? 1 : 0);
+      },
+    });
+  }
+
+  /** Where the destination gauge reads from at scrape time (the delivery service). */
+  readDestinationsFrom(source: () => Array<{ destination: string; running: boolean }>): void {
+    this.#destinations = source;
   }
 
   /** Where the backlog gauges read from at scrape time (the delivery service). */

@@ -36,6 +36,10 @@ export interface DeliveryServiceDeps {
   consumerCheckMs?: number;
 }
 
+/** A destination that could not start is tried again after this, doubling up to the maximum. */
+const START_RETRY_MS = 1_000;
+const START_RETRY_MAX_MS = 30_000;
+
 /**
  * A config file caught half-written (`gen > config.yaml`), or a destination disabled for a
  * moment, must not throw away the messages its consumer still had to deliver.
@@ -59,6 +63,15 @@ export class DeliveryService {
   readonly #removals = new Map<string, NodeJS.Timeout>();
   /** The consumers the config in effect wants. */
   #wanted = new Set<string>();
+  /**
+   * Destinations (namespace/name) the config in effect wants delivered, and since when for those
+   * not started yet: a consumer made late starts there, not at "now", so what was stored while
+   * its start kept failing (NATS away for a moment) is delivered too.
+   */
+  readonly #pending = new Map<string, number>();
+  #wantedKeys: string[] = [];
+  #retryTimer: NodeJS.Timeout | undefined;
+  #retryMs = START_RETRY_MS;
   #stopped = false;
 
   private constructor(deps: DeliveryServiceDeps, jsm: JetStreamManager) {
@@ -76,6 +89,7 @@ export class DeliveryService {
     const service = new DeliveryService(deps, jsm);
     if (events.config.max_age > 0) service.#streamMaxAgeMs = events.config.max_age / 1e6;
     deps.metrics.readBacklogFrom(() => service.backlog());
+    deps.metrics.readDestinationsFrom(() => service.#wantedKeys.map((key) => ({ destination: key, running: service.#workers.has(key) })));
     // A destination that cannot start is logged and left out; the others run.
     await service.apply(deps.config.current()).catch(() => {});
     service.#unsubscribe = deps.config.subscribe((config) => {
@@ -135,20 +149,32 @@ export class DeliveryService {
     }
     const keep = new Set<string>();
     const failed: string[] = [];
+    this.#wantedKeys = [...wanted.keys()];
+    for (const key of this.#pending.keys()) if (!wanted.has(key)) this.#pending.delete(key);
     for (const [key, destination] of wanted) {
       keep.add(consumerName(destination.namespace, destination.name));
       if (this.#workers.has(key)) continue;
+      const since = this.#pending.get(key) ?? Date.now();
+      this.#pending.set(key, since);
       try {
         const last = positions.get(key);
-        // startSeq counts only if the consumer has to be made (it was deleted): an existing one keeps its place.
-        this.#managed.add(await ensureDestinationConsumer(this.#jsm, destination, last ? { startSeq: await this.#resumeFrom(last) } : {}));
+        // startSeq counts only if the consumer has to be made (it was deleted): an existing one keeps
+        // its place. Without createdAt (config files), one made now starts when it was first wanted.
+        const made = destination.createdAt ? destination : { ...destination, createdAt: new Date(since).toISOString() };
+        this.#managed.add(await ensureDestinationConsumer(this.#jsm, made, last ? { startSeq: await this.#resumeFrom(last) } : {}));
         await this.#startWorker(key, destination);
+        this.#pending.delete(key);
       } catch (err) {
         // One destination that cannot start must not keep the others from running.
         failed.push(key);
-        log.error({ err: (err as Error).message, destination: key }, "destination could not start; it is tried again at the next config change or restart");
+        log.error(
+          { err: (err as Error).message, destination: key, retryInSeconds: this.#retryMs / 1000 },
+          "destination could not start; tried again shortly (what is stored for it meanwhile is kept for it)",
+        );
       }
     }
+    if (failed.length > 0) this.#retryLater();
+    else this.#retryMs = START_RETRY_MS;
     // Only consumers this process managed: another deliver (or dev) on the same NATS with another
     // config keeps its own. A destination removed while no process ran keeps its consumer until
     // the operator, or someone with `nats consumer rm`, cleans it up.
@@ -178,6 +204,17 @@ export class DeliveryService {
       log.info({ consumers: removed, removedInSeconds: Math.round(graceMs / 1000) }, "destinations no longer enabled: nothing more is sent to them; their consumers, with the messages still to deliver, are kept in case they come back, then removed");
     }
     if (failed.length > 0) throw new Error(`destinations not started: ${failed.join(", ")}`);
+  }
+
+  /** Applies the latest config again after a pause that doubles while starts keep failing. */
+  #retryLater(): void {
+    if (this.#stopped || this.#retryTimer) return;
+    this.#retryTimer = setTimeout(() => {
+      this.#retryTimer = undefined;
+      if (!this.#stopped) void this.apply(this.#deps.config.current()).catch(() => {});
+    }, this.#retryMs);
+    this.#retryTimer.unref();
+    this.#retryMs = Math.min(this.#retryMs * 2, START_RETRY_MAX_MS);
   }
 
   async #startWorker(key: string, destination: CompiledDestination): Promise<void> {
@@ -257,6 +294,7 @@ export class DeliveryService {
   /** Stops pulling and waits for in-flight deliveries. */
   async stop(): Promise<void> {
     this.#stopped = true;
+    clearTimeout(this.#retryTimer);
     this.#unsubscribe();
     await this.#applying.catch(() => {});
     // Consumers awaiting removal stay, as for a destination removed while no process runs.

@@ -204,6 +204,50 @@ describe("delivery service", () => {
     }
   });
 
+  it("starts a destination added while NATS was away once it is back, and delivers what was stored for it meanwhile (regression: it was tried again only at the next config change, and then started from now)", { timeout: 60_000 }, async () => {
+    const own = await startNats();
+    const ownReceiver = await startReceiver();
+    await ensureStream(own.jsm, eventsStreamConfig(DEFAULT_STREAM));
+    const metrics = new DeliveryMetrics({ defaultMetrics: false });
+    const config = new ConfigHolder(configOf([{ name: "iota", url: ownReceiver.url("/iota") }]));
+    const lines: string[] = [];
+    const service = await DeliveryService.start({
+      nc: await own.connect(), config, sender, log: createLogger({ level: "error", destination: { write: (line) => void lines.push(line) } }), metrics, consumerRemovalGraceMs: 0,
+    });
+    const up = async () => (await metrics.registry.getSingleMetric("trackhook_delivery_destination_up")!.get()).values.map((v) => `${v.labels.destination}=${v.value}`).sort();
+    try {
+      expect(await up()).toEqual(["default/iota=1"]);
+      await own.server.kill();
+      const added = new Promise<void>((resolve) => {
+        const unsubscribe = config.subscribe(() => { unsubscribe(); resolve(); });
+      });
+      config.set(configOf([{ name: "iota", url: ownReceiver.url("/iota") }, { name: "kappa", url: ownReceiver.url("/kappa") }]));
+      await added;
+      // Its consumer cannot be made while NATS is away: not delivering, and the gauge says so.
+      await expect.poll(() => lines.some((l) => l.includes("destination could not start; tried again shortly")), { timeout: 15_000 }).toBe(true);
+      expect(await up()).toEqual(["default/iota=1", "default/kappa=0"]);
+      expect(service.destinations).toEqual(["default/iota"]);
+      const reconnected = (async () => {
+        for await (const status of own.nc.status()) if (status.type === "reconnect") return;
+      })();
+      await own.server.restart();
+      await reconnected;
+      // Stored as soon as NATS is back, before the destination's next try (its consumer, made
+      // then, must start from when the destination was added, not from "now").
+      const publish = publishTo("kappa", own);
+      for (let i = 0; i < 3; i++) await publish(`k-${i}`);
+      expect(service.destinations).toEqual(["default/iota"]);
+      await ownReceiver.waitFor("/kappa", 3, 40_000);
+      expect(ownReceiver.requests("/kappa").map((r) => JSON.parse(r.body.toString()).messageId).sort()).toEqual(["k-0", "k-1", "k-2"]);
+      expect(service.destinations.sort()).toEqual(["default/iota", "default/kappa"]);
+      expect(await up()).toEqual(["default/iota=1", "default/kappa=1"]);
+    } finally {
+      await service.stop();
+      await ownReceiver.close();
+      await own.stop();
+    }
+  });
+
   it("keeps a fair share of the process's slots free for an idle destination, so a dead one cannot hold them all", async () => {
     receiver.on("/dead", () => {}); // never answers
     const config = new ConfigHolder(configOf([
