@@ -4,7 +4,7 @@ import type { CompiledConfig } from "../../schema/mod.ts";
 import { configFrom, configSourceFlags, configSourceHelp, openConfig, openConfigFiles } from "./config-source.ts";
 import { DEFAULT_PROCESS_MAX_IN_FLIGHT, DeliveryMetrics, DeliveryService, WebhookSender, redactUrl, urlReachesOnlyPrivate } from "../../dataplane/delivery/mod.ts";
 import { createLogger, type Logger } from "../../dataplane/logging.ts";
-import { DEFAULT_SIDE_STREAM, connectNats, type SideStreamSettings } from "../../dataplane/nats/mod.ts";
+import { DEFAULT_SIDE_STREAM, connectNats, natsConnectedGauge, type SideStreamSettings } from "../../dataplane/nats/mod.ts";
 import type { NatsConnection } from "@nats-io/transport-node";
 import { VERSION } from "../../dataplane/version.ts";
 import { buildOpsServer } from "../../dataplane/ops/server.ts";
@@ -122,6 +122,7 @@ ${configSourceHelp}
       await running.nc?.drain();
     });
     const nc = (running.nc = await connectNats({ servers: nats, name: "trackhook-deliver", log, component: "delivery" }));
+    natsConnectedGauge(metrics.registry, nc);
     waitingFor = from.kind === "nats" ? "the trackhook-config bucket" : "the events stream";
     const config = (running.config = await openConfig(files, nc, log, "destinations"));
     waitingFor = "the events stream";

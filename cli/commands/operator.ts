@@ -1,6 +1,6 @@
 // `trackhook operator`: the Kubernetes operator, with leader election so replicas can stand by.
 import { createLogger } from "../../dataplane/logging.ts";
-import { connectNats } from "../../dataplane/nats/mod.ts";
+import { connectNats, natsConnectedGauge } from "../../dataplane/nats/mod.ts";
 import { buildOpsServer } from "../../dataplane/ops/server.ts";
 import type { NatsConnection } from "@nats-io/transport-node";
 import type { Operator } from "../../operator/mod.ts";
@@ -90,6 +90,7 @@ export const operatorCommand: Command = {
       await running.nc?.drain();
     });
     const nc = (running.nc = await connectNats({ servers: nats, name: "trackhook-operator", log, component: "operator" }));
+    natsConnectedGauge(metrics.registry, nc);
     const operator = (running.operator = new Operator({ kube, nc, log, metrics }, options));
     // Losing the lease means another replica may act now: stop at once, as controller-runtime does.
     await operator.run(() => process.exit(1));

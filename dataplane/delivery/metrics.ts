@@ -1,5 +1,6 @@
 // Delivery's Prometheus metrics, on a registry of its own.
 import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from "prom-client";
+import { DLQ_STREAM } from "../nats/subjects.ts";
 import { TalliedCounter } from "../ops/tally.ts";
 
 /** Per-destination figures read from JetStream when metrics are scraped. */
@@ -12,6 +13,12 @@ export interface DeliveryBacklog {
   deadLetters: number;
 }
 
+/** What a scrape reads from JetStream: per destination, and how full the dead-letter stream is. */
+export interface DeliveryBacklogs {
+  destinations: DeliveryBacklog[];
+  deadLetterStream?: { bytes: number; maxBytes: number };
+}
+
 /** The labels for the usual classes, built once. */
 const STATUS_CLASS: Record<number, string> = { 1: "1xx", 2: "2xx", 3: "3xx", 4: "4xx", 5: "5xx" };
 
@@ -22,7 +29,7 @@ export class DeliveryMetrics {
   // (read them from the registry).
   readonly #deliveries = new TalliedCounter({
     name: "trackhook_delivery_messages_total",
-    help: "Messages handled per destination, by outcome (delivered, retry, dead_lettered, skipped) and reason",
+    help: "Messages handled per destination, by outcome (delivered, retry, dead_lettered, dead_letter_failed, skipped) and reason",
     labelNames: ["destination", "outcome", "reason"] as const,
     registers: [this.registry],
   });
@@ -52,14 +59,14 @@ export class DeliveryMetrics {
     registers: [this.registry],
   });
 
-  #backlog: () => Promise<DeliveryBacklog[]> = async () => [];
+  #backlog: () => Promise<DeliveryBacklogs> = async () => ({ destinations: [] });
   #destinations: () => Array<{ destination: string; running: boolean }> = () => [];
 
   countDeleteNotification(destination: string, outcome: "delivered" | "dead_lettered"): void {
     this.#deleteNotifications.inc({ destination, outcome });
   }
 
-  countDelivery(destination: string, outcome: "delivered" | "retry" | "dead_lettered" | "skipped", reason = ""): void {
+  countDelivery(destination: string, outcome: "delivered" | "retry" | "dead_lettered" | "dead_letter_failed" | "skipped", reason = ""): void {
     this.#deliveries.add(destination, outcome, reason);
   }
 
@@ -72,11 +79,11 @@ export class DeliveryMetrics {
   constructor(options: { defaultMetrics?: boolean } = {}) {
     if (options.defaultMetrics ?? true) collectDefaultMetrics({ register: this.registry });
     // collect() runs with `this` bound to the gauge; the arrow keeps the metrics object at hand.
-    // A scrape collects the three gauges at once: they share one read of JetStream.
-    let reading: Promise<DeliveryBacklog[]> | undefined;
+    // A scrape collects the gauges at once: they share one read of JetStream.
+    let reading: Promise<DeliveryBacklogs> | undefined;
     const readBacklog = () =>
       (reading ??= this.#backlog()
-        .catch(() => [])
+        .catch((): DeliveryBacklogs => ({ destinations: [] }))
         .finally(() => (reading = undefined)));
     const gauge = (name: string, help: string, pick: (b: DeliveryBacklog) => number) =>
       new Gauge({
@@ -86,9 +93,25 @@ export class DeliveryMetrics {
         registers: [this.registry],
         async collect() {
           this.reset();
-          for (const b of await readBacklog()) this.set({ destination: b.destination }, pick(b));
+          for (const b of (await readBacklog()).destinations) this.set({ destination: b.destination }, pick(b));
         },
       });
+    // A full dead-letter stream refuses dead letters: such messages stay in delivery, retried each
+    // minute, and are lost if the events stream drops them first (its max_age). Alert before.
+    const streamGauge = (name: string, help: string, pick: (use: { bytes: number; maxBytes: number }) => number) =>
+      new Gauge({
+        name,
+        help,
+        labelNames: ["stream"] as const,
+        registers: [this.registry],
+        async collect() {
+          this.reset();
+          const use = (await readBacklog()).deadLetterStream;
+          if (use) this.set({ stream: DLQ_STREAM }, pick(use));
+        },
+      });
+    streamGauge("trackhook_dead_letter_stream_bytes", "Bytes stored in TRACKHOOK_DLQ", (use) => use.bytes);
+    streamGauge("trackhook_dead_letter_stream_max_bytes", "TRACKHOOK_DLQ's max_bytes: at it, dead letters are refused (trackhook_delivery_messages_total{outcome=\"dead_letter_failed\"})", (use) => use.maxBytes);
     gauge("trackhook_delivery_consumer_pending_messages", "Messages not yet handed to delivery, per destination (consumer lag)", (b) => b.pending);
     gauge("trackhook_delivery_in_flight_messages", "Messages in delivery or waiting for a retry, per destination", (b) => b.inFlight);
     gauge("trackhook_delivery_dead_letters", "Messages in the dead-letter queue, per destination", (b) => b.deadLetters);
@@ -111,7 +134,7 @@ export class DeliveryMetrics {
   }
 
   /** Where the backlog gauges read from at scrape time (the delivery service). */
-  readBacklogFrom(source: () => Promise<DeliveryBacklog[]>): void {
+  readBacklogFrom(source: () => Promise<DeliveryBacklogs>): void {
     this.#backlog = source;
   }
 }

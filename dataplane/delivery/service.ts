@@ -6,9 +6,9 @@ import type { NatsConnection } from "@nats-io/transport-node";
 import type { CompiledConfig, CompiledDestination } from "../../schema/mod.ts";
 import type { ConfigProvider } from "../config/mod.ts";
 import type { Logger } from "../logging.ts";
-import { DLQ_STREAM, DLQ_SUBJECTS, EVENTS_STREAM, TurnBatch, attemptsStreamConfig, consumerName, dlqStreamConfig, dlqSubject, ensureStream, isStreamNotFound, type SideStreamSettings } from "../nats/mod.ts";
+import { DLQ_STREAM, DLQ_SUBJECTS, EVENTS_STREAM, TurnBatch, attemptsStreamConfig, consumerName, dlqStreamConfig, dlqSubject, ensureStream, isNatsConnected, isStreamNotFound, type SideStreamSettings } from "../nats/mod.ts";
 import { ensureDestinationConsumer, removeDestinationConsumers } from "./consumers.ts";
-import type { DeliveryBacklog, DeliveryMetrics } from "./metrics.ts";
+import type { DeliveryBacklogs, DeliveryMetrics } from "./metrics.ts";
 import { DestinationWorker, type WebhookSending } from "./worker.ts";
 import type { ConsumerPosition } from "./consumer-watch.ts";
 import { DeliverySlots } from "./limit.ts";
@@ -103,20 +103,30 @@ export class DeliveryService {
     return [...this.#workers.keys()];
   }
 
-  /** Lag, in-flight and dead-letter counts per destination, from JetStream. */
-  async backlog(): Promise<DeliveryBacklog[]> {
+  /**
+   * Lag, in-flight and dead-letter counts per destination, and the dead-letter stream's use, from
+   * JetStream. Nothing while NATS is disconnected (a scrape must not wait for timeouts), and a
+   * destination whose consumer cannot be read (deleted under delivery) is left out alone.
+   */
+  async backlog(): Promise<DeliveryBacklogs> {
+    if (!isNatsConnected(this.#deps.nc)) return { destinations: [] };
     const dlq = await this.#jsm.streams.info(DLQ_STREAM, { subjects_filter: DLQ_SUBJECTS });
     const perSubject = (dlq.state.subjects ?? {}) as Record<string, number>;
-    return Promise.all(
+    const read = await Promise.allSettled(
       [...this.#workers.values()].map(async ({ destination: d }) => {
         const info = await this.#jsm.consumers.info(EVENTS_STREAM, consumerName(d.namespace, d.name));
         return { destination: `${d.namespace}/${d.name}`, pending: info.num_pending, inFlight: info.num_ack_pending, deadLetters: perSubject[dlqSubject(d.namespace, d.name)] ?? 0 };
       }),
     );
+    return {
+      destinations: read.flatMap((r) => (r.status === "fulfilled" ? [r.value] : [])),
+      deadLetterStream: { bytes: dlq.state.bytes, maxBytes: dlq.config.max_bytes },
+    };
   }
 
   /** Ready while JetStream answers. */
   async ready(): Promise<{ ready: boolean; reason?: string }> {
+    if (!isNatsConnected(this.#deps.nc)) return { ready: false, reason: "NATS disconnected; reconnecting" };
     try {
       await this.#jsm.streams.info(EVENTS_STREAM);
       return { ready: true };

@@ -27,6 +27,16 @@ export interface WebhookSending {
 /** The header receivers can use to drop a retried duplicate: the same for every attempt of a message. */
 export const DELIVERY_ID_HEADER = "x-delivery-id";
 
+/** A message's messageId for a log line, if its body has one (it may not be JSON at all). */
+function messageIdOf(m: JsMsg): string | undefined {
+  try {
+    const id = (m.json<{ messageId?: unknown }>() as { messageId?: unknown } | null)?.messageId;
+    return typeof id === "string" ? id : undefined;
+  } catch {
+    return undefined;
+  }
+}
+
 /** A stored message delivery can send: a JSON object with a messageId and a type. */
 function isDeliverable(value: unknown): value is DeliverableMessage {
   if (value === null || typeof value !== "object" || Array.isArray(value)) return false;
@@ -126,6 +136,8 @@ export class DestinationWorker {
   readonly retryWindowMs: number;
   /** Past this age (90% of the stream's max_age) a message is not sent even once. */
   readonly #lastChanceAgeMs: number;
+  /** The events stream's max_age: when a message not yet acked is gone for good. */
+  readonly #streamMaxAgeMs: number;
   readonly #sources = new Map<string, string>();
   /** URLs that no message is sent to for a while (Retry-After, or not answering). */
   readonly #pauses = new UrlPauses();
@@ -168,6 +180,7 @@ export class DestinationWorker {
     this.#label = `${destination.namespace}/${destination.name}`;
     this.retryWindowMs = retryWindowInForceMs(destination.retryWindowMs, deps.streamMaxAgeMs);
     this.#lastChanceAgeMs = retryWindowInForceMs(Infinity, deps.streamMaxAgeMs);
+    this.#streamMaxAgeMs = deps.streamMaxAgeMs ?? Infinity;
     this.#attemptsSubject = attemptsSubject(destination.namespace, destination.name);
     this.#replaySubject = replaySubject(destination.namespace, destination.name);
     this.#customHeaders = Object.fromEntries(destination.headers.map(({ name, value }) => [name.toLowerCase(), value]));
@@ -479,8 +492,18 @@ export class DestinationWorker {
       // replayed copy (a new sequence) can be dead-lettered again.
       await this.#js.publish(dlqSubject(this.destination.namespace, this.destination.name), m.data, { headers: h, msgID: `${this.#label}/${m.seq}` });
     } catch (err) {
-      // Without a stored dead letter the message must not be acked: try again later.
-      this.#log.error({ err: (err as Error).message, seq: m.seq }, "dead letter not stored; retrying the message later");
+      // Without a stored dead letter the message must not be acked: try again later. It stays in
+      // the events stream only until its max_age: a full dead-letter stream must be seen before.
+      const message = (err as Error).message;
+      const full = /maximum (bytes|messages)/i.test(message);
+      this.#metrics.countDelivery(this.#label, "dead_letter_failed", full ? "dead_letter_stream_full" : "dead_letter_not_stored");
+      const ageMs = Date.now() - m.info.timestampNanos / 1e6;
+      this.#log.error(
+        { err: message, seq: m.seq, messageId: messageIdOf(m), reason, ...(Number.isFinite(this.#streamMaxAgeMs) ? { droppedFromStreamInSeconds: Math.round((this.#streamMaxAgeMs - ageMs) / 1000) } : {}) },
+        full
+          ? "dead letter refused: TRACKHOOK_DLQ is full (--stream-max-bytes of deliver); the message is tried again in a minute and is lost if the events stream drops it first: make room (replay or purge dead letters) or raise the limit"
+          : "dead letter not stored; the message is tried again in a minute",
+      );
       m.nak(60_000);
       return;
     }

@@ -9,7 +9,7 @@ import type { NatsConnection } from "@nats-io/transport-node";
 import { Registry } from "prom-client";
 import type { ConfigProvider } from "../config/mod.ts";
 import type { Logger } from "../logging.ts";
-import { EVENTS_STREAM } from "../nats/mod.ts";
+import { EVENTS_STREAM, isNatsConnected, natsConnectedGauge } from "../nats/mod.ts";
 import { LogInterval } from "../ops/log-interval.ts";
 import { opsRoutes } from "../ops/server.ts";
 import { SourceDirectory } from "./auth.ts";
@@ -45,7 +45,9 @@ export async function buildIngestApp(deps: IngestAppDeps, input: IngestOptionsIn
   );
   const jsm = await jetstreamManager(deps.nc, { timeout: 1000, checkAPI: false });
 
+  natsConnectedGauge(metrics.registry, deps.nc);
   metrics.readStreamFrom(async () => {
+    if (!isNatsConnected(deps.nc)) return undefined;
     const { state, config } = await jsm.streams.info(EVENTS_STREAM);
     return { bytes: state.bytes, maxBytes: config.max_bytes };
   });
@@ -53,8 +55,8 @@ export async function buildIngestApp(deps: IngestAppDeps, input: IngestOptionsIn
   let readiness: { at: number; result: Promise<{ ready: boolean; reason?: string }> } | undefined;
   const ready = () => {
     if (readiness && performance.now() - readiness.at < READINESS_CACHE_MS) return readiness.result;
-    const result = deps.nc.isClosed()
-      ? Promise.resolve({ ready: false, reason: "NATS connection closed" })
+    const result = !isNatsConnected(deps.nc)
+      ? Promise.resolve({ ready: false, reason: deps.nc.isClosed() ? "NATS connection closed" : "NATS disconnected; reconnecting" })
       : jsm.streams.info(EVENTS_STREAM).then(
           () => ({ ready: true }),
           (err: Error) => ({ ready: false, reason: `JetStream stream ${EVENTS_STREAM} unavailable: ${err.message}` }),

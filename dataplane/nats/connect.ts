@@ -1,6 +1,7 @@
 // One way to connect to NATS for every component: reconnect forever, name the connection,
 // report status changes to the logger.
 import { connect, type NatsConnection } from "@nats-io/transport-node";
+import { Gauge, type Registry } from "prom-client";
 import type { Logger } from "../logging.ts";
 import { NatsAuthError, assertNoCredentialsInUrl, natsAuthOptions } from "./auth.ts";
 
@@ -73,6 +74,7 @@ export async function connectNats({ servers, name, log, component }: ConnectOpti
   } finally {
     clearInterval(waiting);
   }
+  followConnection(nc);
   void (async () => {
     for await (const status of nc.status()) {
       if (status.type === "disconnect" || status.type === "error") log.warn({ nats: status.type, server: "server" in status ? status.server : undefined }, "NATS connection problem");
@@ -80,6 +82,47 @@ export async function connectNats({ servers, name, log, component }: ConnectOpti
     }
   })();
   return nc;
+}
+
+/** Per followed connection, whether it is between a disconnect and the next reconnect. */
+const disconnected = new WeakMap<NatsConnection, boolean>();
+
+/** Starts following a connection's disconnects and reconnects (once per connection). */
+function followConnection(nc: NatsConnection): void {
+  if (disconnected.has(nc)) return;
+  disconnected.set(nc, false);
+  void (async () => {
+    for await (const status of nc.status()) {
+      if (status.type === "disconnect") disconnected.set(nc, true);
+      else if (status.type === "reconnect") disconnected.set(nc, false);
+    }
+  })();
+}
+
+/**
+ * Whether a connection is up: not closed, and not between a disconnect and a reconnect (followed
+ * from the first call on). Lets a scrape or a readiness check answer at once instead of waiting
+ * for a request's timeout.
+ */
+export function isNatsConnected(nc: NatsConnection): boolean {
+  followConnection(nc);
+  return !nc.isClosed() && disconnected.get(nc) !== true;
+}
+
+/**
+ * `trackhook_nats_connected` on a registry: 1 while the connection is up, 0 otherwise. The one
+ * metric that says "NATS is unreachable" while every gauge read from JetStream is missing.
+ */
+export function natsConnectedGauge(registry: Registry, nc: NatsConnection): void {
+  followConnection(nc);
+  new Gauge({
+    name: "trackhook_nats_connected",
+    help: "1 while this process's NATS connection is up, 0 while it is disconnected or closed",
+    registers: [registry],
+    collect() {
+      this.set(isNatsConnected(nc) ? 1 : 0);
+    },
+  });
 }
 
 /** What kind of credentials are in use, for the log (never their values). */

@@ -153,19 +153,32 @@ describe("backoff", () => {
 });
 
 describe("delivery metrics", () => {
-  it("one scrape reads the backlog from JetStream once for its three gauges", async () => {
+  it("one scrape reads the backlog from JetStream once for its five gauges", async () => {
     const metrics = new DeliveryMetrics({ defaultMetrics: false });
     let reads = 0;
     metrics.readBacklogFrom(async () => {
       reads++;
-      return [{ destination: "shop/crm", pending: 3, inFlight: 2, deadLetters: 1 }];
+      return { destinations: [{ destination: "shop/crm", pending: 3, inFlight: 2, deadLetters: 1 }], deadLetterStream: { bytes: 900, maxBytes: 1000 } };
     });
     const text = await metrics.registry.metrics();
     expect(reads).toBe(1);
     expect(text).toContain('trackhook_delivery_consumer_pending_messages{destination="shop/crm"} 3');
     expect(text).toContain('trackhook_delivery_in_flight_messages{destination="shop/crm"} 2');
     expect(text).toContain('trackhook_delivery_dead_letters{destination="shop/crm"} 1');
+    expect(text).toContain('trackhook_dead_letter_stream_bytes{stream="TRACKHOOK_DLQ"} 900');
+    expect(text).toContain('trackhook_dead_letter_stream_max_bytes{stream="TRACKHOOK_DLQ"} 1000');
     await metrics.registry.metrics();
     expect(reads, "the next scrape reads again").toBe(2);
+  });
+
+  it("has no stream series, rather than a 0 that reads as an empty stream, when JetStream could not be read (found by a review)", async () => {
+    const metrics = new DeliveryMetrics({ defaultMetrics: false });
+    metrics.readBacklogFrom(async () => {
+      throw new Error("timeout");
+    });
+    const text = await metrics.registry.metrics();
+    expect(text).toContain("# TYPE trackhook_dead_letter_stream_bytes gauge");
+    expect(text).not.toMatch(/^trackhook_dead_letter_stream_bytes/m);
+    expect(text).not.toMatch(/^trackhook_delivery_consumer_pending_messages/m);
   });
 });

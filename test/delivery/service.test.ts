@@ -9,7 +9,7 @@ import { createLogger } from "../../dataplane/logging.ts";
 import { EVENTS_STREAM, ensureStream, eventsStreamConfig } from "../../dataplane/nats/mod.ts";
 import { DEFAULT_STREAM } from "../harness/ingest.ts";
 import { startNats, type NatsHarness } from "../harness/nats.ts";
-import { startReceiver, type Receiver } from "../harness/receiver.ts";
+import { answer, startReceiver, type Receiver } from "../harness/receiver.ts";
 
 let nats: NatsHarness;
 let receiver: Receiver;
@@ -241,6 +241,36 @@ describe("delivery service", () => {
       expect(ownReceiver.requests("/kappa").map((r) => JSON.parse(r.body.toString()).messageId).sort()).toEqual(["k-0", "k-1", "k-2"]);
       expect(service.destinations.sort()).toEqual(["default/iota", "default/kappa"]);
       expect(await up()).toEqual(["default/iota=1", "default/kappa=1"]);
+    } finally {
+      await service.stop();
+      await ownReceiver.close();
+      await own.stop();
+    }
+  });
+
+  it("counts the dead letters a full dead-letter stream refuses, and says how full it is (found by a review: the messages aged out of the events stream with nothing but a log line)", async () => {
+    const own = await startNats();
+    const ownReceiver = await startReceiver();
+    ownReceiver.on("/lambda", answer(404)); // every message is a dead letter at once
+    await ensureStream(own.jsm, eventsStreamConfig(DEFAULT_STREAM));
+    const metrics = new DeliveryMetrics({ defaultMetrics: false });
+    const lines: string[] = [];
+    const service = await DeliveryService.start({
+      nc: await own.connect(), config: new ConfigHolder(configOf([{ name: "lambda", url: ownReceiver.url("/lambda") }])), sender, metrics,
+      log: createLogger({ level: "error", destination: { write: (line) => void lines.push(line) } }), dlqStream: { maxBytes: 2048, replicas: 1 },
+    });
+    const sample = async (name: string, labels: Record<string, string>) =>
+      (await metrics.registry.getSingleMetric(name)!.get()).values.find((v) => Object.entries(labels).every(([k, want]) => v.labels[k] === want))?.value;
+    try {
+      const publish = publishTo("lambda", own);
+      for (let i = 0; i < 20; i++) await publish(`l-${i}-${"x".repeat(200)}`);
+      await expect.poll(() => sample("trackhook_delivery_messages_total", { outcome: "dead_letter_failed", reason: "dead_letter_stream_full" }), { timeout: 15_000 }).toBeGreaterThan(0);
+      expect(await sample("trackhook_dead_letter_stream_max_bytes", { stream: "TRACKHOOK_DLQ" })).toBe(2048);
+      expect(await sample("trackhook_dead_letter_stream_bytes", { stream: "TRACKHOOK_DLQ" })).toBeGreaterThan(1024);
+      const line = JSON.parse(lines.find((l) => l.includes("TRACKHOOK_DLQ is full"))!) as Record<string, unknown>;
+      expect(line.messageId).toMatch(/^l-\d+-x+$/);
+      expect(line.reason).toBe("permanent_failure");
+      expect(line.droppedFromStreamInSeconds).toBeGreaterThan(3500);
     } finally {
       await service.stop();
       await ownReceiver.close();

@@ -238,7 +238,7 @@ describe("a full stream", () => {
     for (const a of answers) expect(stored.has(a.id)).toBe(a.status === 200);
     // What an alert needs, before the 503s begin: how full the stream is.
     const text = await (await fetch(`${full.url}/metrics`)).text();
-    const gauge = (name: string) => Number(new RegExp(`^${name} (\\d+)$`, "m").exec(text)?.[1]);
+    const gauge = (name: string) => Number(new RegExp(`^${name}\\{stream="TRACKHOOK_EVENTS"\\} (\\d+)$`, "m").exec(text)?.[1]);
     expect(gauge("trackhook_events_stream_max_bytes")).toBe(64 * 1024);
     expect(gauge("trackhook_events_stream_bytes")).toBeGreaterThan(0.8 * 64 * 1024);
     expect(gauge("trackhook_events_stream_bytes")).toBeLessThanOrEqual(64 * 1024);

@@ -24,16 +24,27 @@ describe("readiness", () => {
     expect(await until("/readyz", 200)).toEqual({ status: "ready" });
   });
 
-  it("is not ready while nats-server is down, and live all along", async () => {
+  const metrics = async () => (await (await fetch(`${env.ingest.url}/metrics`)).text()).split("\n").filter((l) => /^trackhook_(nats_connected|events_stream)/.test(l));
+
+  it("is not ready while nats-server is down, and live all along; its metrics say NATS is unreachable, not that the stream is empty (found by a review)", async () => {
+    expect((await metrics()).sort()).toEqual([
+      expect.stringMatching(/^trackhook_events_stream_bytes\{stream="TRACKHOOK_EVENTS"\} \d+$/),
+      expect.stringMatching(/^trackhook_events_stream_max_bytes\{stream="TRACKHOOK_EVENTS"\} \d+$/),
+      "trackhook_nats_connected 1",
+    ]);
     await env.nats.server.kill("SIGKILL");
     const body = await until("/readyz", 503);
-    expect(body).toMatchObject({ status: "not_ready", reason: expect.stringContaining("TRACKHOOK_EVENTS") });
+    expect(body).toMatchObject({ status: "not_ready", reason: expect.stringMatching(/NATS disconnected|TRACKHOOK_EVENTS/) });
     expect((await fetch(`${env.ingest.url}/healthz`)).status).toBe(200);
+    const started = Date.now();
+    expect(await metrics()).toEqual(["trackhook_nats_connected 0"]);
+    expect(Date.now() - started, "a scrape does not wait for JetStream's timeout").toBeLessThan(500);
   });
 
   it("is ready again once nats-server is back", async () => {
     await env.nats.server.restart();
     expect(await until("/readyz", 200)).toEqual({ status: "ready" });
+    await expect.poll(metrics).toContain("trackhook_nats_connected 1");
   });
 });
 
