@@ -17,7 +17,7 @@ import { ConsumerWatch, type ConsumerPosition } from "./consumer-watch.ts";
 import type { SlotShare } from "./limit.ts";
 import type { SendRequest, SendResult } from "./sender.ts";
 import { UrlPauses } from "./url-pause.ts";
-import { LogInterval } from "../ops/log-interval.ts";
+import { KeyedLogInterval, LogInterval } from "../ops/log-interval.ts";
 
 /** What the worker needs of an HTTP sender (dataplane/delivery/sender.ts). */
 export interface WebhookSending {
@@ -154,6 +154,8 @@ export class DestinationWorker {
   #roundsSweptAt = 0;
   /** One "webhook timed out" line per TIMEOUT_LOG_INTERVAL_MS at most (see #logTimeout). */
   readonly #timeoutLog = new LogInterval(TIMEOUT_LOG_INTERVAL_MS);
+  /** One "moved to the dead-letter queue" line per reason per TIMEOUT_LOG_INTERVAL_MS at most. */
+  readonly #deadLetterLog = new KeyedLogInterval(TIMEOUT_LOG_INTERVAL_MS);
   readonly #attemptsSubject: string;
   readonly #replaySubject: string;
   /** The destination's own headers, names lower-cased once. */
@@ -514,7 +516,14 @@ export class DestinationWorker {
       this.#metrics.countDeleteNotification(this.#label, "dead_lettered");
       this.#log.error({ seq: m.seq, reason, attempts }, "a delete notification (user erasure) moved to the dead-letter queue: the receiver did not get it; `trackhook replay` once it answers");
     } else {
-      this.#log.warn({ seq: m.seq, reason, attempts }, "message moved to the dead-letter queue");
+      // A receiver answering 404 dead-letters every message: one line per reason every 10 s.
+      const held = this.#deadLetterLog.pass(reason);
+      if (held !== undefined) {
+        this.#log.warn(
+          { seq: m.seq, messageId: messageIdOf(m), reason, attempts, lastStatus: last && "status" in last ? last.status : undefined, lastError: last && "error" in last ? last.error : undefined, moreLikeThisSinceLastLine: held },
+          "message moved to the dead-letter queue (`trackhook dead-letters` lists them)",
+        );
+      }
     }
     m.ack();
   }

@@ -10,7 +10,7 @@ import { Registry } from "prom-client";
 import type { ConfigProvider } from "../config/mod.ts";
 import type { Logger } from "../logging.ts";
 import { EVENTS_STREAM, isNatsConnected, natsConnectedGauge } from "../nats/mod.ts";
-import { LogInterval } from "../ops/log-interval.ts";
+import { KeyedLogInterval, LogInterval } from "../ops/log-interval.ts";
 import { opsRoutes } from "../ops/server.ts";
 import { SourceDirectory } from "./auth.ts";
 import { parseJsonObject, readBoundedBody } from "./body.ts";
@@ -66,7 +66,9 @@ export async function buildIngestApp(deps: IngestAppDeps, input: IngestOptionsIn
   };
 
   const registry = deps.extraRegistries?.length ? Registry.merge([metrics.registry, ...deps.extraRegistries]) : metrics.registry;
-  const state: IngestState = { options, metrics, registry, publisher, directory: new SourceDirectory(deps.config.current()), ready };
+  const state: IngestState = {
+    options, metrics, registry, publisher, directory: new SourceDirectory(deps.config.current()), ready, repeatedLines: new KeyedLogInterval(REPEATED_LINE_INTERVAL_MS),
+  };
   metrics.sources.set(state.directory.size);
   const unsubscribe = deps.config.subscribe((config) => {
     state.directory = new SourceDirectory(config);
@@ -142,7 +144,10 @@ export async function buildIngestApp(deps: IngestAppDeps, input: IngestOptionsIn
     if (request.is404) metrics.countRequest("unmatched", error.statusCode, error.code);
     if (error.code === "storage_unavailable" || error.code === "storage_full") storageFailures.log(request.log, request.id, error);
     else if (error.statusCode >= 500) request.log.error({ reqId: request.id, err, code: error.code }, error.message);
-    else request.log.info({ reqId: request.id, code: error.code, route: request.routeOptions.url }, error.message);
+    else {
+      const held = state.repeatedLines.pass(`answer ${error.code}`);
+      if (held !== undefined) request.log.info({ reqId: request.id, code: error.code, route: request.routeOptions.url, moreLikeThisSinceLastLine: held }, error.message);
+    }
     if (error.retryAfter) reply.header("retry-after", String(error.retryAfter));
     if (!request.raw.complete) {
       // A body left unread (corrupt compression, say) would hold the connection until the
@@ -226,6 +231,9 @@ function fromFastifyError(err: FastifyError): IngestError {
   }
   return errors.internal(err);
 }
+
+/** At most one line per kind this often for lines said per message or per refused request (IngestState.repeatedLines). */
+const REPEATED_LINE_INTERVAL_MS = 10_000;
 
 /** At most one line per STORAGE_LOG_INTERVAL_MS while JetStream cannot store messages. */
 const STORAGE_LOG_INTERVAL_MS = 10_000;

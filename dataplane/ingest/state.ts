@@ -4,6 +4,7 @@ import type { IngestMetrics } from "./metrics.ts";
 import type { IngestOptions } from "./options.ts";
 import type { EventPublisher } from "./publish.ts";
 import type { SourceDirectory } from "./auth.ts";
+import type { KeyedLogInterval } from "../ops/log-interval.ts";
 
 export interface IngestState {
   readonly options: IngestOptions;
@@ -13,6 +14,12 @@ export interface IngestState {
   readonly publisher: EventPublisher;
   /** Replaced whenever the config changes. */
   directory: SourceDirectory;
+  /**
+   * Lines said per message or per refused request, let through once per 10 s per kind (a source
+   * and a reason, an error code) with the count held back: write keys in browsers are public, and
+   * one batch of 2,500 bad messages would otherwise be 2,500 lines.
+   */
+  readonly repeatedLines: KeyedLogInterval;
   /** Resolves true when JetStream answers. */
   ready(): Promise<{ ready: boolean; reason?: string }>;
 }

@@ -23,3 +23,28 @@ export class LogInterval {
     return held;
   }
 }
+
+/**
+ * One LogInterval per key (a source and a reason, an error code): each kind of line gets through
+ * once per interval, whatever the others do. Keys come from config and code catalogues, so they
+ * are few; the map is cleared if they ever are not.
+ */
+export class KeyedLogInterval {
+  readonly #intervalMs: number;
+  readonly #intervals = new Map<string, LogInterval>();
+
+  constructor(intervalMs: number) {
+    this.#intervalMs = intervalMs;
+  }
+
+  /** As LogInterval.pass, for the lines of this key. */
+  pass(key: string, now = Date.now()): number | undefined {
+    let interval = this.#intervals.get(key);
+    if (!interval) {
+      if (this.#intervals.size >= 10_000) this.#intervals.clear();
+      interval = new LogInterval(this.#intervalMs);
+      this.#intervals.set(key, interval);
+    }
+    return interval.pass(now);
+  }
+}

@@ -95,6 +95,18 @@ describe("payloads, headers and signatures", () => {
     expect(line).toMatchObject({ level: 50, reason: "permanent_failure" });
   });
 
+  it("logs one line for many messages dead-lettered alike, with the messageId and the last answer, and counts them all (found by a review: a line per message, without either)", async () => {
+    env.receiver.on("/gone-many", answer(404));
+    await addDestination("gone-many", { urls: [env.receiver.url("/gone-many")] });
+    for (let i = 0; i < 20; i++) {
+      await env.nats.js.publish("trackhook.events.default.gone-many.track", JSON.stringify({ type: "track", userId: "u", event: "e", messageId: `gm-${i}` }), { msgID: `default/gone-many/gm-${i}` });
+    }
+    await expect.poll(async () => await env.metrics.registry.metrics(), { timeout: 10_000 })
+      .toContain('trackhook_delivery_messages_total{destination="default/gone-many",outcome="dead_lettered",reason="permanent_failure"} 20');
+    const lines = env.logs().filter((l) => l.destination === "default/gone-many" && String(l.msg).startsWith("message moved to the dead-letter queue"));
+    expect(lines).toEqual([expect.objectContaining({ reason: "permanent_failure", lastStatus: 404, messageId: expect.stringMatching(/^gm-\d+$/), moreLikeThisSinceLastLine: 0 })]);
+  });
+
   it("sends no X-Signature without a shared secret; adds Standard Webhooks headers when asked", async () => {
     const plain = await addDestination("unsigned", { urls: [env.receiver.url("/unsigned")] });
     await send(plain, "/v1/track", { userId: "u1", event: "Plain" });

@@ -1,0 +1,54 @@
+// Lines said per message or per refused request are let through once per 10 s per kind, with the
+// count held back: a browser's write key is public, and one batch of 2,500 messages that are not
+// accepted was 2,500 lines (found by a review).
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { buildIngestApp } from "../../dataplane/ingest/mod.ts";
+import { createLogger } from "../../dataplane/logging.ts";
+import { ensureStream, eventsStreamConfig } from "../../dataplane/nats/mod.ts";
+import { DEFAULT_STREAM, OTHER_WRITE_KEY, TEST_CONFIG, WRITE_KEY, basic, configFromYaml, post } from "../harness/ingest.ts";
+import { startNats, type NatsHarness } from "../harness/nats.ts";
+
+let nats: NatsHarness;
+let app: Awaited<ReturnType<typeof buildIngestApp>>;
+let url: string;
+const lines: Array<Record<string, unknown>> = [];
+
+beforeAll(async () => {
+  nats = await startNats();
+  await ensureStream(nats.jsm, eventsStreamConfig(DEFAULT_STREAM));
+  const logger = createLogger({ level: "info", destination: { write: (line: string) => lines.push(JSON.parse(line) as Record<string, unknown>) } });
+  app = await buildIngestApp({ nc: await nats.connect(), config: configFromYaml(TEST_CONFIG), logger });
+  url = await app.listen({ host: "127.0.0.1", port: 0 });
+});
+afterAll(async () => {
+  await app?.close();
+  await nats?.stop();
+});
+
+const linesSaying = (msg: string) => lines.filter((l) => l.msg === msg);
+
+describe("the log under a flood of bad input", () => {
+  it("has one line per source and reason for a batch of 2,500 messages that are not accepted, then holds the rest back and counts them", async () => {
+    const batch = (n: number) => ({ batch: Array.from({ length: n }, (_, i) => ({ type: "track", userId: "u", messageId: `no-event-${n}-${i}` })) });
+    expect((await post(`${url}/v1/batch`, batch(2500), { headers: { authorization: basic(WRITE_KEY) } })).status).toBe(200);
+    expect(linesSaying("message not accepted")).toEqual([
+      expect.objectContaining({ reason: "missing_event", source: "default/web", moreLikeThisSinceLastLine: 0, messageId: "no-event-2500-0" }),
+    ]);
+    // Another reason, and another source, each have their own line.
+    expect((await post(`${url}/v1/identify`, { traits: {} }, { headers: { authorization: basic(WRITE_KEY) } })).status).toBe(200);
+    expect((await post(`${url}/v1/track`, { userId: "u" }, { headers: { authorization: basic(OTHER_WRITE_KEY) } })).status).toBe(200);
+    expect(linesSaying("message not accepted").map((l) => `${l.source as string} ${l.reason as string}`)).toEqual([
+      "default/web missing_event", "default/web no_user_anon_id", "default/app missing_event",
+    ]);
+    // Every one is counted all the same.
+    const metrics = await (await fetch(`${url}/metrics`)).text();
+    expect(metrics).toContain('trackhook_ingest_messages_total{source="default/web",outcome="not_accepted",reason="missing_event"} 2500');
+  });
+
+  it("has one line for many requests refused alike (an unknown write key)", async () => {
+    for (let i = 0; i < 50; i++) expect((await post(`${url}/v1/track`, { userId: "u", event: "e" }, { headers: { authorization: basic(`guess-${i}`) } })).status).toBe(401);
+    const refused = lines.filter((l) => l.code === "invalid_write_key");
+    expect(refused).toHaveLength(1);
+    expect(refused[0]).toMatchObject({ moreLikeThisSinceLastLine: 0, route: "/v1/track" });
+  });
+});
