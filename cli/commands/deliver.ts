@@ -1,5 +1,5 @@
 // `trackhook deliver`: delivery workers for the destinations in the config.
-import type { ConfigProvider } from "../../dataplane/config/mod.ts";
+import { configMetrics, type ConfigProvider } from "../../dataplane/config/mod.ts";
 import type { CompiledConfig } from "../../schema/mod.ts";
 import { configFrom, configSourceFlags, configSourceHelp, openConfig, openConfigFiles } from "./config-source.ts";
 import { DEFAULT_PROCESS_MAX_IN_FLIGHT, DeliveryMetrics, DeliveryService, WebhookSender, redactUrl, urlReachesOnlyPrivate } from "../../dataplane/delivery/mod.ts";
@@ -125,6 +125,7 @@ ${configSourceHelp}
     natsConnectedGauge(metrics.registry, nc);
     waitingFor = from.kind === "nats" ? "the trackhook-config bucket" : "the events stream";
     const config = (running.config = await openConfig(files, nc, log, "destinations"));
+    configMetrics(metrics.registry, config);
     waitingFor = "the events stream";
     const delivery = (running.delivery = await startDelivery({ nc, config, log, maxInFlight, metrics, sideStreams, allowPrivateNetworks: Boolean(values["allow-private-networks"] as unknown) }));
     log.info({ address, destinations: delivery.service.destinations }, "delivery running (health, readiness and metrics on this address)");

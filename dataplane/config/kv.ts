@@ -219,11 +219,13 @@ export class KvConfigProvider extends ConfigHolder {
       value = entry.json();
     } catch {
       this.#log.error({ key: entry.key }, "ignoring a config entry that is not JSON");
+      this.noteLoad("rejected");
       return false;
     }
     const validate = kind === "source" ? validateCompiledSource : validateCompiledDestination;
     if (!validate(value)) {
       this.#log.error({ key: entry.key, problems: describeErrors(validate.errors) }, "ignoring an invalid config entry");
+      this.noteLoad("rejected");
       return false;
     }
     (map as Map<string, unknown>).set(id, value);

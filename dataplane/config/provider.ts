@@ -13,6 +13,16 @@ export interface ConfigProvider {
   /** Called with every new config after the first; returns an unsubscribe function. */
   subscribe(listener: (config: CompiledConfig) => void): () => void;
   close(): void;
+  /** How loading has gone, for metrics: providers that reload say so (ConfigHolder). */
+  loading?(): ConfigLoading;
+}
+
+/** What `trackhook_config_*` report. */
+export interface ConfigLoading {
+  /** Reloads (or config-bucket entries) refused since start: the previous config stayed in force. */
+  rejected: number;
+  /** When the config in force was last read whole and valid (ms since the epoch). */
+  loadedAt: number;
 }
 
 export function loadConfigFile(path: string): CompiledConfig {
@@ -28,6 +38,7 @@ export function staticConfig(config: CompiledConfig): ConfigProvider {
 export class ConfigHolder implements ConfigProvider {
   #config: CompiledConfig;
   readonly #listeners = new Set<(config: CompiledConfig) => void>();
+  readonly #loading: ConfigLoading = { rejected: 0, loadedAt: Date.now() };
 
   constructor(initial: CompiledConfig = { sources: [], destinations: [] }) {
     this.#config = initial;
@@ -44,7 +55,18 @@ export class ConfigHolder implements ConfigProvider {
 
   set(config: CompiledConfig): void {
     this.#config = config;
+    this.#loading.loadedAt = Date.now();
     for (const listener of this.#listeners) listener(config);
+  }
+
+  loading(): ConfigLoading {
+    return { ...this.#loading };
+  }
+
+  /** A reload or entry refused (the previous config stays), or one read fine that changed nothing. */
+  protected noteLoad(outcome: "rejected" | "unchanged"): void {
+    if (outcome === "rejected") this.#loading.rejected++;
+    else this.#loading.loadedAt = Date.now();
   }
 
   close(): void {}
@@ -91,6 +113,7 @@ export class FileConfigProvider extends ConfigHolder {
       const problems = err instanceof ConfigError ? err.problems : [String(err)];
       this.log.error({ path: this.path, problems }, "config reload failed; keeping the previous config");
       this.#failing = true;
+      this.noteLoad("rejected");
       return;
     }
     const current = this.current();
@@ -99,6 +122,7 @@ export class FileConfigProvider extends ConfigHolder {
       // (401 for every SDK) and destination (its consumer, backlog and all) would go.
       this.log.error({ path: this.path }, "the config now holds no Source and no WebhookDestination, as a file caught while being written does; keeping the previous config (to run with none, stop the process)");
       this.#failing = true;
+      this.noteLoad("rejected");
       return;
     }
     // A file read while being written (`gen > config.yaml`, a copy) may hold only its first
@@ -116,6 +140,7 @@ export class FileConfigProvider extends ConfigHolder {
     if (JSON.stringify(next) === JSON.stringify(current)) {
       // Fixed back to what is running: say so, or the last word in the log stays the error.
       if (recovered) this.log.info({ path: this.path }, "config valid again; unchanged from the config in use");
+      this.noteLoad("unchanged");
       return;
     }
     this.log.info({ path: this.path, sources: next.sources.length, destinations: next.destinations.length }, "config reloaded");

@@ -7,7 +7,7 @@ import Fastify, { LogController, type FastifyBaseLogger, type FastifyError, type
 import { jetstreamManager } from "@nats-io/jetstream";
 import type { NatsConnection } from "@nats-io/transport-node";
 import { Registry } from "prom-client";
-import type { ConfigProvider } from "../config/mod.ts";
+import { configMetrics, type ConfigProvider } from "../config/mod.ts";
 import type { Logger } from "../logging.ts";
 import { EVENTS_STREAM, isNatsConnected, natsConnectedGauge } from "../nats/mod.ts";
 import { KeyedLogInterval, LogInterval } from "../ops/log-interval.ts";
@@ -46,6 +46,7 @@ export async function buildIngestApp(deps: IngestAppDeps, input: IngestOptionsIn
   const jsm = await jetstreamManager(deps.nc, { timeout: 1000, checkAPI: false });
 
   natsConnectedGauge(metrics.registry, deps.nc);
+  configMetrics(metrics.registry, deps.config);
   metrics.readStreamFrom(async () => {
     if (!isNatsConnected(deps.nc)) return undefined;
     const { state, config } = await jsm.streams.info(EVENTS_STREAM);

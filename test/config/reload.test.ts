@@ -4,7 +4,8 @@ import { mkdtempSync, renameSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { FileConfigProvider } from "../../dataplane/config/mod.ts";
+import { Registry } from "prom-client";
+import { FileConfigProvider, configMetrics } from "../../dataplane/config/mod.ts";
 import { createLogger } from "../../dataplane/logging.ts";
 import { startNats, type NatsHarness } from "../harness/nats.ts";
 import { basic, post, startIngest, type IngestHarness } from "../harness/ingest.ts";
@@ -137,6 +138,33 @@ describe("the log of a file config", () => {
       // (A save can reach the watcher as more than one event: each may log its reload.)
       expect(lines.at(-1)?.msg).toBe("config valid again; unchanged from the config in use");
       expect(new Set(lines.map((l) => l.msg))).toEqual(new Set(["config reload failed; keeping the previous config", "config valid again; unchanged from the config in use"]));
+    } finally {
+      watched.close();
+    }
+  });
+
+  it("counts a refused reload in a metric, and when the config in force was last read valid (found by a review: only the log said so)", async () => {
+    const own = mkdtempSync(join(tmpdir(), "trackhook-reload-metric-"));
+    const path = join(own, "sources.yaml");
+    const write = (text: string) => {
+      writeFileSync(`${path}.tmp`, text);
+      renameSync(`${path}.tmp`, path);
+    };
+    write(doc({ web: "key-one" }));
+    const watched = new FileConfigProvider(path, createLogger({ level: "silent" }), 20);
+    const registry = new Registry();
+    configMetrics(registry, watched);
+    const sample = async (name: string) => (await registry.getSingleMetric(name)!.get()).values[0]?.value;
+    try {
+      expect(await sample("trackhook_config_rejected_total")).toBe(0);
+      const started = await sample("trackhook_config_loaded_timestamp_seconds");
+      write("not: [valid");
+      await eventually(async () => (await sample("trackhook_config_rejected_total")) === 1);
+      expect(await sample("trackhook_config_loaded_timestamp_seconds")).toBe(started);
+      await new Promise((r) => setTimeout(r, 20));
+      write(doc({ web: "key-two" }));
+      await eventually(async () => (await sample("trackhook_config_loaded_timestamp_seconds"))! > started!);
+      expect(await sample("trackhook_config_rejected_total")).toBe(1);
     } finally {
       watched.close();
     }
