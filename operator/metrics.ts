@@ -34,7 +34,26 @@ export class OperatorMetrics {
     registers: [this.registry],
   });
 
+  /** What the resources gauge counts, at scrape time (the leader's caches; none on a standby). */
+  #resources: () => Array<{ kind: string; ready: string; reason: string }> = () => [];
+
   constructor() {
     collectDefaultMetrics({ register: this.registry });
+    const resources = () => this.#resources();
+    new Gauge({
+      name: "trackhook_operator_resources",
+      help: "Sources, WebhookDestinations and DeletionRequests by kind and Ready condition (status and reason), as the leader sees them",
+      labelNames: ["kind", "ready", "reason"] as const,
+      registers: [this.registry],
+      collect() {
+        this.reset();
+        for (const r of resources()) this.inc({ kind: r.kind, ready: r.ready, reason: r.reason });
+      },
+    });
+  }
+
+  /** Where the resources gauge reads from (the operator's caches). */
+  readResourcesFrom(source: () => Array<{ kind: string; ready: string; reason: string }>): void {
+    this.#resources = source;
   }
 }

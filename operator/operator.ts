@@ -10,6 +10,7 @@ import { removeDestinationConsumers } from "../dataplane/delivery/mod.ts";
 import type { Logger } from "../dataplane/logging.ts";
 import { EVENTS_STREAM, parseConsumerName } from "../dataplane/nats/mod.ts";
 import { GROUP, VERSION, type SourceDocument, type WebhookDestinationDocument } from "../schema/mod.ts";
+import { readyOf } from "./conditions.ts";
 import { EventRecorder } from "./events.ts";
 import type { Kube, KubeObject } from "./kube/client.ts";
 import { listMetadata, metadataOnly } from "./kube/metadata.ts";
@@ -176,6 +177,14 @@ export class Operator {
     this.#destinations = destinations;
     this.#deletions = deletions;
     this.#reflectors = [sources, destinations, deletions, secrets] as Array<Reflector<KubeObject>>;
+    this.metrics.readResourcesFrom(() =>
+      [sources, destinations, deletions].flatMap((cache) =>
+        (cache.list() as Array<SourceResource | DestinationResource | DeletionResource>).map((o) => {
+          const ready = readyOf(o.status?.conditions);
+          return { kind: o.kind, ready: ready?.status ?? "Unknown", reason: ready?.reason ?? "NotReconciledYet" };
+        }),
+      ),
+    );
     // Sources first: a destination's reconcile resolves its sources from that cache.
     await sources.start();
     await Promise.all([destinations.start(), deletions.start(), secrets.start()]);

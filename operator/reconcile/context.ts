@@ -90,6 +90,11 @@ export async function setReady<R extends AnyResource>(
   await writeStatus(ctx, object, status);
   if (before?.status !== state.status || before?.reason !== state.reason) {
     const type = warning || state.status === "False" ? "Warning" : "Normal";
+    // Said in the operator's log too: whoever reads logs, not Events, learns of it.
+    const { namespace, name } = object.metadata;
+    const line = { kind: object.kind, resource: `${namespace}/${name}`, ready: state.status, reason: state.reason, detail: state.message, was: before ? `${before.status} ${before.reason}` : undefined };
+    if (type === "Warning") ctx.log.warn(line, "resource not ready");
+    else ctx.log.info(line, "resource ready");
     await ctx.events.record(object as AnyResource & { kind: Kind }, type, state.reason, state.message);
   }
 }

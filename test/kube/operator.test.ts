@@ -34,6 +34,10 @@ describe("operator: Source and WebhookDestination", () => {
     expect(web.status!.conditions!.find((c) => c.type === "Ready")).toMatchObject({ reason: "Reconciled" });
     const orphan = await env.waitReady("Source", "orphan", "False");
     expect(orphan.status!.conditions![0]).toMatchObject({ reason: "SecretNotFound", message: expect.stringContaining(`Secret ${env.namespace}/no-such-secret does not exist`) });
+    // Not only in status and Events: a metric to alert on (found by a review: nothing else said so).
+    const resources = async () =>
+      (await running.operator.metrics.registry.getSingleMetric("trackhook_operator_resources")!.get()).values.map((v) => `${v.labels.kind as string} ${v.labels.ready as string} ${v.labels.reason as string}`);
+    await expect.poll(resources).toEqual(expect.arrayContaining(["Source True Reconciled", "Source False SecretNotFound"]));
     // Only the digest reaches NATS, and the key is nowhere in status or events.
     expect(await kvValue(sourceKey(env.namespace, "web"))).toMatchObject({ writeKeySha256: sha256Hex("first-key") });
     expect(JSON.stringify(web.status)).not.toContain("first-key");
