@@ -1,9 +1,12 @@
 // `trackhook ingest`: the Tracking API server.
 import { jetstreamManager } from "@nats-io/jetstream";
 import type { NatsConnection } from "@nats-io/transport-node";
-import type { Registry } from "prom-client";
+import type { FastifyInstance } from "fastify";
+import { Registry } from "prom-client";
 import type { ConfigProvider } from "../../dataplane/config/mod.ts";
 import { buildIngestApp, type IngestOptionsInput } from "../../dataplane/ingest/mod.ts";
+import { errors } from "../../dataplane/ingest/errors.ts";
+import { buildOpsServer } from "../../dataplane/ops/server.ts";
 import { createLogger, type Logger } from "../../dataplane/logging.ts";
 import { EVENTS_STREAM, connectNats, ensureStream, eventsStreamConfig, type EventsStreamSettings } from "../../dataplane/nats/mod.ts";
 import { integerFlag, listenOrExplain, natsUrl } from "../args.ts";
@@ -55,17 +58,40 @@ export const ingestCommand: Command = {
     const options = ingestOptions(values);
     const port = integerFlag("port", values.port ?? "8080", 0, 65535); // before waiting on NATS
     const files = openConfigFiles(from, log); // invalid config fails here, before connecting
-    const nc = await connectNats({ servers: nats, name: "trackhook-ingest", log, component: "ingest" });
-    const config = await openConfig(files, nc, log, "sources");
-    const ingest = await startIngest({
-      nc, config, log, stream, options,
-      host: values.host ?? "0.0.0.0",
-      port,
-    });
+    const host = values.host ?? "0.0.0.0";
+    // Health first, as deliver and the operator do: a pod waiting for NATS or the config bucket
+    // is alive (no restart loop however long the wait), not ready, and says what it waits for.
+    // The Tracking API takes the port over once it can store messages.
+    const running: { waiting?: FastifyInstance; nc?: NatsConnection; config?: ConfigProvider; ingest?: RunningIngest } = {};
+    let waitingFor = "NATS";
+    const waiting = (running.waiting = waitingServer(() => waitingFor));
+    const address = new URL(await listenOrExplain(waiting, host, port));
+    log.debug({ address: address.origin }, "health and metrics served; ready once NATS and the config are");
     onShutdown(log, async () => {
-      await ingest.close(); // stops accepting, waits for in-flight requests and their publishes
-      config.close();
-      await nc.drain();
+      await running.waiting?.close();
+      await running.ingest?.close(); // stops accepting, waits for in-flight requests and their publishes
+      running.config?.close();
+      await running.nc?.drain();
     });
+    const nc = (running.nc = await connectNats({ servers: nats, name: "trackhook-ingest", log, component: "ingest" }));
+    waitingFor = from.kind === "nats" ? "the trackhook-config bucket" : "the events stream";
+    const config = (running.config = await openConfig(files, nc, log, "sources"));
+    waitingFor = "the events stream";
+    await waiting.close();
+    running.waiting = undefined;
+    running.ingest = await startIngest({ nc, config, log, stream, options, host, port: Number(address.port) });
   },
 };
+
+/**
+ * What answers on the ingest's port until it can store messages: /healthz 200, /readyz 503 with
+ * what it waits for, and 503 storage_unavailable (which SDKs retry) for the Tracking API.
+ */
+function waitingServer(waitingFor: () => string): FastifyInstance {
+  const app = buildOpsServer({ registry: new Registry(), ready: async () => ({ ready: false, reason: `starting: waiting for ${waitingFor()}` }) });
+  app.setNotFoundHandler((_request, reply) => {
+    const error = errors.storageUnavailable(5);
+    void reply.code(error.statusCode).header("retry-after", "5").send({ success: false, code: error.code, message: `${error.message} (starting: waiting for ${waitingFor()})` });
+  });
+  return app;
+}

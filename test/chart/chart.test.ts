@@ -350,13 +350,12 @@ describe("rendered manifests", () => {
         }
       }
     }
-    // Ingest opens its port only once NATS and the config bucket answer: five minutes to start.
-    // Delivery and the operator serve /healthz at once and report what they wait for on /readyz.
+    // Every component serves /healthz at once and reports what it waits for on /readyz.
     const startup = (component: string) => {
       const probe = deploymentOf(defaults, component).spec.template.spec.containers[0].startupProbe;
       return probe.periodSeconds * probe.failureThreshold;
     };
-    expect(startup("ingest")).toBe(300);
+    expect(startup("ingest")).toBe(60);
     expect(startup("delivery")).toBe(60);
     expect(startup("operator")).toBe(60);
   });

@@ -216,18 +216,29 @@ function spawnCli(...args: string[]) {
 }
 
 describe("trackhook and a NATS that comes and goes", () => {
-  it("ingest started before NATS says every 10 s that it is waiting, starts when NATS comes, and a second ingest with another --stream-max-age logs the change it makes", async () => {
+  it("ingest started before NATS says every 10 s that it is waiting and is live but not ready meanwhile (found by a review: nothing listened, so probes restarted it), starts when NATS comes, and a second ingest with another --stream-max-age logs the change it makes", async () => {
     const port = await freePort();
+    const httpPort = await freePort();
     const storeDir = mkdtempSync(join(tmpdir(), "trackhook-nats-"));
     const nats = `nats://127.0.0.1:${port}`;
-    const first = spawnCli("ingest", "--config", "examples/", "--nats", nats, "--port", "0", "--host", "127.0.0.1");
+    const first = spawnCli("ingest", "--config", "examples/", "--nats", nats, "--port", String(httpPort), "--host", "127.0.0.1");
+    const origin = `http://127.0.0.1:${httpPort}`;
     let second: ReturnType<typeof spawnCli> | undefined;
     let server: LocalNatsServer | undefined;
     try {
       const waiting = await first.waitFor(/"waitedSeconds":(\d+).*"msg":"NATS does not answer yet; still trying \(is the URL right\?\)"/, 15_000);
       expect(Number(waiting[1])).toBeGreaterThanOrEqual(9);
+      expect((await fetch(`${origin}/healthz`)).status).toBe(200);
+      const notReady = await fetch(`${origin}/readyz`);
+      expect(notReady.status).toBe(503);
+      expect(await notReady.json()).toEqual({ status: "not_ready", reason: "starting: waiting for NATS" });
+      const early = await fetch(`${origin}/v1/track`, { method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify({ userId: "u", event: "e" }) });
+      expect(early.status).toBe(503); // which SDKs retry
+      expect(early.headers.get("retry-after")).toBe("5");
+      expect(await early.json()).toMatchObject({ success: false, code: "storage_unavailable" });
       server = await LocalNatsServer.start({ storeDir, port });
       await first.waitFor(/"msg":"ingest listening"/, 15_000);
+      expect((await fetch(`${origin}/readyz`)).status).toBe(200);
       expect(first.output()).not.toContain("changing the events stream's settings");
 
       second = spawnCli("ingest", "--config", "examples/", "--nats", nats, "--port", "0", "--host", "127.0.0.1", "--stream-max-age", "2h");

@@ -242,10 +242,9 @@ volumes:
   {{- end }}
 {{- end }}
 
-{{/* Probes on a component's ops endpoints. Ingest opens its HTTP port only once NATS and the
-config bucket (the operator creates it) answer, so its startup probe allows five minutes
-(startupSeconds 300) before liveness applies; delivery and the operator serve /healthz at once
-and say on /readyz what they wait for, so a minute is plenty for theirs. */}}
+{{/* Probes on a component's ops endpoints. Every component serves /healthz at once and says
+on /readyz what it waits for (NATS, the config bucket the operator creates), so a minute is
+plenty for the startup probe: a long wait for NATS is not a reason to restart a pod. */}}
 {{- define "trackhook.probes" -}}
 startupProbe:
   httpGet:
