@@ -153,7 +153,7 @@ describe("rendered manifests", () => {
   it("render what each values file asks for, and nothing optional by default", () => {
     const kinds = (docs: Manifest[]) => [...new Set(docs.map((d) => d.kind))].sort();
     expect(kinds(defaults)).toEqual(["ClusterRole", "ClusterRoleBinding", "ConfigMap", "Deployment", "NetworkPolicy", "PodDisruptionBudget", "Role", "RoleBinding", "Service", "ServiceAccount"]);
-    expect(kinds(full)).toEqual(["ConfigMap", "Deployment", "HorizontalPodAutoscaler", "Ingress", "NetworkPolicy", "PodDisruptionBudget", "Role", "RoleBinding", "Service", "ServiceAccount", "ServiceMonitor"]);
+    expect(kinds(full)).toEqual(["ConfigMap", "Deployment", "HorizontalPodAutoscaler", "Ingress", "NetworkPolicy", "PodDisruptionBudget", "PrometheusRule", "Role", "RoleBinding", "Service", "ServiceAccount", "ServiceMonitor"]);
     expect(ofKind(full, "Ingress")[0]!.spec.rules.map((r: Manifest) => r.host)).toEqual(["events.example.com", "eu.events.example.com", "us.events.example.com"]);
     expect(ofKind(full, "ServiceMonitor")).toHaveLength(3);
     // No Secret is ever rendered: write keys and shared secrets are the user's, NATS's URL may come from theirs.

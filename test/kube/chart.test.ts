@@ -11,7 +11,7 @@ import { chartDir, describeManifest, fullValues, helm, parseManifests, renderTex
 
 const cluster = useControlPlane();
 
-// prometheus-operator's ServiceMonitor is not installed here. A stub CRD with the fields the chart
+// prometheus-operator's ServiceMonitor (and PrometheusRule, below) is not installed here. A stub CRD with the fields the chart
 // renders (and no others: --validate=strict refuses unknown ones) lets the full values' ServiceMonitors
 // be validated too. Not installed where the cluster already has the real one (TRACKHOOK_TEST_KUBECONFIG).
 const SERVICE_MONITOR_STUB = {
@@ -67,16 +67,73 @@ const SERVICE_MONITOR_STUB = {
   },
 };
 
+/** The same for prometheus-operator's PrometheusRule: the fields the chart renders. */
+const PROMETHEUS_RULE_STUB = {
+  apiVersion: "apiextensions.k8s.io/v1",
+  kind: "CustomResourceDefinition",
+  metadata: { name: "prometheusrules.monitoring.coreos.com" },
+  spec: {
+    group: "monitoring.coreos.com",
+    scope: "Namespaced",
+    names: { kind: "PrometheusRule", listKind: "PrometheusRuleList", plural: "prometheusrules", singular: "prometheusrule" },
+    versions: [
+      {
+        name: "v1",
+        served: true,
+        storage: true,
+        schema: {
+          openAPIV3Schema: {
+            type: "object",
+            properties: {
+              spec: {
+                type: "object",
+                properties: {
+                  groups: {
+                    type: "array",
+                    items: {
+                      type: "object",
+                      required: ["name", "rules"],
+                      properties: {
+                        name: { type: "string" },
+                        rules: {
+                          type: "array",
+                          items: {
+                            type: "object",
+                            required: ["alert", "expr"],
+                            properties: {
+                              alert: { type: "string" },
+                              expr: { type: "string" },
+                              for: { type: "string", pattern: "^(0|(([0-9]+)y)?(([0-9]+)w)?(([0-9]+)d)?(([0-9]+)h)?(([0-9]+)m)?(([0-9]+)s)?(([0-9]+)ms)?)$" },
+                              labels: { type: "object", additionalProperties: { type: "string" } },
+                              annotations: { type: "object", additionalProperties: { type: "string" } },
+                            },
+                          },
+                        },
+                      },
+                    },
+                  },
+                },
+              },
+            },
+          },
+        },
+      },
+    ],
+  },
+};
+
 let namespace: string;
 let watched: string;
 let installed: string;
 const release = "th";
 
-async function ensureServiceMonitorCrd(): Promise<void> {
-  const existing = await cluster.kubectl(["get", "crd", SERVICE_MONITOR_STUB.metadata.name]);
-  if (existing.code === 0) return;
-  await cluster.kubectlOk(["apply", "--server-side", "--field-manager=trackhook-chart-test", "-f", "-"], { input: JSON.stringify(SERVICE_MONITOR_STUB) });
-  await cluster.kubectlOk(["wait", "--for", "condition=established", "--timeout=30s", `crd/${SERVICE_MONITOR_STUB.metadata.name}`]);
+async function ensureMonitoringCrds(): Promise<void> {
+  for (const stub of [SERVICE_MONITOR_STUB, PROMETHEUS_RULE_STUB]) {
+    const existing = await cluster.kubectl(["get", "crd", stub.metadata.name]);
+    if (existing.code === 0) continue;
+    await cluster.kubectlOk(["apply", "--server-side", "--field-manager=trackhook-chart-test", "-f", "-"], { input: JSON.stringify(stub) });
+    await cluster.kubectlOk(["wait", "--for", "condition=established", "--timeout=30s", `crd/${stub.metadata.name}`]);
+  }
 }
 
 /** Server-side dry run of a rendered stream; returns kubectl's lines, throws with its stderr. */
@@ -88,7 +145,7 @@ async function dryRun(manifests: string): Promise<string[]> {
 }
 
 beforeAll(async () => {
-  [namespace, watched, installed] = await Promise.all([cluster.randomNamespace("chart"), cluster.randomNamespace("chart-tenants"), cluster.randomNamespace("chart-install"), ensureServiceMonitorCrd()]);
+  [namespace, watched, installed] = await Promise.all([cluster.randomNamespace("chart"), cluster.randomNamespace("chart-tenants"), cluster.randomNamespace("chart-install"), ensureMonitoringCrds()]);
 });
 
 afterAll(async () => {
@@ -105,11 +162,11 @@ describe("the chart on a real API server", () => {
     for (const line of lines) expect(line).toMatch(/ \(server dry run\)$/);
   });
 
-  it("full values (Ingress with three hosts, HPAs, ServiceMonitors, egress policies, namespace-scoped operator, NATS .creds and mutual TLS): the same", async () => {
+  it("full values (Ingress with three hosts, HPAs, ServiceMonitors and alerts, egress policies, namespace-scoped operator, NATS .creds and mutual TLS): the same", async () => {
     const text = await renderText({ release, namespace, valuesFiles: [fullValues], set: { "operator.watchNamespace": watched } });
     const docs = parseManifests(text);
     expect(new Set(docs.map((d) => d.kind))).toEqual(
-      new Set(["ConfigMap", "Deployment", "HorizontalPodAutoscaler", "Ingress", "NetworkPolicy", "PodDisruptionBudget", "Role", "RoleBinding", "Service", "ServiceAccount", "ServiceMonitor"]),
+      new Set(["ConfigMap", "Deployment", "HorizontalPodAutoscaler", "Ingress", "NetworkPolicy", "PodDisruptionBudget", "PrometheusRule", "Role", "RoleBinding", "Service", "ServiceAccount", "ServiceMonitor"]),
     );
     expect(docs.filter((d) => d.metadata.namespace === watched).map(describeManifest).sort()).toEqual(["Role/th-operator", "RoleBinding/th-operator"]);
     const lines = await dryRun(text);
