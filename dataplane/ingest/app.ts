@@ -1,6 +1,7 @@
 // The ingest app factory: a Fastify instance with the Tracking API, CORS, settings, health and
 // metrics. The entrypoint (cli/commands/ingest.ts) connects NATS, builds this, and listens;
 // tests build it the same way and use inject() or listen on port 0.
+import { randomUUID } from "node:crypto";
 import { STATUS_CODES } from "node:http";
 import type { Duplex, Readable } from "node:stream";
 import Fastify, { LogController, type FastifyBaseLogger, type FastifyError, type FastifyInstance, type FastifyRequest, type onResponseHookHandler } from "fastify";
@@ -85,6 +86,13 @@ export async function buildIngestApp(deps: IngestAppDeps, input: IngestOptionsIn
     // (2% of a /v1/track call) for a reqId binding that the few lines logged per request add
     // themselves.
     childLoggerFactory: (logger) => logger,
+    // A caller's (or a proxy's) X-Request-Id names the request in the log lines it causes, and
+    // comes back on an error answer; else a UUID, unique across pods and restarts.
+    requestIdHeader: false,
+    genReqId: (req) => {
+      const given = req.headers["x-request-id"];
+      return typeof given === "string" && REQUEST_ID.test(given) ? given : randomUUID();
+    },
     // Requests that arrive once closing has begun get shutting_down from the hook below, in the
     // catalogue's shape and with Retry-After and CORS headers, which Fastify's own 503 lacks.
     return503OnClosing: false,
@@ -150,6 +158,7 @@ export async function buildIngestApp(deps: IngestAppDeps, input: IngestOptionsIn
       if (held !== undefined) request.log.info({ reqId: request.id, code: error.code, route: request.routeOptions.url, moreLikeThisSinceLastLine: held }, error.message);
     }
     if (error.retryAfter) reply.header("retry-after", String(error.retryAfter));
+    reply.header("x-request-id", request.id);
     if (!request.raw.complete) {
       // A body left unread (corrupt compression, say) would hold the connection until the
       // request timeout. An over-size one is drained instead; if it stalls, the timeout ends it
@@ -232,6 +241,9 @@ function fromFastifyError(err: FastifyError): IngestError {
   }
   return errors.internal(err);
 }
+
+/** An X-Request-Id taken as the request's id: printable, and short enough for a log line. */
+const REQUEST_ID = /^[\w.:@/+=-]{1,128}$/;
 
 /** At most one line per kind this often for lines said per message or per refused request (IngestState.repeatedLines). */
 const REPEATED_LINE_INTERVAL_MS = 10_000;

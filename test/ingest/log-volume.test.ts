@@ -51,4 +51,18 @@ describe("the log under a flood of bad input", () => {
     expect(refused).toHaveLength(1);
     expect(refused[0]).toMatchObject({ moreLikeThisSinceLastLine: 0, route: "/v1/track" });
   });
+
+  it("names a refused request by the caller's X-Request-Id, or a UUID, in the log and in the answer (found by a review: req-1 style ids repeated across pods, and the client never saw them)", async () => {
+    const bad = (headers: Record<string, string>) =>
+      fetch(`${url}/v1/batch`, { method: "POST", headers: { "content-type": "application/json", ...headers }, body: "{not json" });
+    const given = await bad({ "x-request-id": "edge-7f3a:42" });
+    expect(given.status).toBe(400);
+    expect(given.headers.get("x-request-id")).toBe("edge-7f3a:42");
+    expect(lines.find((l) => l.code === "invalid_json")).toMatchObject({ reqId: "edge-7f3a:42" });
+    const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/;
+    expect((await bad({})).headers.get("x-request-id")).toMatch(UUID);
+    // Not taken as given: too long, or not printable.
+    expect((await bad({ "x-request-id": "x".repeat(200) })).headers.get("x-request-id")).toMatch(UUID);
+    expect((await bad({ "x-request-id": "a b" })).headers.get("x-request-id")).toMatch(UUID);
+  });
 });
