@@ -1,6 +1,7 @@
 // Delivery's Prometheus metrics, on a registry of its own.
 import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from "prom-client";
 import { DLQ_STREAM } from "../nats/subjects.ts";
+import { streamUseGauges, type StreamUse } from "../ops/stream-gauges.ts";
 import { TalliedCounter } from "../ops/tally.ts";
 
 /** Per-destination figures read from JetStream when metrics are scraped. */
@@ -16,7 +17,7 @@ export interface DeliveryBacklog {
 /** What a scrape reads from JetStream: per destination, and how full the dead-letter stream is. */
 export interface DeliveryBacklogs {
   destinations: DeliveryBacklog[];
-  deadLetterStream?: { bytes: number; maxBytes: number };
+  deadLetterStream?: StreamUse;
 }
 
 /** The labels for the usual classes, built once. */
@@ -98,20 +99,13 @@ export class DeliveryMetrics {
       });
     // A full dead-letter stream refuses dead letters: such messages stay in delivery, retried each
     // minute, and are lost if the events stream drops them first (its max_age). Alert before.
-    const streamGauge = (name: string, help: string, pick: (use: { bytes: number; maxBytes: number }) => number) =>
-      new Gauge({
-        name,
-        help,
-        labelNames: ["stream"] as const,
-        registers: [this.registry],
-        async collect() {
-          this.reset();
-          const use = (await readBacklog()).deadLetterStream;
-          if (use) this.set({ stream: DLQ_STREAM }, pick(use));
-        },
-      });
-    streamGauge("trackhook_dead_letter_stream_bytes", "Bytes stored in TRACKHOOK_DLQ", (use) => use.bytes);
-    streamGauge("trackhook_dead_letter_stream_max_bytes", "TRACKHOOK_DLQ's max_bytes: at it, dead letters are refused (trackhook_delivery_messages_total{outcome=\"dead_letter_failed\"})", (use) => use.maxBytes);
+    streamUseGauges(this.registry, {
+      prefix: "trackhook_dead_letter_stream",
+      stream: DLQ_STREAM,
+      bytesHelp: "Bytes stored in TRACKHOOK_DLQ",
+      maxBytesHelp: "TRACKHOOK_DLQ's max_bytes: at it, dead letters are refused (trackhook_delivery_messages_total{outcome=\"dead_letter_failed\"})",
+      read: async () => (await readBacklog()).deadLetterStream,
+    });
     gauge("trackhook_delivery_consumer_pending_messages", "Messages not yet handed to delivery, per destination (consumer lag)", (b) => b.pending);
     gauge("trackhook_delivery_in_flight_messages", "Messages in delivery or waiting for a retry, per destination", (b) => b.inFlight);
     gauge("trackhook_delivery_dead_letters", "Messages in the dead-letter queue, per destination", (b) => b.deadLetters);

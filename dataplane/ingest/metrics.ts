@@ -1,12 +1,11 @@
 // The ingest's Prometheus metrics, on a registry of its own (no global state between app instances).
 import { Gauge, Histogram, Registry, collectDefaultMetrics } from "prom-client";
 import { EVENTS_STREAM } from "../nats/subjects.ts";
+import { streamUseGauges, type StreamUse } from "../ops/stream-gauges.ts";
 import { TalliedCounter } from "../ops/tally.ts";
 
-export interface EventsStreamUse {
-  bytes: number;
-  maxBytes: number;
-}
+/** How full the events stream is. */
+export type EventsStreamUse = StreamUse;
 
 export class IngestMetrics {
   readonly registry = new Registry();
@@ -49,24 +48,16 @@ export class IngestMetrics {
     if (options.defaultMetrics ?? true) collectDefaultMetrics({ register: this.registry });
     // The events stream keeps delivered messages too (limits retention, until max_age): when its
     // bytes reach max_bytes every request gets 503 storage_full, however small the lag. A scrape
-    // reads the stream once for both gauges. While NATS does not answer, neither has a series (a
-    // gauge without labels would say 0, an empty stream): trackhook_nats_connected says why.
+    // reads the stream once for both gauges; while NATS does not answer neither has a series
+    // (trackhook_nats_connected says why).
     let reading: Promise<EventsStreamUse | undefined> | undefined;
-    const readStream = () => (reading ??= this.#stream().catch(() => undefined).finally(() => (reading = undefined)));
-    const gauge = (name: string, help: string, pick: (use: EventsStreamUse) => number) =>
-      new Gauge({
-        name,
-        help,
-        labelNames: ["stream"] as const,
-        registers: [this.registry],
-        async collect() {
-          this.reset();
-          const use = await readStream();
-          if (use) this.set({ stream: EVENTS_STREAM }, pick(use));
-        },
-      });
-    gauge("trackhook_events_stream_bytes", "Bytes stored in TRACKHOOK_EVENTS (delivered messages included, until max_age)", (use) => use.bytes);
-    gauge("trackhook_events_stream_max_bytes", "TRACKHOOK_EVENTS's max_bytes: at it, messages are refused with 503 storage_full", (use) => use.maxBytes);
+    streamUseGauges(this.registry, {
+      prefix: "trackhook_events_stream",
+      stream: EVENTS_STREAM,
+      bytesHelp: "Bytes stored in TRACKHOOK_EVENTS (delivered messages included, until max_age)",
+      maxBytesHelp: "TRACKHOOK_EVENTS's max_bytes: at it, messages are refused with 503 storage_full",
+      read: () => (reading ??= this.#stream().catch(() => undefined).finally(() => (reading = undefined))),
+    });
   }
 
   /** Where the stream gauges read from at scrape time. */

@@ -11,116 +11,85 @@ import { chartDir, describeManifest, fullValues, helm, parseManifests, renderTex
 
 const cluster = useControlPlane();
 
-// prometheus-operator's ServiceMonitor (and PrometheusRule, below) is not installed here. A stub CRD with the fields the chart
-// renders (and no others: --validate=strict refuses unknown ones) lets the full values' ServiceMonitors
-// be validated too. Not installed where the cluster already has the real one (TRACKHOOK_TEST_KUBECONFIG).
-const SERVICE_MONITOR_STUB = {
-  apiVersion: "apiextensions.k8s.io/v1",
-  kind: "CustomResourceDefinition",
-  metadata: { name: "servicemonitors.monitoring.coreos.com" },
-  spec: {
-    group: "monitoring.coreos.com",
-    scope: "Namespaced",
-    names: { kind: "ServiceMonitor", listKind: "ServiceMonitorList", plural: "servicemonitors", singular: "servicemonitor" },
-    versions: [
-      {
-        name: "v1",
-        served: true,
-        storage: true,
-        schema: {
-          openAPIV3Schema: {
-            type: "object",
-            required: ["spec"],
-            properties: {
-              spec: {
-                type: "object",
-                required: ["selector", "endpoints"],
-                properties: {
-                  selector: {
-                    type: "object",
-                    properties: { matchLabels: { type: "object", additionalProperties: { type: "string" } } },
-                  },
-                  namespaceSelector: {
-                    type: "object",
-                    properties: { any: { type: "boolean" }, matchNames: { type: "array", items: { type: "string" } } },
-                  },
-                  endpoints: {
-                    type: "array",
-                    minItems: 1,
-                    items: {
-                      type: "object",
-                      properties: {
-                        port: { type: "string" },
-                        path: { type: "string" },
-                        interval: { type: "string", pattern: "^(0|(([0-9]+)y)?(([0-9]+)w)?(([0-9]+)d)?(([0-9]+)h)?(([0-9]+)m)?(([0-9]+)s)?(([0-9]+)ms)?)$" },
-                        scrapeTimeout: { type: "string", pattern: "^(0|(([0-9]+)y)?(([0-9]+)w)?(([0-9]+)d)?(([0-9]+)h)?(([0-9]+)m)?(([0-9]+)s)?(([0-9]+)ms)?)$" },
-                      },
-                    },
-                  },
-                },
-              },
-            },
-          },
-        },
-      },
-    ],
-  },
-};
+/**
+ * A stub of one of prometheus-operator's CRDs (not installed here) with only the fields the chart
+ * renders: --validate=strict refuses unknown ones, so the full values' objects are checked too.
+ * Not installed where the cluster already has the real one (TRACKHOOK_TEST_KUBECONFIG).
+ */
+function monitoringCrdStub(kind: string, plural: string, spec: Record<string, unknown>, required: string[] = []) {
+  return {
+    apiVersion: "apiextensions.k8s.io/v1",
+    kind: "CustomResourceDefinition",
+    metadata: { name: `${plural}.monitoring.coreos.com` },
+    spec: {
+      group: "monitoring.coreos.com",
+      scope: "Namespaced",
+      names: { kind, listKind: `${kind}List`, plural, singular: kind.toLowerCase() },
+      versions: [{ name: "v1", served: true, storage: true, schema: { openAPIV3Schema: { type: "object", required, properties: { spec } } } }],
+    },
+  };
+}
 
-/** The same for prometheus-operator's PrometheusRule: the fields the chart renders. */
-const PROMETHEUS_RULE_STUB = {
-  apiVersion: "apiextensions.k8s.io/v1",
-  kind: "CustomResourceDefinition",
-  metadata: { name: "prometheusrules.monitoring.coreos.com" },
-  spec: {
-    group: "monitoring.coreos.com",
-    scope: "Namespaced",
-    names: { kind: "PrometheusRule", listKind: "PrometheusRuleList", plural: "prometheusrules", singular: "prometheusrule" },
-    versions: [
-      {
-        name: "v1",
-        served: true,
-        storage: true,
-        schema: {
-          openAPIV3Schema: {
-            type: "object",
-            properties: {
-              spec: {
-                type: "object",
-                properties: {
-                  groups: {
-                    type: "array",
-                    items: {
-                      type: "object",
-                      required: ["name", "rules"],
-                      properties: {
-                        name: { type: "string" },
-                        rules: {
-                          type: "array",
-                          items: {
-                            type: "object",
-                            required: ["alert", "expr"],
-                            properties: {
-                              alert: { type: "string" },
-                              expr: { type: "string" },
-                              for: { type: "string", pattern: "^(0|(([0-9]+)y)?(([0-9]+)w)?(([0-9]+)d)?(([0-9]+)h)?(([0-9]+)m)?(([0-9]+)s)?(([0-9]+)ms)?)$" },
-                              labels: { type: "object", additionalProperties: { type: "string" } },
-                              annotations: { type: "object", additionalProperties: { type: "string" } },
-                            },
-                          },
-                        },
-                      },
-                    },
-                  },
-                },
+/** prometheus-operator's Duration. */
+const DURATION = { type: "string", pattern: "^(0|(([0-9]+)y)?(([0-9]+)w)?(([0-9]+)d)?(([0-9]+)h)?(([0-9]+)m)?(([0-9]+)s)?(([0-9]+)ms)?)$" };
+
+const SERVICE_MONITOR_STUB = monitoringCrdStub("ServiceMonitor", "servicemonitors", {
+  type: "object",
+  required: ["selector", "endpoints"],
+  properties: {
+    selector: {
+      type: "object",
+      properties: { matchLabels: { type: "object", additionalProperties: { type: "string" } } },
+    },
+    namespaceSelector: {
+      type: "object",
+      properties: { any: { type: "boolean" }, matchNames: { type: "array", items: { type: "string" } } },
+    },
+    endpoints: {
+      type: "array",
+      minItems: 1,
+      items: {
+        type: "object",
+        properties: {
+          port: { type: "string" },
+          path: { type: "string" },
+          interval: DURATION,
+          scrapeTimeout: DURATION,
+        },
+      },
+    },
+  },
+}, ["spec"]);
+
+const PROMETHEUS_RULE_STUB = monitoringCrdStub("PrometheusRule", "prometheusrules", {
+  type: "object",
+  properties: {
+    groups: {
+      type: "array",
+      items: {
+        type: "object",
+        required: ["name", "rules"],
+        properties: {
+          name: { type: "string" },
+          rules: {
+            type: "array",
+            items: {
+              type: "object",
+              required: ["alert", "expr"],
+              properties: {
+                alert: { type: "string" },
+                expr: { type: "string" },
+                for: DURATION,
+                labels: { type: "object", additionalProperties: { type: "string" } },
+                annotations: { type: "object", additionalProperties: { type: "string" } },
               },
             },
           },
         },
       },
-    ],
+    },
   },
-};
+});
 
 let namespace: string;
 let watched: string;

@@ -1,0 +1,30 @@
+// How full a JetStream stream is, as two gauges read at scrape time: `<prefix>_bytes` and
+// `<prefix>_max_bytes`, labelled with the stream. While the stream cannot be read neither has a
+// series: a gauge without labels would say 0, which reads as an empty stream.
+import { Gauge, type Registry } from "prom-client";
+
+export interface StreamUse {
+  bytes: number;
+  maxBytes: number;
+}
+
+export function streamUseGauges(
+  registry: Registry,
+  options: { prefix: string; stream: string; bytesHelp: string; maxBytesHelp: string; read: () => Promise<StreamUse | undefined> },
+): void {
+  const { prefix, stream, read } = options;
+  const gauge = (name: string, help: string, pick: (use: StreamUse) => number) =>
+    new Gauge({
+      name,
+      help,
+      labelNames: ["stream"] as const,
+      registers: [registry],
+      async collect() {
+        this.reset();
+        const use = await read();
+        if (use) this.set({ stream }, pick(use));
+      },
+    });
+  gauge(`${prefix}_bytes`, options.bytesHelp, (use) => use.bytes);
+  gauge(`${prefix}_max_bytes`, options.maxBytesHelp, (use) => use.maxBytes);
+}
