@@ -168,6 +168,8 @@ export interface CompileDestinationOptions {
    */
   origin?: "operator" | "file";
   now?: number;
+  /** For a `--config` document: when its file was last written. */
+  fileModifiedAt?: number;
   /**
    * Refuse URLs that can only reach private addresses (an IP literal of a private range,
    * localhost, a cluster-internal name): the operator, when delivery runs without
@@ -187,7 +189,7 @@ export function compileDestination(
   doc: WebhookDestinationDocument,
   sources: readonly SourceRef[],
   secrets: SecretLookup,
-  { origin = "file", now = Date.now(), refusePrivateNetworks = false }: CompileDestinationOptions = {},
+  { origin = "file", now = Date.now(), refusePrivateNetworks = false, fileModifiedAt }: CompileDestinationOptions = {},
 ): CompileResult<CompiledDestination> {
   const spec = doc.spec;
   const problems: Problem[] = [];
@@ -261,7 +263,7 @@ export function compileDestination(
       retryWindowMs,
       maxInFlight: spec.maxInFlight ?? 100,
       standardWebhooks: spec.standardWebhooks ?? false,
-      ...createdAt(doc.metadata, origin === "operator" ? ((doc as { status?: { inEffectSince?: string } }).status ?? {}) : undefined, now),
+      ...createdAt(doc.metadata, origin === "operator" ? ((doc as { status?: { inEffectSince?: string } }).status ?? {}) : undefined, now, fileModifiedAt),
     },
   };
 }
@@ -274,10 +276,18 @@ export function compileDestination(
  * from then instead. A `--config` document has no such record: its creationTimestamp (a
  * `kubectl get -o yaml` export carries one) counts for FILE_NEW_DESTINATION_MS only, so that
  * enabling it again later does not replay the stream. The timestamp is checked: a --config file
- * may hold any text there.
+ * may hold any text there. Without one, the time its file was last written stands in for it:
+ * a Source added with it in the same edit is accepted by an ingest from then on, maybe before
+ * delivery has read the file, and its first messages must not miss the new destination.
  */
-function createdAt({ creationTimestamp }: { creationTimestamp?: string }, operatorStatus: { inEffectSince?: string } | undefined, now: number): { createdAt?: string } {
-  const time = creationTimestamp !== undefined ? Date.parse(creationTimestamp) : NaN;
+function createdAt(
+  { creationTimestamp }: { creationTimestamp?: string },
+  operatorStatus: { inEffectSince?: string } | undefined,
+  now: number,
+  fileModifiedAt: number | undefined,
+): { createdAt?: string } {
+  const given = creationTimestamp !== undefined ? Date.parse(creationTimestamp) : NaN;
+  const time = Number.isNaN(given) && operatorStatus === undefined && fileModifiedAt !== undefined ? Math.floor(fileModifiedAt) : given;
   if (Number.isNaN(time)) return {};
   const isNew = operatorStatus !== undefined ? operatorStatus.inEffectSince === undefined : now - time <= FILE_NEW_DESTINATION_MS;
   return isNew ? { createdAt: new Date(time).toISOString() } : {};

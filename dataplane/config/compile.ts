@@ -23,6 +23,7 @@ interface Located<T> {
   origin: string;
   doc: T;
   namespace: string;
+  modifiedAt?: number;
 }
 
 export function compileConfig(documents: RawDocument[]): CompiledConfig {
@@ -31,7 +32,7 @@ export function compileConfig(documents: RawDocument[]): CompiledConfig {
   const destinations: Located<WebhookDestinationDocument>[] = [];
   const secrets = new Map<string, Map<string, string>>(); // "ns/name" -> key -> value
 
-  for (const { origin, body } of documents) {
+  for (const { origin, body, modifiedAt } of documents) {
     const kind = (body as { kind?: unknown })?.kind;
     const name = (body as { metadata?: { name?: unknown } })?.metadata?.name;
     const label = `${origin} (${typeof kind === "string" ? kind : "no kind"}${typeof name === "string" ? ` ${name}` : ""})`;
@@ -45,7 +46,7 @@ export function compileConfig(documents: RawDocument[]): CompiledConfig {
         break;
       case "WebhookDestination":
         if (check(validateWebhookDestinationDocument(body), validateWebhookDestinationDocument.errors)) {
-          destinations.push(locate(origin, body as WebhookDestinationDocument));
+          destinations.push({ ...locate(origin, body as WebhookDestinationDocument), ...(modifiedAt !== undefined ? { modifiedAt } : {}) });
         }
         break;
       case "Secret":
@@ -83,10 +84,10 @@ export function compileConfig(documents: RawDocument[]): CompiledConfig {
   }
 
   const compiledDestinations: CompiledDestination[] = [];
-  for (const { origin, doc, namespace } of destinations) {
+  for (const { origin, doc, namespace, modifiedAt } of destinations) {
     const label = `${origin} (WebhookDestination ${doc.metadata.name})`;
     const inNamespace = sources.filter((s) => s.namespace === namespace).map((s) => s.doc.metadata);
-    const result = compileDestination(namespace, doc, inNamespace, lookup);
+    const result = compileDestination(namespace, doc, inNamespace, lookup, modifiedAt !== undefined ? { fileModifiedAt: modifiedAt } : {});
     if (result.ok) compiledDestinations.push(result.value);
     else problems.push(...result.problems.map((p) => `${label}: ${p.field}: ${p.message}`));
   }

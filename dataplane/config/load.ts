@@ -9,6 +9,8 @@ export interface RawDocument {
   /** "examples/dev.yaml, document 2": where a user finds it. */
   origin: string;
   body: unknown;
+  /** When its file was last written (ms since the epoch), for a new destination's start (compile-resource.ts). */
+  modifiedAt?: number;
 }
 
 const CONFIG_FILE = /\.(ya?ml|json)$/i;
@@ -32,6 +34,7 @@ export function loadDocuments(path: string): RawDocument[] {
   const problems: string[] = [];
   for (const file of configFiles(path)) {
     const text = readFileSync(file, "utf8");
+    const modifiedAt = statSync(file).mtimeMs;
     // prettyErrors off: a pretty error quotes the offending line, which may hold a secret.
     parseAllDocuments(text, { prettyErrors: false }).forEach((doc, index) => {
       const origin = `${file}, document ${index + 1}`;
@@ -46,7 +49,7 @@ export function loadDocuments(path: string): RawDocument[] {
       }
       const body = doc.toJS();
       if (body === null || body === undefined) return; // an empty document between `---` lines
-      documents.push({ origin, body });
+      documents.push({ origin, body, modifiedAt });
     });
   }
   if (problems.length > 0) throw new ConfigError(problems);

@@ -1,6 +1,6 @@
 // The --config loader: the documents a user would kubectl apply, compiled into the config the data
 // plane runs on; every invalid document is reported with its file, document and field.
-import { mkdtempSync, writeFileSync } from "node:fs";
+import { mkdtempSync, statSync, utimesSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { describe, expect, it } from "vitest";
@@ -84,8 +84,28 @@ spec:
         namespace: "default", name: "crm", enabled: true, sources: ["web"], urls: ["https://hooks.example.com/a"],
         headers: [{ name: "X-Team", value: "growth" }, { name: "Authorization", value: "signing-secret" }],
         sharedSecret: "signing-secret", timeoutMs: 5000, retryWindowMs: 5_400_000, maxInFlight: 100, standardWebhooks: false,
+        // Just written: its consumer, if made now, starts when the file was written.
+        createdAt: new Date(Math.floor(statSync(join(dir, "a.yaml")).mtimeMs)).toISOString(),
       },
     ]);
+  });
+
+  it("takes a destination's start from its file's last write only while that is recent, and from creationTimestamp first", () => {
+    const stamped = new Date(Date.now() - 60_000).toISOString();
+    const dir = configDir({
+      "a.yaml": [
+        secret("k", "writeKey", "key-1"),
+        source("web", "k", "writeKey"),
+        destination("old"),
+        destination("stamped").replace("metadata: { name: stamped }", `metadata: { name: stamped, creationTimestamp: "${stamped}" }`),
+      ].join("---\n"),
+    });
+    const hourAgo = new Date(Date.now() - 3_600_000);
+    utimesSync(join(dir, "a.yaml"), hourAgo, hourAgo);
+    // Written an hour ago: enabling it again now must not replay that hour.
+    const [old, withStamp] = loadConfigFile(dir).destinations;
+    expect(old).not.toHaveProperty("createdAt");
+    expect(withStamp!.createdAt).toBe(stamped);
   });
 
   it("names the file, document and field of a schema violation", () => {

@@ -3,7 +3,10 @@
 // the process's delivery slots from a healthy one.
 import type { ServerResponse } from "node:http";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { ConfigHolder, compileConfig } from "../../dataplane/config/mod.ts";
+import { mkdtempSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { ConfigHolder, FileConfigProvider, compileConfig } from "../../dataplane/config/mod.ts";
 import { DeliveryMetrics, DeliveryService, DestinationWorker, WebhookSender } from "../../dataplane/delivery/mod.ts";
 import { createLogger } from "../../dataplane/logging.ts";
 import { EVENTS_STREAM, ensureStream, eventsStreamConfig } from "../../dataplane/nats/mod.ts";
@@ -275,6 +278,38 @@ describe("delivery service", () => {
       await service.stop();
       await ownReceiver.close();
       await own.stop();
+    }
+  });
+
+  it("delivers a new tenant's first messages, stored by an ingest that read the config file before delivery did (found by a review: they never reached the new destination)", async () => {
+    const dir = mkdtempSync(join(tmpdir(), "trackhook-new-tenant-"));
+    writeFileSync(join(dir, "tenant.yaml"), `apiVersion: v1
+kind: Secret
+metadata: { name: mu-key }
+stringData: { writeKey: w-mu }
+---
+apiVersion: trackhook.io/v1alpha1
+kind: Source
+metadata: { name: mu }
+spec: { writeKeySecretRef: { name: mu-key, key: writeKey } }
+---
+apiVersion: trackhook.io/v1alpha1
+kind: WebhookDestination
+metadata: { name: mu }
+spec: { sources: [mu], urls: ["${receiver.url("/mu")}"] }
+`);
+    await new Promise((r) => setTimeout(r, 20));
+    // The ingest has read the file and accepted these; delivery has not read it yet.
+    const publish = publishTo("mu");
+    for (let i = 0; i < 3; i++) await publish(`mu-${i}`);
+    const config = new FileConfigProvider(dir, createLogger({ level: "silent" }));
+    const service = await start(config);
+    try {
+      await receiver.waitFor("/mu", 3, 10_000);
+      expect(receiver.requests("/mu").map((r) => JSON.parse(r.body.toString()).messageId).sort()).toEqual(["mu-0", "mu-1", "mu-2"]);
+    } finally {
+      await service.stop();
+      config.close();
     }
   });
 
