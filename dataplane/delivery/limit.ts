@@ -6,7 +6,8 @@
 // destination (one that delivered within ACTIVE_FOR_MS) has its share reserved: the others
 // cannot take it. Beyond its reserve a destination may borrow only what no active destination's
 // unused reserve needs, and while some destination is idle, never the last fair share of free
-// slots (the lane that an idle destination with a message again takes at once). So a destination
+// slots (the lane that an idle destination with a message again takes at once). A slot freed goes
+// to the waiting destination with the fewest in use, so borrowers share what is spare evenly. So a destination
 // busy alone uses every slot (beside idle ones, all but the lane), while one whose receivers
 // answer just before their timeout fills its reserve and what is spare, never the others' reserves.
 
@@ -21,7 +22,11 @@ export class DeliverySlots {
   readonly #shares = new Set<SlotShare>();
   /** The sum over active shares of the part of their reserve they do not use: free slots kept for them. */
   #unusedReserves = 0;
-  /** Acquires waiting for a slot, first come first served among those that may take one. */
+  /**
+   * Acquires waiting for a slot. A freed slot goes to the waiter whose destination has the fewest
+   * in use (first come first served among equals): spare slots are shared out evenly, so one
+   * destination whose receivers answer slowly cannot hold them all while a fast one waits.
+   */
   #waiting: Array<{ share: SlotShare; resolve: () => void }> = [];
   #sweptAt = 0;
   /** Free slots borrowers leave for idle destinations: a fair share while any is idle. */
@@ -123,11 +128,20 @@ export class DeliverySlots {
   }
 
   #wake(): void {
+    // One destination is the usual case (and its waiters are served in order): no sorting then.
+    let ordered = this.#waiting.length > 1 && this.#waiting.some((w) => w.share !== this.#waiting[0]!.share);
     for (let i = 0; i < this.#waiting.length; ) {
+      if (ordered) {
+        // Stable: equals keep their order of arrival. Sorted again after each slot given.
+        this.#waiting.sort((a, b) => a.share.inUse - b.share.inUse);
+        ordered = false;
+      }
       const waiter = this.#waiting[i]!;
       if (this.take(waiter.share)) {
         this.#waiting.splice(i, 1);
         waiter.resolve();
+        ordered = this.#waiting.length > 1;
+        i = 0;
       } else {
         i++;
       }

@@ -115,4 +115,25 @@ describe("DeliverySlots", () => {
     expect(() => new DeliverySlots(0)).toThrow(RangeError);
     expect(() => new DeliverySlots(3).share(0)).toThrow(RangeError);
   });
+
+  it("gives a freed spare slot to the destination with the fewest in use, not to whoever waited first (found by a review: a slow destination held the spare slots and cut a fast one's throughput 15 times)", async () => {
+    const slots = new DeliverySlots(20);
+    const [fast, slow] = [slots.share(100), slots.share(100)];
+    slots.share(100); // two idle destinations: a lane of 5 stays free for them
+    slots.share(100);
+    slow.tryAcquire();
+    fast.tryAcquire(); // both active: 5 slots reserved for each
+    expect(fill(slow)).toBe(9); // its reserve and the spare: 10 in use
+    expect(fill(fast)).toBe(4); // its reserve: 5 in use
+    const given: string[] = [];
+    void slow.acquire().then(() => given.push("slow"));
+    void fast.acquire().then(() => given.push("fast"));
+    slow.release(); // one of the slow destination's borrowed slots ends
+    await Promise.resolve();
+    expect(given).toEqual(["fast"]);
+    expect([fast.inUse, slow.inUse]).toEqual([6, 9]);
+    fast.release();
+    await Promise.resolve();
+    expect(given).toEqual(["fast", "slow"]); // then it may have one again
+  });
 });
