@@ -9,7 +9,7 @@ import type { Logger } from "../logging.ts";
 import { DLQ_STREAM, DLQ_SUBJECTS, EVENTS_STREAM, TurnBatch, attemptsStreamConfig, consumerName, dlqStreamConfig, dlqSubject, ensureStream, isNatsConnected, isStreamNotFound, type SideStreamSettings } from "../nats/mod.ts";
 import { ensureDestinationConsumer, removeDestinationConsumers } from "./consumers.ts";
 import type { DeliveryBacklogs, DeliveryMetrics } from "./metrics.ts";
-import { DestinationWorker, type WebhookSending } from "./worker.ts";
+import { DestinationWorker, pullAhead, type WebhookSending } from "./worker.ts";
 import type { ConsumerPosition } from "./consumer-watch.ts";
 import { DeliverySlots } from "./limit.ts";
 
@@ -72,6 +72,8 @@ export class DeliveryService {
   #wantedKeys: string[] = [];
   #retryTimer: NodeJS.Timeout | undefined;
   #retryMs = START_RETRY_MS;
+  /** What workers started now pull ahead (pullAhead() of the destinations wanted). */
+  #pullAhead = 256;
   #stopped = false;
 
   private constructor(deps: DeliveryServiceDeps, jsm: JetStreamManager) {
@@ -159,6 +161,7 @@ export class DeliveryService {
     }
     const keep = new Set<string>();
     const failed: string[] = [];
+    this.#pullAhead = pullAhead(this.#slots.max, wanted.size);
     this.#wantedKeys = [...wanted.keys()];
     for (const key of this.#pending.keys()) if (!wanted.has(key)) this.#pending.delete(key);
     for (const [key, destination] of wanted) {
@@ -233,7 +236,7 @@ export class DeliveryService {
     // slow receivers with a large maxInFlight cannot starve the other destinations.
     const share = this.#slots.share(destination.maxInFlight);
     const worker: DestinationWorker = new DestinationWorker(destination, {
-      nc, sender, log, metrics, share, turn: this.#turn, streamMaxAgeMs: this.#streamMaxAgeMs, jsm: this.#jsm,
+      nc, sender, log, metrics, share, turn: this.#turn, streamMaxAgeMs: this.#streamMaxAgeMs, jsm: this.#jsm, pullAhead: this.#pullAhead,
       onConsumerLost: (last) => this.#recover(key, worker, last),
       ...(this.#deps.consumerCheckMs ? { consumerCheckMs: this.#deps.consumerCheckMs } : {}),
     });

@@ -85,6 +85,8 @@ export interface DestinationWorkerDeps {
   share: SlotShare;
   /** Acks, naks and attempt records leave with the turn's other NATS traffic. */
   turn: TurnBatch;
+  /** Messages pulled ahead of the slots they wait for (pullAhead()); the destination's maxInFlight at most. */
+  pullAhead?: number;
   /** The events stream's max_age (Infinity for none): a message must be dead-lettered before it expires. */
   streamMaxAgeMs?: number;
   /** How often the consumer is checked for (ConsumerWatch; tests shorten it). */
@@ -102,6 +104,24 @@ export interface DestinationWorkerDeps {
  */
 export function retryWindowInForceMs(retryWindowMs: number, streamMaxAgeMs = Infinity): number {
   return Math.min(retryWindowMs, Math.floor(streamMaxAgeMs * 0.9));
+}
+
+/** Messages a worker pulls ahead at most. */
+const MAX_PULL_AHEAD = 256;
+/** ...and at least: fewer would make pulling, not the slots, what bounds a destination busy alone. */
+const MIN_PULL_AHEAD = 16;
+
+/**
+ * How many messages each destination's worker pulls ahead of its slots. A pulled message's
+ * ack_wait (timeout + 30 s) runs while it waits in the buffer for a slot; past it, NATS delivers
+ * it again and both copies are sent. With many destinations each has only a few slots
+ * (processMax / N): pulling maxInFlight each (300 × 100 for 1,000 slots) made messages wait
+ * longer than ack_wait behind slow receivers, and ~20% arrived twice. Twice a fair share keeps the
+ * whole process's buffer to about twice its slots.
+ */
+export function pullAhead(processMaxInFlight: number, destinations: number): number {
+  const fair = Math.ceil((2 * processMaxInFlight) / Math.max(1, destinations));
+  return Math.max(MIN_PULL_AHEAD, Math.min(MAX_PULL_AHEAD, fair));
 }
 
 /** The last round of a message comes this long before its retry window closes, at the latest. */
@@ -144,6 +164,7 @@ export class DestinationWorker {
   readonly #share: SlotShare;
   readonly #nc: NatsConnection;
   readonly #turn: TurnBatch;
+  readonly #pullAhead: number;
   readonly #inFlight = new Set<Promise<void>>();
   /**
    * Per stream sequence, what later rounds of a message must respect: URLs that failed for good
@@ -179,6 +200,7 @@ export class DestinationWorker {
     this.#metrics = deps.metrics;
     this.#share = deps.share;
     this.#turn = deps.turn;
+    this.#pullAhead = deps.pullAhead ?? MAX_PULL_AHEAD;
     this.#label = `${destination.namespace}/${destination.name}`;
     this.retryWindowMs = retryWindowInForceMs(destination.retryWindowMs, deps.streamMaxAgeMs);
     this.#lastChanceAgeMs = retryWindowInForceMs(Infinity, deps.streamMaxAgeMs);
@@ -194,8 +216,8 @@ export class DestinationWorker {
 
   async start(): Promise<void> {
     const consumer = await this.#js.consumers.get(EVENTS_STREAM, consumerName(this.destination.namespace, this.destination.name));
-    // Buffered messages are already delivered (their ack_wait runs), so the buffer stays within the window.
-    const messages = await consumer.consume({ max_messages: Math.min(this.destination.maxInFlight, 256) });
+    // Buffered messages are already delivered (their ack_wait runs): see pullAhead().
+    const messages = await consumer.consume({ max_messages: Math.min(this.destination.maxInFlight, this.#pullAhead) });
     this.#messages = messages;
     this.#loop = (async () => {
       for await (const m of messages) {
