@@ -49,7 +49,11 @@ export function destinationConsumerConfig(destination: CompiledDestination): Par
  * Creates the destination's consumer, or updates its filters and limits in place. `startSeq`
  * overrides where a consumer made now starts (one recreated after it was deleted under delivery).
  */
-export async function ensureDestinationConsumer(jsm: JetStreamManager, destination: CompiledDestination, options: { startSeq?: number } = {}): Promise<string> {
+export async function ensureDestinationConsumer(
+  jsm: JetStreamManager,
+  destination: CompiledDestination,
+  options: { startSeq?: number; /** Told when this call made the consumer (not another process). */ onCreated?: () => void } = {},
+): Promise<string> {
   const base = destinationConsumerConfig(destination);
   const config: typeof base = options.startSeq === undefined
     ? base
@@ -63,6 +67,7 @@ export async function ensureDestinationConsumer(jsm: JetStreamManager, destinati
   if (!existing) {
     try {
       await jsm.consumers.add(EVENTS_STREAM, config);
+      options.onCreated?.();
     } catch (err) {
       // The operator and the delivery pods may all create it at once; one wins, the others update.
       existing = await info();

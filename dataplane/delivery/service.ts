@@ -268,11 +268,17 @@ export class DeliveryService {
       const latest = this.#deps.config.current().destinations.find((d) => d.enabled && `${d.namespace}/${d.name}` === key);
       if (!latest || !sameDelivery(latest, lost.destination)) return; // the change will be applied
       const startSeq = await this.#resumeFrom(last);
-      await ensureDestinationConsumer(this.#jsm, latest, { startSeq });
-      log.error(
-        { destination: key, startSeq, lastAckFloor: last?.ackFloor },
-        "the destination's consumer was deleted under delivery; recreated after the last acknowledged message seen (messages after it may arrive twice, with the same delivery id)",
-      );
+      let created = false;
+      await ensureDestinationConsumer(this.#jsm, latest, { startSeq, onCreated: () => (created = true) });
+      // Every replica notices; one makes it, and only its startSeq counts.
+      if (created) {
+        log.error(
+          { destination: key, startSeq, lastAckFloor: last?.ackFloor },
+          "the destination's consumer was deleted under delivery; recreated after the last acknowledged message seen (the messages of up to the last 30 s may arrive twice, with the same delivery id)",
+        );
+      } else {
+        log.warn({ destination: key }, "the destination's consumer was deleted under delivery and recreated by another replica; pulling from it again");
+      }
       // The lost worker stays listed (stopped) until its successor runs: a start that fails is
       // retried below like the rest, not left for the next config change.
       await lost.stop();

@@ -121,6 +121,36 @@ describe("delivery service", () => {
     }
   });
 
+  it("with two replicas, a deleted consumer is recreated once, and only a replica whose start took effect says it recreated it (found by a review: each claimed it, with its own start)", async () => {
+    const config = new ConfigHolder(configOf([{ name: "nu", url: receiver.url("/nu") }]));
+    const lines: Array<{ level: number; msg: string; startSeq?: number }> = [];
+    const replica = async () =>
+      DeliveryService.start({
+        nc: await nats.connect(), config, sender, metrics: new DeliveryMetrics({ defaultMetrics: false }), consumerRemovalGraceMs: 0, consumerCheckMs: 300,
+        log: createLogger({ level: "warn", destination: { write: (line) => void lines.push(JSON.parse(line) as { level: number; msg: string; startSeq?: number }) } }),
+      });
+    const [one, two] = [await replica(), await replica()];
+    try {
+      await publishTo("nu")("n-before");
+      await receiver.waitFor("/nu", 1);
+      await new Promise((r) => setTimeout(r, 500));
+      await nats.jsm.consumers.delete(EVENTS_STREAM, "dest_default_nu");
+      const said = (text: string) => lines.filter((l) => l.msg.includes(text)).length;
+      await expect.poll(() => said("recreated after the last acknowledged message seen") + said("recreated by another replica"), { timeout: 15_000 }).toBe(2);
+      // Both may make the same request (the same last ack seen), which NATS takes as one; a
+      // replica whose own start lost the race says it follows the consumer another made.
+      const { config: made } = await nats.jsm.consumers.info(EVENTS_STREAM, "dest_default_nu");
+      const claims = lines.filter((l) => l.msg.includes("recreated after the last acknowledged message seen"));
+      expect(claims.length).toBeGreaterThanOrEqual(1);
+      for (const claim of claims) expect(claim.startSeq).toBe(made.opt_start_seq);
+      await publishTo("nu")("n-after");
+      await receiver.waitFor("/nu", 2, 10_000);
+    } finally {
+      await one.stop();
+      await two.stop();
+    }
+  });
+
   it("a consumer deleted just before a config change of its destination is recreated from where it had got to (found by a review: the change recreated it from now)", async () => {
     const docs = configOf([{ name: "theta", url: receiver.url("/theta") }]);
     const config = new ConfigHolder(docs);

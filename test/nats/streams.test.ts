@@ -82,6 +82,19 @@ describe("destination consumers", () => {
     expect((await nats.jsm.consumers.info(EVENTS_STREAM, names[0]!)).config.deliver_policy).toBe("by_start_time");
   });
 
+  it("say which call made the consumer: one asking for another start than the one made is told nothing (two replicas recreating a deleted consumer)", async () => {
+    await ensureStream(nats.jsm, eventsStreamConfig(settings));
+    const destination = {
+      namespace: "default", name: "claimed", enabled: true, sources: ["web"], urls: ["https://hooks.example.com/in"], headers: [],
+      timeoutMs: 5000, retryWindowMs: 60_000, maxInFlight: 10, standardWebhooks: false,
+    };
+    const made: number[] = [];
+    await ensureDestinationConsumer(nats.jsm, destination, { startSeq: 5, onCreated: () => made.push(5) });
+    await ensureDestinationConsumer(nats.jsm, destination, { startSeq: 9, onCreated: () => made.push(9) });
+    expect(made).toEqual([5]);
+    expect((await nats.jsm.consumers.info(EVENTS_STREAM, consumerName("default", "claimed"))).config.opt_start_seq).toBe(5);
+  });
+
   it("removing them succeeds when the events stream does not exist (regression: a WebhookDestination's finalizer hung)", async () => {
     const bare = await startNats();
     try {
