@@ -9,7 +9,7 @@ import type { Logger } from "../logging.ts";
 import { DLQ_STREAM, DLQ_SUBJECTS, EVENTS_STREAM, TurnBatch, attemptsStreamConfig, consumerName, dlqStreamConfig, dlqSubject, ensureStream, isNatsConnected, isStreamNotFound, type SideStreamSettings } from "../nats/mod.ts";
 import { ensureDestinationConsumer, removeDestinationConsumers } from "./consumers.ts";
 import type { DeliveryBacklogs, DeliveryMetrics } from "./metrics.ts";
-import { DestinationWorker, pullAhead, type WebhookSending } from "./worker.ts";
+import { DestinationWorker, pullAhead, signsOnlyDiffer, type WebhookSending } from "./worker.ts";
 import type { ConsumerPosition } from "./consumer-watch.ts";
 import { DeliverySlots } from "./limit.ts";
 
@@ -152,6 +152,11 @@ export class DeliveryService {
     const positions = new Map<string, ConsumerPosition>();
     for (const [key, worker] of this.#workers) {
       const next = wanted.get(key);
+      if (next && !sameDelivery(next, worker.destination) && signsOnlyDiffer(next, worker.destination)) {
+        worker.resign(next);
+        log.info({ destination: key }, "destination's shared secret or headers changed; in force for the next requests");
+        continue;
+      }
       if (!next || !sameDelivery(next, worker.destination)) {
         const last = worker.lastPosition;
         if (next && last) positions.set(key, last);

@@ -27,6 +27,20 @@ export interface WebhookSending {
 /** The header receivers can use to drop a retried duplicate: the same for every attempt of a message. */
 export const DELIVERY_ID_HEADER = "x-delivery-id";
 
+/** A destination's own headers, names lower-cased. */
+function customHeaders(destination: CompiledDestination): Record<string, string> {
+  return Object.fromEntries(destination.headers.map(({ name, value }) => [name.toLowerCase(), value]));
+}
+
+/**
+ * Whether two configs of a destination differ only in what signs and heads its requests (shared
+ * secret, headers, Standard Webhooks): what DestinationWorker.resign takes without a restart.
+ */
+export function signsOnlyDiffer(next: CompiledDestination, running: CompiledDestination): boolean {
+  const rest = ({ createdAt: _c, sharedSecret: _s, headers: _h, standardWebhooks: _w, ...others }: CompiledDestination) => JSON.stringify(others);
+  return rest(next) === rest(running);
+}
+
 /** A message's messageId for a log line, if its body has one (it may not be JSON at all). */
 function messageIdOf(m: JsMsg): string | undefined {
   try {
@@ -146,7 +160,7 @@ interface RoundState {
 const newRoundState = (expiresAt: number): RoundState => ({ dead: new Set(), expiresAt });
 
 export class DestinationWorker {
-  readonly destination: CompiledDestination;
+  #destination: CompiledDestination;
   readonly #js: JetStreamClient;
   readonly #sender: WebhookSending;
   readonly #log: Logger;
@@ -180,9 +194,9 @@ export class DestinationWorker {
   readonly #attemptsSubject: string;
   readonly #replaySubject: string;
   /** The destination's own headers, names lower-cased once. */
-  readonly #customHeaders: Record<string, string>;
+  #customHeaders: Record<string, string>;
   /** The shared secret's keys, made once: a string key is converted again on every signature. */
-  readonly #signingKeys: SigningKeys | undefined;
+  #signingKeys: SigningKeys | undefined;
   /** The destination's URLs as attempt records show them, redacted once. */
   readonly #redactedUrls: Map<string, string>;
   #messages: ConsumerMessages | undefined;
@@ -193,7 +207,7 @@ export class DestinationWorker {
   #loop: Promise<void> | undefined;
 
   constructor(destination: CompiledDestination, deps: DestinationWorkerDeps) {
-    this.destination = destination;
+    this.#destination = destination;
     this.#nc = deps.nc;
     this.#js = jetstream(deps.nc);
     this.#sender = deps.sender;
@@ -207,7 +221,7 @@ export class DestinationWorker {
     this.#streamMaxAgeMs = deps.streamMaxAgeMs ?? Infinity;
     this.#attemptsSubject = attemptsSubject(destination.namespace, destination.name);
     this.#replaySubject = replaySubject(destination.namespace, destination.name);
-    this.#customHeaders = Object.fromEntries(destination.headers.map(({ name, value }) => [name.toLowerCase(), value]));
+    this.#customHeaders = customHeaders(destination);
     this.#redactedUrls = new Map(destination.urls.map((url) => [url, redactUrl(url)]));
     this.#signingKeys = destination.sharedSecret ? signingKeys(destination.sharedSecret) : undefined;
     this.#log = deps.log.child({ destination: this.#label });
@@ -215,9 +229,9 @@ export class DestinationWorker {
   }
 
   async start(): Promise<void> {
-    const consumer = await this.#js.consumers.get(EVENTS_STREAM, consumerName(this.destination.namespace, this.destination.name));
+    const consumer = await this.#js.consumers.get(EVENTS_STREAM, consumerName(this.#destination.namespace, this.#destination.name));
     // Buffered messages are already delivered (their ack_wait runs): see pullAhead().
-    const messages = await consumer.consume({ max_messages: Math.min(this.destination.maxInFlight, this.#pullAhead) });
+    const messages = await consumer.consume({ max_messages: Math.min(this.#destination.maxInFlight, this.#pullAhead) });
     this.#messages = messages;
     this.#loop = (async () => {
       for await (const m of messages) {
@@ -246,9 +260,24 @@ export class DestinationWorker {
     })();
     const watchWith = this.#watchWith;
     if (watchWith) {
-      this.#watch = new ConsumerWatch(watchWith.jsm, consumerName(this.destination.namespace, this.destination.name), watchWith.lost, watchWith.checkMs);
+      this.#watch = new ConsumerWatch(watchWith.jsm, consumerName(this.#destination.namespace, this.#destination.name), watchWith.lost, watchWith.checkMs);
       this.#watch.follow(messages);
     }
+  }
+
+  get destination(): CompiledDestination {
+    return this.#destination;
+  }
+
+  /**
+   * Takes a new shared secret, headers or signing scheme in place (signsOnlyDiffer): a rotated
+   * Secret used by many destinations would otherwise restart each worker, and the messages in
+   * transit to a closed pull wait out ack_wait (35 s) before anyone sends them.
+   */
+  resign(next: CompiledDestination): void {
+    this.#destination = next;
+    this.#customHeaders = customHeaders(next);
+    this.#signingKeys = next.sharedSecret ? signingKeys(next.sharedSecret) : undefined;
   }
 
   /** Where the consumer had got to when last seen (ConsumerWatch), if it was. */
@@ -291,7 +320,7 @@ export class DestinationWorker {
       await this.#deadLetter(m, "retry_window_exhausted", info.deliveryCount);
       return;
     }
-    if (!routesTo(message, this.destination.name)) {
+    if (!routesTo(message, this.#destination.name)) {
       this.#metrics.countDelivery(this.#label, "skipped", "integrations");
       this.#turn.add(() => m.ack());
       return;
@@ -299,9 +328,9 @@ export class DestinationWorker {
     // Most messages carry no round state, and most destinations no paused URL: they use the
     // destination's list as it is.
     const round = this.#rounds.get(m.seq);
-    let urls = this.destination.urls;
+    let urls = this.#destination.urls;
     if (round || !this.#pauses.empty) {
-      urls = urls.filter((url) => !round?.dead.has(url) && this.#pauses.claim(url, now, this.destination.timeoutMs));
+      urls = urls.filter((url) => !round?.dead.has(url) && this.#pauses.claim(url, now, this.#destination.timeoutMs));
       if (urls.length === 0) {
         // Redelivered before any URL's pause ended (another replica's nak, or a pause of the
         // URL's own): wait on, without an attempt.
@@ -312,7 +341,7 @@ export class DestinationWorker {
     const body = webhookBody(message, m.data);
     const headers = this.#headersFor(m, message, body);
     const sentAt = Date.now();
-    const sends = urls.map((url) => this.#sender.send({ url, body, headers, timeoutMs: this.destination.timeoutMs }));
+    const sends = urls.map((url) => this.#sender.send({ url, body, headers, timeoutMs: this.#destination.timeoutMs }));
     // One 2xx delivers the message: ack it then, without waiting for slower URLs (which are
     // still awaited below, for their records and so they keep counting against the limits).
     let acked = false;
@@ -346,7 +375,7 @@ export class DestinationWorker {
    */
   async #retryOrGiveUp(m: JsMsg, round: RoundState | undefined, attempt: number, deadline: number, results: SendResult[] | undefined): Promise<void> {
     const now = Date.now();
-    const live = this.destination.urls.filter((url) => !round?.dead.has(url));
+    const live = this.#destination.urls.filter((url) => !round?.dead.has(url));
     const last = round?.last ?? (results ? combine(results.map((r) => r.outcome)) : URL_PAUSED);
     if (live.length === 0) {
       await this.#deadLetter(m, "permanent_failure", attempt, last);
@@ -417,7 +446,7 @@ export class DestinationWorker {
     const keys = this.#signingKeys;
     if (keys) {
       headers["x-signature"] = xSignature(body, keys.xSignature);
-      if (this.destination.standardWebhooks) Object.assign(headers, standardWebhookHeaders(deliveryId, Math.floor(Date.now() / 1000), body, keys.standardWebhooks));
+      if (this.#destination.standardWebhooks) Object.assign(headers, standardWebhookHeaders(deliveryId, Math.floor(Date.now() / 1000), body, keys.standardWebhooks));
     }
     return headers;
   }
@@ -497,7 +526,7 @@ export class DestinationWorker {
     const held = this.#timeoutLog.pass();
     if (held === undefined) return;
     this.#log.warn(
-      { url: this.#shownUrl(url), messageId, attempt, timeoutMs: this.destination.timeoutMs, moreTimeoutsSinceLastLine: held },
+      { url: this.#shownUrl(url), messageId, attempt, timeoutMs: this.#destination.timeoutMs, moreTimeoutsSinceLastLine: held },
       "webhook timed out: no answer within the destination's timeout; it will be retried while the retry window lasts",
     );
   }
@@ -514,7 +543,7 @@ export class DestinationWorker {
     try {
       // Keyed by the stream sequence: a crash between this and the ack stores it once, yet a
       // replayed copy (a new sequence) can be dead-lettered again.
-      await this.#js.publish(dlqSubject(this.destination.namespace, this.destination.name), m.data, { headers: h, msgID: `${this.#label}/${m.seq}` });
+      await this.#js.publish(dlqSubject(this.#destination.namespace, this.#destination.name), m.data, { headers: h, msgID: `${this.#label}/${m.seq}` });
     } catch (err) {
       // Without a stored dead letter the message must not be acked: try again later. It stays in
       // the events stream only until its max_age: a full dead-letter stream must be seen before.

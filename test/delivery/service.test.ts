@@ -1,6 +1,7 @@
 // The delivery service among others: it never deletes consumers it did not manage (another
 // deliver process with another config keeps its own), and a dead destination cannot take all of
 // the process's delivery slots from a healthy one.
+import { createHmac } from "node:crypto";
 import type { ServerResponse } from "node:http";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { mkdtempSync, writeFileSync } from "node:fs";
@@ -340,6 +341,39 @@ spec: { sources: [mu], urls: ["${receiver.url("/mu")}"] }
     } finally {
       await service.stop();
       config.close();
+    }
+  });
+
+  it("takes a rotated shared secret without restarting the destination's worker, so messages in transit are not held for ack_wait (found by a review: 35 s late after a Secret rotation)", async () => {
+    const signed = (secret: string) =>
+      compileConfig([
+        { apiVersion: "v1", kind: "Secret", metadata: { name: "xi-key" }, stringData: { writeKey: "w-xi", shared: secret } },
+        { apiVersion: "trackhook.io/v1alpha1", kind: "Source", metadata: { name: "xi" }, spec: { writeKeySecretRef: { name: "xi-key", key: "writeKey" } } },
+        {
+          apiVersion: "trackhook.io/v1alpha1", kind: "WebhookDestination", metadata: { name: "xi" },
+          spec: { sources: ["xi"], urls: [receiver.url("/xi")], sharedSecretRef: { name: "xi-key", key: "shared" } },
+        },
+      ].map((body, i) => ({ origin: `doc ${i + 1}`, body })));
+    const config = new ConfigHolder(signed("first-secret"));
+    const lines: string[] = [];
+    const service = await DeliveryService.start({
+      nc: await nats.connect(), config, sender, metrics: new DeliveryMetrics({ defaultMetrics: false }), consumerRemovalGraceMs: 0,
+      log: createLogger({ level: "info", destination: { write: (line) => void lines.push(line) } }),
+    });
+    const publish = publishTo("xi");
+    const signatureOf = (i: number, secret: string) => createHmac("sha1", secret).update(receiver.requests("/xi")[i]!.body).digest("hex");
+    try {
+      await publish("xi-1");
+      await receiver.waitFor("/xi", 1);
+      expect(receiver.requests("/xi")[0]!.headers["x-signature"]).toBe(signatureOf(0, "first-secret"));
+      config.set(signed("second-secret"));
+      await publish("xi-2");
+      await receiver.waitFor("/xi", 2, 5_000);
+      expect(receiver.requests("/xi")[1]!.headers["x-signature"]).toBe(signatureOf(1, "second-secret"));
+      expect(lines.some((l) => l.includes("shared secret or headers changed; in force for the next requests"))).toBe(true);
+      expect(lines.some((l) => l.includes("second-secret") || l.includes("first-secret"))).toBe(false);
+    } finally {
+      await service.stop();
     }
   });
 
