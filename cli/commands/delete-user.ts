@@ -1,16 +1,14 @@
 // `trackhook delete-user`: the laptop equivalent of creating a DeletionRequest — one delete
 // notification per user to the webhooks of a source, through the normal delivery path.
 import { randomUUID } from "node:crypto";
-import { jetstream, jetstreamManager, type JetStreamManager } from "@nats-io/jetstream";
+import { jetstream, jetstreamManager } from "@nats-io/jetstream";
 import { loadConfigFile } from "../../dataplane/config/mod.ts";
-import { hasEnabledDestination, publishDeleteNotifications } from "../../dataplane/deletion/mod.ts";
+import { hasEnabledDestination, longestRetryMs, publishDeleteNotifications } from "../../dataplane/deletion/mod.ts";
 import { purgeDeadLettersOf } from "../../dataplane/delivery/admin.ts";
-import { retryWindowInForceMs } from "../../dataplane/delivery/worker.ts";
-import { EVENTS_STREAM } from "../../dataplane/nats/mod.ts";
 import { UsageError, natsUrl } from "../args.ts";
 import { connectAdmin, fail, qualifiedName } from "./replay.ts";
 import type { Command } from "./types.ts";
-import { USER_ID_PATTERN, type CompiledConfig } from "../../schema/mod.ts";
+import { USER_ID_PATTERN } from "../../schema/mod.ts";
 import { NATS_AUTH_HELP } from "./nats-help.ts";
 
 const USER_ID = new RegExp(USER_ID_PATTERN, "u");
@@ -79,7 +77,7 @@ export const deleteUserCommand: Command = {
       );
       // What the operator does by itself (status.finalPurgeAt), a person does here: a message of
       // theirs still being retried can become a dead letter until its retry window ends.
-      const until = await lastRetryEnds(jsm, config, namespace, name);
+      const until = new Date(Date.now() + (await longestRetryMs(jsm)));
       process.stdout.write(
         `messages of ${userIds.length === 1 ? "this user" : "these users"} still being retried can become dead letters until ${until.toISOString()}: ` +
           `run delete-user again then, for the same users with --dead-letters-only, to remove those too\n`,
@@ -89,13 +87,3 @@ export const deleteUserCommand: Command = {
     }
   },
 };
-
-/** When the last retry of a message stored now to the source's enabled destinations ends, at the latest. */
-async function lastRetryEnds(jsm: JetStreamManager, config: CompiledConfig, namespace: string, source: string): Promise<Date> {
-  const maxAgeNanos = (await jsm.streams.info(EVENTS_STREAM)).config.max_age;
-  const maxAgeMs = maxAgeNanos > 0 ? maxAgeNanos / 1e6 : Infinity;
-  const windows = config.destinations
-    .filter((d) => d.enabled && d.namespace === namespace && d.sources.includes(source))
-    .map((d) => retryWindowInForceMs(d.retryWindowMs, maxAgeMs));
-  return new Date(Date.now() + Math.max(0, ...windows));
-}

@@ -5,3 +5,4 @@ export {
   type DeleteNotification,
   type DeleteNotificationBatch,
 } from "./notify.ts";
+export { longestRetryMs } from "./late-dead-letters.ts";

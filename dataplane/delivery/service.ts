@@ -271,7 +271,9 @@ export class DeliveryService {
     const run = async () => {
       if (this.#stopped || this.#workers.get(key) !== lost) return;
       const latest = this.#deps.config.current().destinations.find((d) => d.enabled && `${d.namespace}/${d.name}` === key);
-      if (!latest || !sameDelivery(latest, lost.destination)) return; // the change will be applied
+      // A change that restarts the worker will be applied; one that #apply takes in place (a
+      // secret, headers) would leave the lost consumer lost: recover with the latest config.
+      if (!latest || (!sameDelivery(latest, lost.destination) && !signsOnlyDiffer(latest, lost.destination))) return;
       const startSeq = await this.#resumeFrom(last);
       let created = false;
       await ensureDestinationConsumer(this.#jsm, latest, { startSeq, onCreated: () => (created = true) });

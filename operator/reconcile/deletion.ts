@@ -4,9 +4,8 @@
 // progress, and the few notifications sent after the last record carry the same Nats-Msg-Id
 // again, so the stream drops them as duplicates.
 import { resolveSourceNames } from "../../dataplane/config/mod.ts";
-import { publishDeleteNotifications } from "../../dataplane/deletion/mod.ts";
-import { purgeDeadLettersOf, retryWindowInForceMs } from "../../dataplane/delivery/mod.ts";
-import { EVENTS_STREAM } from "../../dataplane/nats/mod.ts";
+import { longestRetryMs, publishDeleteNotifications } from "../../dataplane/deletion/mod.ts";
+import { purgeDeadLettersOf } from "../../dataplane/delivery/mod.ts";
 import type { DeletionRequestStatus, DeletionState } from "../../schema/mod.ts";
 import type { ReconcileResult } from "../queue.ts";
 import { withReady } from "../conditions.ts";
@@ -77,7 +76,7 @@ async function sendNotifications(ctx: OperatorContext, namespace: string, name: 
   const completedAt = new Date();
   const final: DeletionRequestStatus = {
     ...request.status, state: failed.length > 0 ? "FAILED" : "FINISHED", sources: progress, completedAt: completedAt.toISOString(),
-    deadLettersRemoved: removed, finalPurgeAt: new Date(completedAt.getTime() + (await longestRetryMs(ctx))).toISOString(),
+    deadLettersRemoved: removed, finalPurgeAt: new Date(completedAt.getTime() + (await longestRetryMs(ctx.jsm))).toISOString(),
   };
   const users = new Set(request.spec.userIds).size;
   await setReady(
@@ -121,11 +120,6 @@ async function purgeDeadLetters(ctx: OperatorContext, request: DeletionResource)
   return (await purgeDeadLettersOf(ctx.js, ctx.jsm, { namespace: request.metadata.namespace, ...(sources ? { sources } : {}), userIds })).removed;
 }
 
-/** The longest a message can be retried before it is dead-lettered: 90% of the events stream's max_age. */
-async function longestRetryMs(ctx: OperatorContext): Promise<number> {
-  const maxAgeNs = (await ctx.jsm.streams.info(EVENTS_STREAM)).config.max_age;
-  return retryWindowInForceMs(Infinity, maxAgeNs > 0 ? maxAgeNs / 1e6 : 72 * 3_600_000);
-}
 
 /** Decides once which sources get notifications, and records it before anything is sent. */
 async function plan(ctx: OperatorContext, request: DeletionResource): Promise<DeletionResource> {

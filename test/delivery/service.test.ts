@@ -377,6 +377,42 @@ spec: { sources: [mu], urls: ["${receiver.url("/mu")}"] }
     }
   });
 
+  it("recovers a consumer lost while a change of its destination's shared secret waits to be applied (found by a review: the change was taken in place, and the consumer stayed lost)", { timeout: 60_000 }, async () => {
+    const own = await startNats();
+    const ownReceiver = await startReceiver();
+    ownReceiver.on("/hangs", () => {}); // never answers: stopping its worker waits for the timeout
+    await ensureStream(own.jsm, eventsStreamConfig(DEFAULT_STREAM));
+    const docs = (secret: string, hangingPath: string) =>
+      compileConfig([
+        { apiVersion: "v1", kind: "Secret", metadata: { name: "k" }, stringData: { y: "w-y", z: "w-z", shared: secret } },
+        { apiVersion: "trackhook.io/v1alpha1", kind: "Source", metadata: { name: "y" }, spec: { writeKeySecretRef: { name: "k", key: "y" } } },
+        { apiVersion: "trackhook.io/v1alpha1", kind: "Source", metadata: { name: "z" }, spec: { writeKeySecretRef: { name: "k", key: "z" } } },
+        { apiVersion: "trackhook.io/v1alpha1", kind: "WebhookDestination", metadata: { name: "y" }, spec: { sources: ["y"], urls: [ownReceiver.url("/y")], sharedSecretRef: { name: "k", key: "shared" } } },
+        { apiVersion: "trackhook.io/v1alpha1", kind: "WebhookDestination", metadata: { name: "z" }, spec: { sources: ["z"], urls: [ownReceiver.url(hangingPath)], timeout: "10s" } },
+      ].map((body, i) => ({ origin: `doc ${i + 1}`, body })));
+    const config = new ConfigHolder(docs("s1", "/hangs"));
+    const service = await start(config, { consumerRemovalGraceMs: 0, consumerCheckMs: 300, on: own });
+    const publish = (source: string) => publishTo(source, own);
+    try {
+      await publish("y")("y1");
+      await ownReceiver.waitFor("/y", 1);
+      await publish("z")("z1");
+      await new Promise((r) => setTimeout(r, 500)); // z1 in flight, unanswered
+      config.set(docs("s1", "/elsewhere")); // restarts z: waits up to 10 s for z1
+      await new Promise((r) => setTimeout(r, 300));
+      await own.jsm.consumers.delete(EVENTS_STREAM, "dest_default_y"); // y's consumer deleted under delivery
+      await new Promise((r) => setTimeout(r, 7_000)); // the loss confirmed; its recovery waits behind the change
+      config.set(docs("s2", "/elsewhere")); // y's shared secret rotated
+      await publish("y")("y2");
+      await ownReceiver.waitFor("/y", 2, 20_000);
+      expect(await own.jsm.consumers.info(EVENTS_STREAM, "dest_default_y").then(() => true, () => false)).toBe(true);
+    } finally {
+      await service.stop();
+      await ownReceiver.close();
+      await own.stop();
+    }
+  });
+
   it("keeps a fair share of the process's slots free for an idle destination, so a dead one cannot hold them all", async () => {
     receiver.on("/dead", () => {}); // never answers
     const config = new ConfigHolder(configOf([
