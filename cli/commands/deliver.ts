@@ -121,8 +121,8 @@ ${configSourceHelp}
       running.config?.close();
       await running.nc?.drain();
     });
+    natsConnectedGauge(metrics.registry, () => running.nc);
     const nc = (running.nc = await connectNats({ servers: nats, name: "trackhook-deliver", log, component: "delivery" }));
-    natsConnectedGauge(metrics.registry, nc);
     waitingFor = from.kind === "nats" ? "the trackhook-config bucket" : "the events stream";
     const config = (running.config = await openConfig(files, nc, log, "destinations"));
     configMetrics(metrics.registry, config);

@@ -8,7 +8,7 @@ import { buildIngestApp, type IngestOptionsInput } from "../../dataplane/ingest/
 import { errors } from "../../dataplane/ingest/errors.ts";
 import { buildOpsServer } from "../../dataplane/ops/server.ts";
 import { createLogger, type Logger } from "../../dataplane/logging.ts";
-import { EVENTS_STREAM, connectNats, ensureStream, eventsStreamConfig, type EventsStreamSettings } from "../../dataplane/nats/mod.ts";
+import { EVENTS_STREAM, connectNats, ensureStream, eventsStreamConfig, natsConnectedGauge, type EventsStreamSettings } from "../../dataplane/nats/mod.ts";
 import { integerFlag, listenOrExplain, natsUrl } from "../args.ts";
 import { onShutdown } from "../shutdown.ts";
 import { configFrom, configSourceFlags, configSourceHelp, openConfig, openConfigFiles } from "./config-source.ts";
@@ -64,7 +64,7 @@ export const ingestCommand: Command = {
     // The Tracking API takes the port over once it can store messages.
     const running: { waiting?: FastifyInstance; nc?: NatsConnection; config?: ConfigProvider; ingest?: RunningIngest } = {};
     let waitingFor = "NATS";
-    const waiting = (running.waiting = waitingServer(() => waitingFor));
+    const waiting = (running.waiting = waitingServer(() => waitingFor, () => running.nc));
     const address = new URL(await listenOrExplain(waiting, host, port));
     log.debug({ address: address.origin }, "health and metrics served; ready once NATS and the config are");
     onShutdown(log, async () => {
@@ -74,9 +74,8 @@ export const ingestCommand: Command = {
       await running.nc?.drain();
     });
     const nc = (running.nc = await connectNats({ servers: nats, name: "trackhook-ingest", log, component: "ingest" }));
-    waitingFor = from.kind === "nats" ? "the trackhook-config bucket" : "the events stream";
+    waitingFor = "the trackhook-config bucket";
     const config = (running.config = await openConfig(files, nc, log, "sources"));
-    waitingFor = "the events stream";
     await waiting.close();
     running.waiting = undefined;
     running.ingest = await startIngest({ nc, config, log, stream, options, host, port: Number(address.port) });
@@ -87,11 +86,21 @@ export const ingestCommand: Command = {
  * What answers on the ingest's port until it can store messages: /healthz 200, /readyz 503 with
  * what it waits for, and 503 storage_unavailable (which SDKs retry) for the Tracking API.
  */
-function waitingServer(waitingFor: () => string): FastifyInstance {
-  const app = buildOpsServer({ registry: new Registry(), ready: async () => ({ ready: false, reason: `starting: waiting for ${waitingFor()}` }) });
-  app.setNotFoundHandler((_request, reply) => {
+function waitingServer(waitingFor: () => string, nc: () => NatsConnection | undefined): FastifyInstance {
+  const registry = new Registry();
+  natsConnectedGauge(registry, nc);
+  const app = buildOpsServer({ registry, ready: async () => ({ ready: false, reason: `starting: waiting for ${waitingFor()}` }) });
+  // Before any body is read (gzip, a malformed or an oversized one would otherwise be a 4xx,
+  // which SDKs do not retry).
+  app.addHook("onRequest", (request, reply, done) => {
+    const path = request.url.split("?")[0];
+    if (path === "/healthz" || path === "/readyz" || path === "/metrics") return done();
     const error = errors.storageUnavailable(5);
-    void reply.code(error.statusCode).header("retry-after", "5").send({ success: false, code: error.code, message: `${error.message} (starting: waiting for ${waitingFor()})` });
+    void reply
+      .code(error.statusCode)
+      .header("retry-after", "5")
+      .header("connection", "close")
+      .send({ success: false, code: error.code, message: `${error.message} (starting: waiting for ${waitingFor()})` });
   });
   return app;
 }

@@ -89,8 +89,8 @@ export const operatorCommand: Command = {
       await running.operator?.stop(); // finishes running reconciles and hands the lease over
       await running.nc?.drain();
     });
+    natsConnectedGauge(metrics.registry, () => running.nc);
     const nc = (running.nc = await connectNats({ servers: nats, name: "trackhook-operator", log, component: "operator" }));
-    natsConnectedGauge(metrics.registry, nc);
     const operator = (running.operator = new Operator({ kube, nc, log, metrics }, options));
     // Losing the lease means another replica may act now: stop at once, as controller-runtime does.
     await operator.run(() => process.exit(1));

@@ -113,14 +113,16 @@ export function isNatsConnected(nc: NatsConnection): boolean {
  * `trackhook_nats_connected` on a registry: 1 while the connection is up, 0 otherwise. The one
  * metric that says "NATS is unreachable" while every gauge read from JetStream is missing.
  */
-export function natsConnectedGauge(registry: Registry, nc: NatsConnection): void {
-  followConnection(nc);
+export function natsConnectedGauge(registry: Registry, nc: NatsConnection | (() => NatsConnection | undefined)): void {
+  // A getter: registered before the first connection is made, it says 0 while NATS is awaited.
+  const current = typeof nc === "function" ? nc : () => nc;
   new Gauge({
     name: "trackhook_nats_connected",
-    help: "1 while this process's NATS connection is up, 0 while it is disconnected or closed",
+    help: "1 while this process's NATS connection is up, 0 while it is disconnected, closed or not made yet",
     registers: [registry],
     collect() {
-      this.set(isNatsConnected(nc) ? 1 : 0);
+      const connection = current();
+      this.set(connection && isNatsConnected(connection) ? 1 : 0);
     },
   });
 }

@@ -1,5 +1,6 @@
 // The trackhook command as a user runs it: help, config errors at start, and `dev` serving the
 // example config with its own nats-server, then stopping cleanly on SIGTERM.
+import { gzipSync } from "node:zlib";
 import { spawn, spawnSync } from "node:child_process";
 import { existsSync, mkdtempSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
@@ -236,6 +237,11 @@ describe("trackhook and a NATS that comes and goes", () => {
       expect(early.status).toBe(503); // which SDKs retry
       expect(early.headers.get("retry-after")).toBe("5");
       expect(await early.json()).toMatchObject({ success: false, code: "storage_unavailable" });
+      // Whatever the body: a gzip batch (the Python SDK's) or a broken one is not a 4xx, which SDKs would not retry (found by a review).
+      const gzipped = await fetch(`${origin}/v1/batch`, { method: "POST", headers: { "content-type": "application/json", "content-encoding": "gzip" }, body: gzipSync(JSON.stringify({ batch: [] })) });
+      expect(gzipped.status).toBe(503);
+      expect((await fetch(`${origin}/v1/track`, { method: "POST", headers: { "content-type": "application/json" }, body: "{broken" })).status).toBe(503);
+      expect(await (await fetch(`${origin}/metrics`)).text()).toContain("trackhook_nats_connected 0");
       server = await LocalNatsServer.start({ storeDir, port });
       await first.waitFor(/"msg":"ingest listening"/, 15_000);
       expect((await fetch(`${origin}/readyz`)).status).toBe(200);

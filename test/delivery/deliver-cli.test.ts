@@ -140,6 +140,8 @@ describe("trackhook deliver", () => {
       const ready = await fetch(`http://127.0.0.1:${port}/readyz`);
       expect(ready.status).toBe(503);
       expect(await ready.json()).toEqual({ status: "not_ready", reason: "starting: waiting for NATS" });
+      // What an alert on NATS being unreachable reads, from the start (found by a review: no series until connected).
+      expect(await (await fetch(`http://127.0.0.1:${port}/metrics`)).text()).toMatch(/^trackhook_nats_connected 0$/m);
     } finally {
       child.kill("SIGTERM");
       await new Promise((resolve) => child.once("exit", resolve));
