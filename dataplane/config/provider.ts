@@ -119,8 +119,15 @@ export class FileConfigProvider extends ConfigHolder {
     const current = this.current();
     if (next.sources.length + next.destinations.length === 0 && current.sources.length + current.destinations.length > 0) {
       // `gen > config.yaml` empties the file before it writes it: read in between, every Source
-      // (401 for every SDK) and destination (its consumer, backlog and all) would go.
-      this.log.error({ path: this.path }, "the config now holds no Source and no WebhookDestination, as a file caught while being written does; keeping the previous config (to run with none, stop the process)");
+      // (401 for every SDK) and destination (its consumer, backlog and all) would go. Said and
+      // counted only if a second read a moment later finds it empty still.
+      if (!settled) {
+        clearTimeout(this.#settling);
+        this.#settling = setTimeout(() => this.reload(true), this.#settleMs);
+        this.#settling.unref();
+        return;
+      }
+      this.log.error({ path: this.path }, "the config now holds no Source and no WebhookDestination; keeping the previous config (to run with none, stop the process)");
       this.#failing = true;
       this.noteLoad("rejected");
       return;

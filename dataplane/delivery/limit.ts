@@ -128,24 +128,26 @@ export class DeliverySlots {
   }
 
   #wake(): void {
-    // One destination is the usual case (and its waiters are served in order): no sorting then.
-    let ordered = this.#waiting.length > 1 && this.#waiting.some((w) => w.share !== this.#waiting[0]!.share);
-    for (let i = 0; i < this.#waiting.length; ) {
-      if (ordered) {
-        // Stable: equals keep their order of arrival. Sorted again after each slot given.
-        this.#waiting.sort((a, b) => a.share.inUse - b.share.inUse);
-        ordered = false;
-      }
-      const waiter = this.#waiting[i]!;
-      if (this.take(waiter.share)) {
-        this.#waiting.splice(i, 1);
-        waiter.resolve();
-        ordered = this.#waiting.length > 1;
-        i = 0;
-      } else {
-        i++;
-      }
+    while (this.#waiting.length > 0) {
+      // The first-come waiter of the destination with the fewest in use: one pass, no sort.
+      let best = 0;
+      for (let i = 1; i < this.#waiting.length; i++) if (this.#waiting[i]!.share.inUse < this.#waiting[best]!.share.inUse) best = i;
+      if (this.#serve(best)) continue;
+      // It may not take one (its maxInFlight, or beyond its reserve with nothing spare) where
+      // another may (within its reserve): those in order of arrival.
+      let served = false;
+      for (let i = 0; i < this.#waiting.length && !served; i++) if (i !== best) served = this.#serve(i);
+      if (!served) return;
     }
+  }
+
+  /** Gives the i-th waiter a slot if its share may take one. */
+  #serve(i: number): boolean {
+    const waiter = this.#waiting[i]!;
+    if (!this.take(waiter.share)) return false;
+    this.#waiting.splice(i, 1);
+    waiter.resolve();
+    return true;
   }
 }
 

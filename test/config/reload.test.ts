@@ -165,6 +165,12 @@ describe("the log of a file config", () => {
       write(doc({ web: "key-two" }));
       await eventually(async () => (await sample("trackhook_config_loaded_timestamp_seconds"))! > started!);
       expect(await sample("trackhook_config_rejected_total")).toBe(1);
+      // A file caught empty while being written (`gen > config.yaml`) is not counted: it is whole again a moment later (found by a review).
+      write("");
+      await new Promise((r) => setTimeout(r, 300));
+      write(doc({ web: "key-two" }));
+      await new Promise((r) => setTimeout(r, 1_500));
+      expect(await sample("trackhook_config_rejected_total")).toBe(1);
     } finally {
       watched.close();
     }
