@@ -9,7 +9,7 @@ import type { Logger } from "../logging.ts";
 import { DLQ_STREAM, DLQ_SUBJECTS, EVENTS_STREAM, TurnBatch, attemptsStreamConfig, consumerName, dlqStreamConfig, dlqSubject, ensureStream, isNatsConnected, isStreamNotFound, type SideStreamSettings } from "../nats/mod.ts";
 import { ensureDestinationConsumer, removeDestinationConsumers } from "./consumers.ts";
 import type { DeliveryBacklogs, DeliveryMetrics } from "./metrics.ts";
-import { DestinationWorker, pullAhead, signsOnlyDiffer, type WebhookSending } from "./worker.ts";
+import { DestinationWorker, changeOf, pullAhead, type WebhookSending } from "./worker.ts";
 import type { ConsumerPosition } from "./consumer-watch.ts";
 import { DeliverySlots } from "./limit.ts";
 
@@ -61,15 +61,14 @@ export class DeliveryService {
   readonly #managed = new Set<string>();
   /** Consumers of destinations no longer enabled, to be removed when their grace ends. */
   readonly #removals = new Map<string, NodeJS.Timeout>();
-  /** The consumers the config in effect wants. */
-  #wanted = new Set<string>();
+  /** The consumers the config in effect wants, with their destinations (namespace/name). */
+  #wanted = new Map<string, string>();
   /**
    * Destinations (namespace/name) the config in effect wants delivered, and since when for those
    * not started yet: a consumer made late starts there, not at "now", so what was stored while
    * its start kept failing (NATS away for a moment) is delivered too.
    */
   readonly #pending = new Map<string, number>();
-  #wantedKeys: string[] = [];
   #retryTimer: NodeJS.Timeout | undefined;
   #retryMs = START_RETRY_MS;
   /** What workers started now pull ahead (pullAhead() of the destinations wanted). */
@@ -91,7 +90,7 @@ export class DeliveryService {
     const service = new DeliveryService(deps, jsm);
     if (events.config.max_age > 0) service.#streamMaxAgeMs = events.config.max_age / 1e6;
     deps.metrics.readBacklogFrom(() => service.backlog());
-    deps.metrics.readDestinationsFrom(() => service.#wantedKeys.map((key) => ({ destination: key, running: service.#workers.has(key) })));
+    deps.metrics.readDestinationsFrom(() => [...service.#wanted.values()].map((key) => ({ destination: key, running: service.#workers.has(key) })));
     // A destination that cannot start is logged and left out; the others run.
     await service.apply(deps.config.current()).catch(() => {});
     service.#unsubscribe = deps.config.subscribe((config) => {
@@ -152,25 +151,24 @@ export class DeliveryService {
     const positions = new Map<string, ConsumerPosition>();
     for (const [key, worker] of this.#workers) {
       const next = wanted.get(key);
-      if (next && !sameDelivery(next, worker.destination) && signsOnlyDiffer(next, worker.destination)) {
+      const change = next ? changeOf(next, worker.destination) : "restart";
+      if (change === "none") continue;
+      if (next && change === "signing") {
         worker.resign(next);
         log.info({ destination: key }, "destination's shared secret or headers changed; in force for the next requests");
         continue;
       }
-      if (!next || !sameDelivery(next, worker.destination)) {
-        const last = worker.lastPosition;
-        if (next && last) positions.set(key, last);
-        await worker.stop();
-        this.#workers.delete(key);
-      }
+      const last = worker.lastPosition;
+      if (next && last) positions.set(key, last);
+      await worker.stop();
+      this.#workers.delete(key);
     }
-    const keep = new Set<string>();
+    const keep = new Map<string, string>();
     const failed: string[] = [];
     this.#pullAhead = pullAhead(this.#slots.max, wanted.size);
-    this.#wantedKeys = [...wanted.keys()];
     for (const key of this.#pending.keys()) if (!wanted.has(key)) this.#pending.delete(key);
     for (const [key, destination] of wanted) {
-      keep.add(consumerName(destination.namespace, destination.name));
+      keep.set(consumerName(destination.namespace, destination.name), key);
       if (this.#workers.has(key)) continue;
       const since = this.#pending.get(key) ?? Date.now();
       this.#pending.set(key, since);
@@ -197,7 +195,7 @@ export class DeliveryService {
     // config keeps its own. A destination removed while no process ran keeps its consumer until
     // the operator, or someone with `nats consumer rm`, cleans it up.
     this.#wanted = keep;
-    for (const name of keep) {
+    for (const name of keep.keys()) {
       clearTimeout(this.#removals.get(name));
       this.#removals.delete(name);
     }
@@ -273,7 +271,7 @@ export class DeliveryService {
       const latest = this.#deps.config.current().destinations.find((d) => d.enabled && `${d.namespace}/${d.name}` === key);
       // A change that restarts the worker will be applied; one that #apply takes in place (a
       // secret, headers) would leave the lost consumer lost: recover with the latest config.
-      if (!latest || (!sameDelivery(latest, lost.destination) && !signsOnlyDiffer(latest, lost.destination))) return;
+      if (!latest || changeOf(latest, lost.destination) === "restart") return;
       const startSeq = await this.#resumeFrom(last);
       let created = false;
       await ensureDestinationConsumer(this.#jsm, latest, { startSeq, onCreated: () => (created = true) });
@@ -343,15 +341,4 @@ async function waitForEventsStream(jsm: JetStreamManager, log: Logger): Promise<
       await new Promise((r) => setTimeout(r, 1000));
     }
   }
-}
-
-/**
- * Whether a destination's new config delivers as the running worker does. createdAt only says
- * where a consumer starts when it is made; it leaves the config once the destination took effect,
- * which must not restart the worker (and lose its URL pauses and round state).
- */
-function sameDelivery(next: CompiledDestination, running: CompiledDestination): boolean {
-  const { createdAt: _next, ...a } = next;
-  const { createdAt: _running, ...b } = running;
-  return JSON.stringify(a) === JSON.stringify(b);
 }

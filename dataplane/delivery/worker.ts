@@ -33,12 +33,18 @@ function customHeaders(destination: CompiledDestination): Record<string, string>
 }
 
 /**
- * Whether two configs of a destination differ only in what signs and heads its requests (shared
- * secret, headers, Standard Webhooks): what DestinationWorker.resign takes without a restart.
+ * How a destination's new config differs from the one its worker runs with: "none" (createdAt
+ * only says where a consumer starts when it is made, and leaves the config once the destination
+ * took effect: that must not restart the worker and lose its URL pauses and round state),
+ * "signing" (only the shared secret, headers or signing scheme: DestinationWorker.resign takes
+ * them in place), or "restart".
  */
-export function signsOnlyDiffer(next: CompiledDestination, running: CompiledDestination): boolean {
-  const rest = ({ createdAt: _c, sharedSecret: _s, headers: _h, standardWebhooks: _w, ...others }: CompiledDestination) => JSON.stringify(others);
-  return rest(next) === rest(running);
+export function changeOf(next: CompiledDestination, running: CompiledDestination): "none" | "signing" | "restart" {
+  const { createdAt: _next, ...a } = next;
+  const { createdAt: _running, ...b } = running;
+  if (JSON.stringify(a) === JSON.stringify(b)) return "none";
+  const unsigned = ({ sharedSecret: _s, headers: _h, standardWebhooks: _w, ...rest }: typeof a) => JSON.stringify(rest);
+  return unsigned(a) === unsigned(b) ? "signing" : "restart";
 }
 
 /** A message's messageId for a log line, if its body has one (it may not be JSON at all). */
@@ -270,7 +276,7 @@ export class DestinationWorker {
   }
 
   /**
-   * Takes a new shared secret, headers or signing scheme in place (signsOnlyDiffer): a rotated
+   * Takes a new shared secret, headers or signing scheme in place (changeOf "signing"): a rotated
    * Secret used by many destinations would otherwise restart each worker, and the messages in
    * transit to a closed pull wait out ack_wait (35 s) before anyone sends them.
    */
