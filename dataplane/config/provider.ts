@@ -117,29 +117,22 @@ export class FileConfigProvider extends ConfigHolder {
       return;
     }
     const current = this.current();
-    if (next.sources.length + next.destinations.length === 0 && current.sources.length + current.destinations.length > 0) {
-      // `gen > config.yaml` empties the file before it writes it: read in between, every Source
-      // (401 for every SDK) and destination (its consumer, backlog and all) would go. Said and
-      // counted only if a second read a moment later finds it empty still.
-      if (!settled) {
-        clearTimeout(this.#settling);
-        this.#settling = setTimeout(() => this.reload(true), this.#settleMs);
-        this.#settling.unref();
-        return;
-      }
-      this.log.error({ path: this.path }, "the config now holds no Source and no WebhookDestination; keeping the previous config (to run with none, stop the process)");
-      this.#failing = true;
-      this.noteLoad("rejected");
-      return;
-    }
     // A file read while being written (`gen > config.yaml`, a copy) may hold only its first
-    // documents: a Source missing for that moment refuses its SDKs' requests with 401, which
-    // they do not retry, and a destination missing loses its worker. What removes something
+    // documents, or none: a Source missing for that moment refuses its SDKs' requests with 401,
+    // which they do not retry, and a destination missing loses its worker. What removes something
     // takes effect only if a second read a moment later says the same; additions at once.
     if (!settled && removesSomething(current, next)) {
       clearTimeout(this.#settling);
       this.#settling = setTimeout(() => this.reload(true), this.#settleMs);
       this.#settling.unref();
+      return;
+    }
+    if (next.sources.length + next.destinations.length === 0 && current.sources.length + current.destinations.length > 0) {
+      // Empty still at the second read: every Source (401 for every SDK) and destination (its
+      // consumer, backlog and all) would go. Refused, said and counted.
+      this.log.error({ path: this.path }, "the config now holds no Source and no WebhookDestination; keeping the previous config (to run with none, stop the process)");
+      this.#failing = true;
+      this.noteLoad("rejected");
       return;
     }
     const recovered = this.#failing;
