@@ -11,7 +11,7 @@ import { Registry } from "prom-client";
 import { configMetrics, type ConfigProvider } from "../config/mod.ts";
 import type { Logger } from "../logging.ts";
 import { EVENTS_STREAM, isNatsConnected, natsConnectedGauge } from "../nats/mod.ts";
-import { KeyedLogInterval, LogInterval } from "../ops/log-interval.ts";
+import { KeyedLogInterval } from "../ops/log-interval.ts";
 import { opsRoutes } from "../ops/server.ts";
 import { SourceDirectory } from "./auth.ts";
 import { parseJsonObject, readBoundedBody } from "./body.ts";
@@ -145,14 +145,18 @@ export async function buildIngestApp(deps: IngestAppDeps, input: IngestOptionsIn
     metrics.countRequest(request.routeOptions.url ?? "unmatched", 499, "client_aborted");
   });
 
-  const storageFailures = new StorageFailureLog();
   app.setErrorHandler((err: FastifyError | IngestError, request, reply) => {
     const error = err instanceof IngestError ? err : fromFastifyError(err);
     request.errorCode = error.code;
     // A request to no route that fails before the not-found handler (its body) has no route hook to count it.
     if (request.is404) metrics.countRequest("unmatched", error.statusCode, error.code);
-    if (error.code === "storage_unavailable" || error.code === "storage_full") storageFailures.log(request.log, request.id, error);
-    else if (error.statusCode >= 500) request.log.error({ reqId: request.id, err, code: error.code }, error.message);
+    if (error.code === "storage_unavailable" || error.code === "storage_full") {
+      // While NATS is down every request fails alike: one line every 10 s says why and how many
+      // more failed (the metrics count each), not a line and a stack per request.
+      const held = state.repeatedLines.pass("storage");
+      const cause = error.cause instanceof Error ? error.cause.message : undefined;
+      if (held !== undefined) request.log.error({ reqId: request.id, code: error.code, cause, moreFailedSinceLastLine: held }, error.message);
+    } else if (error.statusCode >= 500) request.log.error({ reqId: request.id, err, code: error.code }, error.message);
     else {
       const held = state.repeatedLines.pass(`answer ${error.code}`);
       if (held !== undefined) request.log.info({ reqId: request.id, code: error.code, route: request.routeOptions.url, moreLikeThisSinceLastLine: held }, error.message);
@@ -247,22 +251,3 @@ const REQUEST_ID = /^[\w.:@/+=-]{1,128}$/;
 
 /** At most one line per kind this often for lines said per message or per refused request (IngestState.repeatedLines). */
 const REPEATED_LINE_INTERVAL_MS = 10_000;
-
-/** At most one line per STORAGE_LOG_INTERVAL_MS while JetStream cannot store messages. */
-const STORAGE_LOG_INTERVAL_MS = 10_000;
-
-/**
- * While NATS is down every request fails alike: a line (and a stack) for each would flood the log
- * pipeline at production rates. One line every 10 s says why and how many more failed; the
- * metrics count each.
- */
-class StorageFailureLog {
-  readonly #interval = new LogInterval(STORAGE_LOG_INTERVAL_MS);
-
-  log(log: FastifyBaseLogger, reqId: string, error: IngestError): void {
-    const held = this.#interval.pass();
-    if (held === undefined) return;
-    const cause = error.cause instanceof Error ? error.cause.message : undefined;
-    log.error({ reqId, code: error.code, cause, moreFailedSinceLastLine: held }, error.message);
-  }
-}

@@ -4,9 +4,6 @@ import { EVENTS_STREAM } from "../nats/subjects.ts";
 import { streamUseGauges, type StreamUse } from "../ops/stream-gauges.ts";
 import { TalliedCounter } from "../ops/tally.ts";
 
-/** How full the events stream is. */
-export type EventsStreamUse = StreamUse;
-
 export class IngestMetrics {
   readonly registry = new Registry();
 
@@ -42,7 +39,7 @@ export class IngestMetrics {
     registers: [this.registry],
   });
 
-  #stream: () => Promise<EventsStreamUse | undefined> = async () => undefined;
+  #stream: () => Promise<StreamUse | undefined> = async () => undefined;
 
   constructor(options: { defaultMetrics?: boolean } = {}) {
     if (options.defaultMetrics ?? true) collectDefaultMetrics({ register: this.registry });
@@ -50,7 +47,7 @@ export class IngestMetrics {
     // bytes reach max_bytes every request gets 503 storage_full, however small the lag. A scrape
     // reads the stream once for both gauges; while NATS does not answer neither has a series
     // (trackhook_nats_connected says why).
-    let reading: Promise<EventsStreamUse | undefined> | undefined;
+    let reading: Promise<StreamUse | undefined> | undefined;
     streamUseGauges(this.registry, {
       prefix: "trackhook_events_stream",
       stream: EVENTS_STREAM,
@@ -61,7 +58,7 @@ export class IngestMetrics {
   }
 
   /** Where the stream gauges read from at scrape time. */
-  readStreamFrom(source: () => Promise<EventsStreamUse | undefined>): void {
+  readStreamFrom(source: () => Promise<StreamUse | undefined>): void {
     this.#stream = source;
   }
 
