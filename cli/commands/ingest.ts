@@ -6,7 +6,7 @@ import { Registry } from "prom-client";
 import type { ConfigProvider } from "../../dataplane/config/mod.ts";
 import { buildIngestApp, type IngestOptionsInput } from "../../dataplane/ingest/mod.ts";
 import { errors } from "../../dataplane/ingest/errors.ts";
-import { buildOpsServer } from "../../dataplane/ops/server.ts";
+import { OPS_PATHS, buildOpsServer } from "../../dataplane/ops/server.ts";
 import { createLogger, type Logger } from "../../dataplane/logging.ts";
 import { EVENTS_STREAM, connectNats, ensureStream, eventsStreamConfig, natsConnectedGauge, type EventsStreamSettings } from "../../dataplane/nats/mod.ts";
 import { integerFlag, listenOrExplain, natsUrl } from "../args.ts";
@@ -93,8 +93,7 @@ function waitingServer(waitingFor: () => string, nc: () => NatsConnection | unde
   // Before any body is read (gzip, a malformed or an oversized one would otherwise be a 4xx,
   // which SDKs do not retry).
   app.addHook("onRequest", (request, reply, done) => {
-    const path = request.url.split("?")[0];
-    if (path === "/healthz" || path === "/readyz" || path === "/metrics") return done();
+    if (OPS_PATHS.has(request.url.split("?")[0]!)) return done();
     const error = errors.storageUnavailable(5);
     void reply
       .code(error.statusCode)

@@ -8,6 +8,9 @@ export interface OpsServerOptions {
   ready(): Promise<{ ready: boolean; reason?: string }>;
 }
 
+/** The paths opsRoutes serves. */
+export const OPS_PATHS: ReadonlySet<string> = new Set(["/healthz", "/readyz", "/metrics"]);
+
 export function buildOpsServer(options: OpsServerOptions): FastifyInstance {
   const app = Fastify({ logger: false });
   opsRoutes(app, options);

@@ -141,10 +141,10 @@ export async function removeFinalizer(ctx: OperatorContext, object: AnyResource)
   }
 }
 
-/** Reads the named Secrets of a namespace (fresh, never cached) for one compile. */
 /** The label a Secret needs to be read when the operator runs with --require-secret-label. */
 export const SECRET_LABEL = { name: "trackhook.io/secret", value: "true" } as const;
 
+/** Reads the named Secrets of a namespace (fresh, never cached) for one compile. */
 export async function readSecrets(ctx: OperatorContext, namespace: string, names: readonly string[]): Promise<SecretLookup> {
   const found = new Map<string, Map<string, string> | RefusedSecret>();
   await Promise.all(
