@@ -9,8 +9,8 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { ConfigHolder, FileConfigProvider, compileConfig } from "../../dataplane/config/mod.ts";
 import { DeliveryMetrics, DeliveryService, DestinationWorker, WebhookSender } from "../../dataplane/delivery/mod.ts";
-import { createLogger } from "../../dataplane/logging.ts";
-import { EVENTS_STREAM, ensureStream, eventsStreamConfig } from "../../dataplane/nats/mod.ts";
+import { createLogger, type Logger } from "../../dataplane/logging.ts";
+import { EVENTS_STREAM, ensureStream, eventsStreamConfig, type SideStreamSettings } from "../../dataplane/nats/mod.ts";
 import { DEFAULT_STREAM } from "../harness/ingest.ts";
 import { startNats, type NatsHarness } from "../harness/nats.ts";
 import { answer, startReceiver, type Receiver } from "../harness/receiver.ts";
@@ -44,13 +44,24 @@ function configOf(destinations: Array<{ name: string; url: string; timeout?: str
   );
 }
 
-const start = async (config: ConfigHolder, options: { maxInFlight?: number; consumerRemovalGraceMs?: number; consumerCheckMs?: number; on?: NatsHarness } = {}) =>
+const start = async (
+  config: ConfigHolder,
+  options: { maxInFlight?: number; consumerRemovalGraceMs?: number; consumerCheckMs?: number; on?: NatsHarness; log?: Logger; metrics?: DeliveryMetrics; dlqStream?: SideStreamSettings } = {},
+) =>
   DeliveryService.start({
-    nc: await (options.on ?? nats).connect(), config, sender, log: createLogger({ level: "silent" }), metrics: new DeliveryMetrics({ defaultMetrics: false }),
+    nc: await (options.on ?? nats).connect(), config, sender,
+    log: options.log ?? createLogger({ level: "silent" }), metrics: options.metrics ?? new DeliveryMetrics({ defaultMetrics: false }),
     consumerRemovalGraceMs: options.consumerRemovalGraceMs ?? 0,
     ...(options.maxInFlight ? { maxInFlight: options.maxInFlight } : {}),
     ...(options.consumerCheckMs ? { consumerCheckMs: options.consumerCheckMs } : {}),
+    ...(options.dlqStream ? { dlqStream: options.dlqStream } : {}),
   });
+
+/** A logger whose JSON lines (of `level` and above) the test reads back. */
+function capturedLog(level: string): { log: Logger; lines: string[] } {
+  const lines: string[] = [];
+  return { lines, log: createLogger({ level, destination: { write: (line) => void lines.push(line) } }) };
+}
 
 /** Stores a track message of a source, as ingest would. */
 const publishTo = (source: string, on: NatsHarness = nats) => (id: string) =>
@@ -124,24 +135,20 @@ describe("delivery service", () => {
 
   it("with two replicas, a deleted consumer is recreated once, and only a replica whose start took effect says it recreated it (found by a review: each claimed it, with its own start)", async () => {
     const config = new ConfigHolder(configOf([{ name: "nu", url: receiver.url("/nu") }]));
-    const lines: Array<{ level: number; msg: string; startSeq?: number }> = [];
-    const replica = async () =>
-      DeliveryService.start({
-        nc: await nats.connect(), config, sender, metrics: new DeliveryMetrics({ defaultMetrics: false }), consumerRemovalGraceMs: 0, consumerCheckMs: 300,
-        log: createLogger({ level: "warn", destination: { write: (line) => void lines.push(JSON.parse(line) as { level: number; msg: string; startSeq?: number }) } }),
-      });
-    const [one, two] = [await replica(), await replica()];
+    const captured = capturedLog("warn");
+    const [one, two] = [await start(config, { consumerCheckMs: 300, log: captured.log }), await start(config, { consumerCheckMs: 300, log: captured.log })];
+    const lines = () => captured.lines.map((line) => JSON.parse(line) as { msg: string; startSeq?: number });
     try {
       await publishTo("nu")("n-before");
       await receiver.waitFor("/nu", 1);
       await new Promise((r) => setTimeout(r, 500));
       await nats.jsm.consumers.delete(EVENTS_STREAM, "dest_default_nu");
-      const said = (text: string) => lines.filter((l) => l.msg.includes(text)).length;
+      const said = (text: string) => lines().filter((l) => l.msg.includes(text)).length;
       await expect.poll(() => said("recreated after the last acknowledged message seen") + said("recreated by another replica"), { timeout: 15_000 }).toBe(2);
       // Both may make the same request (the same last ack seen), which NATS takes as one; a
       // replica whose own start lost the race says it follows the consumer another made.
       const { config: made } = await nats.jsm.consumers.info(EVENTS_STREAM, "dest_default_nu");
-      const claims = lines.filter((l) => l.msg.includes("recreated after the last acknowledged message seen"));
+      const claims = lines().filter((l) => l.msg.includes("recreated after the last acknowledged message seen"));
       expect(claims.length).toBeGreaterThanOrEqual(1);
       for (const claim of claims) expect(claim.startSeq).toBe(made.opt_start_seq);
       await publishTo("nu")("n-after");
@@ -244,10 +251,8 @@ describe("delivery service", () => {
     await ensureStream(own.jsm, eventsStreamConfig(DEFAULT_STREAM));
     const metrics = new DeliveryMetrics({ defaultMetrics: false });
     const config = new ConfigHolder(configOf([{ name: "iota", url: ownReceiver.url("/iota") }]));
-    const lines: string[] = [];
-    const service = await DeliveryService.start({
-      nc: await own.connect(), config, sender, log: createLogger({ level: "error", destination: { write: (line) => void lines.push(line) } }), metrics, consumerRemovalGraceMs: 0,
-    });
+    const { log, lines } = capturedLog("error");
+    const service = await start(config, { on: own, log, metrics });
     const up = async () => (await metrics.registry.getSingleMetric("trackhook_delivery_destination_up")!.get()).values.map((v) => `${v.labels.destination}=${v.value}`).sort();
     try {
       expect(await up()).toEqual(["default/iota=1"]);
@@ -288,11 +293,8 @@ describe("delivery service", () => {
     ownReceiver.on("/lambda", answer(404)); // every message is a dead letter at once
     await ensureStream(own.jsm, eventsStreamConfig(DEFAULT_STREAM));
     const metrics = new DeliveryMetrics({ defaultMetrics: false });
-    const lines: string[] = [];
-    const service = await DeliveryService.start({
-      nc: await own.connect(), config: new ConfigHolder(configOf([{ name: "lambda", url: ownReceiver.url("/lambda") }])), sender, metrics,
-      log: createLogger({ level: "error", destination: { write: (line) => void lines.push(line) } }), dlqStream: { maxBytes: 2048, replicas: 1 },
-    });
+    const { log, lines } = capturedLog("error");
+    const service = await start(new ConfigHolder(configOf([{ name: "lambda", url: ownReceiver.url("/lambda") }])), { on: own, log, metrics, dlqStream: { maxBytes: 2048, replicas: 1 } });
     const sample = async (name: string, labels: Record<string, string>) =>
       (await metrics.registry.getSingleMetric(name)!.get()).values.find((v) => Object.entries(labels).every(([k, want]) => v.labels[k] === want))?.value;
     try {
@@ -355,11 +357,8 @@ spec: { sources: [mu], urls: ["${receiver.url("/mu")}"] }
         },
       ].map((body, i) => ({ origin: `doc ${i + 1}`, body })));
     const config = new ConfigHolder(signed("first-secret"));
-    const lines: string[] = [];
-    const service = await DeliveryService.start({
-      nc: await nats.connect(), config, sender, metrics: new DeliveryMetrics({ defaultMetrics: false }), consumerRemovalGraceMs: 0,
-      log: createLogger({ level: "info", destination: { write: (line) => void lines.push(line) } }),
-    });
+    const { log, lines } = capturedLog("info");
+    const service = await start(config, { log });
     const publish = publishTo("xi");
     const signatureOf = (i: number, secret: string) => createHmac("sha1", secret).update(receiver.requests("/xi")[i]!.body).digest("hex");
     try {
