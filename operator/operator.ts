@@ -22,6 +22,7 @@ import {
   PLURALS,
   isDeleting,
   secretMetadataOnly,
+  StatusWrites,
   type DeletionResource,
   type DestinationResource,
   type OperatorContext,
@@ -145,7 +146,7 @@ export class Operator {
       kube: this.#kube, log: this.#log, metrics: this.metrics,
       events: new EventRecorder(this.#kube, this.#options.identity, this.#log),
       config: new ConfigWriter(kv), jsm, js: jetstream(this.#nc),
-      sources, destinations, deletions, sourceDigests: new Map(), allowPrivateNetworks: this.#options.allowPrivateNetworks,
+      sources, destinations, deletions, sourceDigests: new Map(), statusWrites: new StatusWrites(), allowPrivateNetworks: this.#options.allowPrivateNetworks,
       requireSecretLabel: this.#options.requireSecretLabel,
       requeue: (kind, namespace, name) => this.#queues?.[kind].add(`${namespace}/${name}`),
     };

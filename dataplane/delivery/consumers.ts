@@ -89,10 +89,14 @@ export async function ensureDestinationConsumer(
  * Deletes the named destination consumers; one already gone counts as deleted, and so do all when
  * the stream itself is gone (a finalizer must not wait for a stream that will never come back).
  */
-export async function removeDestinationConsumers(jsm: JetStreamManager, names: Iterable<string>): Promise<void> {
+export async function removeDestinationConsumers(jsm: JetStreamManager, names: Iterable<string>): Promise<number> {
+  let removed = 0;
   for (const name of names) {
-    await jsm.consumers.delete(EVENTS_STREAM, name).catch((err: Error) => {
+    const deleted = await jsm.consumers.delete(EVENTS_STREAM, name).catch((err: Error) => {
       if (!isConsumerNotFound(err) && !isStreamNotFound(err)) throw err;
+      return false;
     });
+    if (deleted) removed++;
   }
+  return removed;
 }

@@ -1,4 +1,5 @@
 // What every reconciler works with, and the API writes they share: status, finalizers, Secrets.
+import { isDeepStrictEqual } from "node:util";
 import type { JetStreamClient, JetStreamManager } from "@nats-io/jetstream";
 import { RefusedSecret, secretValues, type ConfigWriter, type SecretLookup } from "../../dataplane/config/mod.ts";
 import type { Logger } from "../../dataplane/logging.ts";
@@ -44,6 +45,8 @@ export interface OperatorContext {
   allowPrivateNetworks: boolean;
   /** Read only Secrets labelled SECRET_LABEL: who may create a WebhookDestination may not send any Secret of its namespace to a URL. */
   requireSecretLabel: boolean;
+  /** Status written and not yet seen back through the watch. */
+  statusWrites: StatusWrites;
   /** Queues another reconcile of an object (a Source that lost or may win a shared key). */
   requeue(kind: Kind, namespace: string, name: string): void;
 }
@@ -51,20 +54,59 @@ export interface OperatorContext {
 type AnyResource = SourceResource | DestinationResource | DeletionResource;
 
 /**
+ * Status this operator wrote that the watch has not brought back yet, by uid. Until then a re-run
+ * must compare with what was written: an event from just before the write (the finalizer added a
+ * moment earlier, on create) replaces the cached copy with one without it, and the same status
+ * would be written twice.
+ */
+export class StatusWrites {
+  readonly #pending = new Map<string, { resourceVersion: string | undefined; status: unknown; at: number }>();
+
+  /** The status the server holds as far as this operator knows. */
+  current(object: AnyResource): unknown {
+    const { uid, resourceVersion } = object.metadata;
+    const pending = this.#pending.get(uid);
+    if (!pending) return object.status ?? {};
+    // Caught up (or the event was missed: a relist after a lost watch takes at most this long).
+    if (resourceVersion === pending.resourceVersion || Date.now() - pending.at > PENDING_STATUS_MS) {
+      this.#pending.delete(uid);
+      return object.status ?? {};
+    }
+    return pending.status;
+  }
+
+  wrote(object: AnyResource, resourceVersion: string | undefined, status: unknown): void {
+    const now = Date.now();
+    for (const [uid, p] of this.#pending) if (now - p.at > PENDING_STATUS_MS) this.#pending.delete(uid);
+    this.#pending.set(object.metadata.uid, { resourceVersion, status, at: now });
+  }
+}
+
+const PENDING_STATUS_MS = 60_000;
+
+/**
+ * Equal as JSON, whatever the order of keys: the API server returns status with its keys sorted,
+ * so a string comparison saw every status it had read back (after a restart or failover: all of
+ * them) as changed.
+ */
+function sameJson(a: unknown, b: unknown): boolean {
+  return isDeepStrictEqual(JSON.parse(JSON.stringify(a ?? {})), JSON.parse(JSON.stringify(b ?? {})));
+}
+
+/**
  * Writes status with a merge patch on the status subresource, only when it changes (a write
  * is an update event for every watcher). Returns the Ready condition before the write.
  */
 export async function writeStatus<R extends AnyResource>(ctx: OperatorContext, object: R, status: NonNullable<R["status"]>): Promise<void> {
-  if (JSON.stringify(object.status ?? {}) === JSON.stringify(status)) return;
+  if (sameJson(ctx.statusWrites.current(object), status)) return;
   const { name, namespace } = object.metadata;
   try {
-    await ctx.kube.custom.patchNamespacedCustomObjectStatus(
+    const written = (await ctx.kube.custom.patchNamespacedCustomObjectStatus(
       { ...customResource(PLURALS[object.kind]), namespace, name, body: { status } },
       MERGE_PATCH,
-    );
-    // The cache sees this write only when its watch event arrives; until then a re-run must
-    // compare with what was written, not with what was there before.
+    )) as { metadata?: { resourceVersion?: string } } | undefined;
     (object as { status?: unknown }).status = status;
+    ctx.statusWrites.wrote(object, written?.metadata?.resourceVersion, status);
   } catch (err) {
     if (!isNotFound(err)) throw err; // deleted meanwhile: nothing to report on
   }

@@ -20,9 +20,10 @@ async function applyDestination(ctx: OperatorContext, namespace: string, name: s
   const key = destinationKey(namespace, name);
   if (!destination || isDeleting(destination)) {
     // Config first: delivery pods stop their worker, then the consumer (and its backlog) goes.
-    await ctx.config.delete(key);
-    await removeDestinationConsumers(ctx.jsm, [consumerName(namespace, name)]);
-    ctx.log.info({ destination: `${namespace}/${name}` }, "destination removed: config and consumer deleted");
+    const configDeleted = await ctx.config.delete(key);
+    const consumersDeleted = await removeDestinationConsumers(ctx.jsm, [consumerName(namespace, name)]);
+    // Said once: the DELETED event after the finalizer's removal runs this again, to find nothing.
+    if (configDeleted || consumersDeleted > 0) ctx.log.info({ destination: `${namespace}/${name}` }, "destination removed: config and consumer deleted");
     if (destination) await removeFinalizer(ctx, destination);
     return;
   }
