@@ -1,6 +1,7 @@
 // Delivery's Prometheus metrics, on a registry of its own.
 import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from "prom-client";
 import { DLQ_STREAM } from "../nats/subjects.ts";
+import { LabelRetirement } from "../ops/retire-labels.ts";
 import { streamUseGauges, type StreamUse } from "../ops/stream-gauges.ts";
 import { TalliedCounter } from "../ops/tally.ts";
 
@@ -60,6 +61,8 @@ export class DeliveryMetrics {
     registers: [this.registry],
   });
 
+  readonly #retirement: LabelRetirement;
+
   #backlog: () => Promise<DeliveryBacklogs> = async () => ({ destinations: [] });
   #destinations: () => Array<{ destination: string; running: boolean }> = () => [];
 
@@ -77,8 +80,19 @@ export class DeliveryMetrics {
     this.attemptDuration.observe({ destination }, latencyMs / 1000);
   }
 
-  constructor(options: { defaultMetrics?: boolean } = {}) {
+  /** The destinations delivered now: the series of one that left go `retireAfterMs` later. */
+  destinationsInConfig(destinations: Iterable<string>): void {
+    this.#retirement.inConfig(destinations);
+  }
+
+  constructor(options: { defaultMetrics?: boolean; retireAfterMs?: number } = {}) {
     if (options.defaultMetrics ?? true) collectDefaultMetrics({ register: this.registry });
+    this.#retirement = new LabelRetirement((destination) => {
+      this.#deliveries.forget(destination);
+      this.#attempts.forget(destination);
+      this.attemptDuration.remove({ destination });
+      for (const outcome of ["delivered", "dead_lettered"]) this.#deleteNotifications.remove({ destination, outcome });
+    }, options.retireAfterMs);
     // collect() runs with `this` bound to the gauge; the arrow keeps the metrics object at hand.
     // A scrape collects the gauges at once: they share one read of JetStream.
     let reading: Promise<DeliveryBacklogs> | undefined;

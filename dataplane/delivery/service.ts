@@ -195,6 +195,7 @@ export class DeliveryService {
     // config keeps its own. A destination removed while no process ran keeps its consumer until
     // the operator, or someone with `nats consumer rm`, cleans it up.
     this.#wanted = keep;
+    this.#deps.metrics.destinationsInConfig(wanted.keys());
     for (const name of keep.keys()) {
       clearTimeout(this.#removals.get(name));
       this.#removals.delete(name);

@@ -8,6 +8,7 @@ import Fastify, { LogController, type FastifyBaseLogger, type FastifyError, type
 import { jetstreamManager } from "@nats-io/jetstream";
 import type { NatsConnection } from "@nats-io/transport-node";
 import { Registry } from "prom-client";
+import type { CompiledConfig } from "../../schema/mod.ts";
 import { configMetrics, type ConfigProvider } from "../config/mod.ts";
 import type { Logger } from "../logging.ts";
 import { EVENTS_STREAM, isNatsConnected, natsConnectedGauge } from "../nats/mod.ts";
@@ -71,10 +72,14 @@ export async function buildIngestApp(deps: IngestAppDeps, input: IngestOptionsIn
   const state: IngestState = {
     options, metrics, registry, publisher, directory: new SourceDirectory(deps.config.current()), ready, repeatedLines: new KeyedLogInterval(REPEATED_LINE_INTERVAL_MS),
   };
-  metrics.sources.set(state.directory.size);
+  const sourcesIn = (config: CompiledConfig) => {
+    metrics.sources.set(state.directory.size);
+    metrics.sourcesInConfig(config.sources.filter((s) => s.enabled).map((s) => `${s.namespace}/${s.name}`));
+  };
+  sourcesIn(deps.config.current());
   const unsubscribe = deps.config.subscribe((config) => {
     state.directory = new SourceDirectory(config);
-    metrics.sources.set(state.directory.size);
+    sourcesIn(config);
   });
 
   const app: FastifyInstance = Fastify({

@@ -1,6 +1,7 @@
 // The ingest's Prometheus metrics, on a registry of its own (no global state between app instances).
 import { Gauge, Histogram, Registry, collectDefaultMetrics } from "prom-client";
 import { EVENTS_STREAM } from "../nats/subjects.ts";
+import { LabelRetirement } from "../ops/retire-labels.ts";
 import { streamUseGauges, type StreamUse } from "../ops/stream-gauges.ts";
 import { TalliedCounter } from "../ops/tally.ts";
 
@@ -40,9 +41,11 @@ export class IngestMetrics {
   });
 
   #stream: () => Promise<StreamUse | undefined> = async () => undefined;
+  readonly #retirement: LabelRetirement;
 
-  constructor(options: { defaultMetrics?: boolean } = {}) {
+  constructor(options: { defaultMetrics?: boolean; retireAfterMs?: number } = {}) {
     if (options.defaultMetrics ?? true) collectDefaultMetrics({ register: this.registry });
+    this.#retirement = new LabelRetirement((source) => this.#messages.forget(source), options.retireAfterMs);
     // The events stream keeps delivered messages too (limits retention, until max_age): when its
     // bytes reach max_bytes every request gets 503 storage_full, however small the lag. A scrape
     // reads the stream once for both gauges; while NATS does not answer neither has a series
@@ -64,6 +67,11 @@ export class IngestMetrics {
 
   countRequest(route: string, status: number, code: string): void {
     this.#requests.add(route, status, code);
+  }
+
+  /** The sources accepted now: the series of one that left go `retireAfterMs` later. */
+  sourcesInConfig(sources: Iterable<string>): void {
+    this.#retirement.inConfig(sources);
   }
 
   countMessages(source: string, outcome: "accepted" | "not_accepted" | "failed", reason: string, count = 1): void {

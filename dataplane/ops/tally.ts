@@ -38,6 +38,14 @@ export class TalliedCounter<N extends string> {
     cell.pending += count;
   }
 
+  /** Drops every series whose first label is `a` (a source or destination long gone). */
+  forget(a: Label): void {
+    const byB = this.#cells.get(a);
+    if (!byB) return;
+    this.#cells.delete(a);
+    for (const byC of byB.values()) for (const cell of byC.values()) this.counter.remove(cell.labels as Partial<Record<N, string>>);
+  }
+
   #drainInto(counter: Counter<N>): void {
     for (const byB of this.#cells.values()) {
       for (const byC of byB.values()) {

@@ -37,6 +37,8 @@ export interface DeliveryHarness {
   readonly nc: NatsConnection;
   /** Adds a Source `<name>` with write key `key-<name>`; returns the key. */
   addSource(name: string): string;
+  /** Takes a Source or WebhookDestination out of the config (its Secrets stay). */
+  remove(kind: "Source" | "WebhookDestination", name: string): void;
   /** Adds (or replaces) a WebhookDestination `<name>`; resolves once it is delivering, or stopped if disabled. */
   setDestination(name: string, spec: DestinationSpec): Promise<void>;
   /** What the delivery service logged so far, as parsed JSON lines. */
@@ -45,7 +47,7 @@ export interface DeliveryHarness {
   deadLetters(name: string): Promise<Array<{ reason?: string; lastStatus?: string; body: Record<string, unknown> }>>;
 }
 
-export function useDelivery(): DeliveryHarness {
+export function useDelivery(options: { retireAfterMs?: number } = {}): DeliveryHarness {
   const config = new ConfigHolder();
   const documents = new Map<string, unknown>(); // kind/name -> document, in insertion order
   let nats: NatsHarness | undefined;
@@ -53,13 +55,13 @@ export function useDelivery(): DeliveryHarness {
   let receiver: Receiver | undefined;
   let service: DeliveryService | undefined;
   let nc: NatsConnection | undefined;
-  const metrics = new DeliveryMetrics({ defaultMetrics: false });
+  const metrics = new DeliveryMetrics({ defaultMetrics: false, retireAfterMs: options.retireAfterMs });
   const logLines: string[] = [];
   const sender = new WebhookSender({ allowPrivateNetworks: true, userAgent: "trackhook/test" });
 
   beforeAll(async () => {
     nats = await startNats();
-    ingest = await startIngest(nats, { config });
+    ingest = await startIngest(nats, { config, retireAfterMs: options.retireAfterMs });
     receiver = await startReceiver();
     service = await DeliveryService.start({ nc: await nats.connect(), config, sender, log: createLogger({ level: "info", destination: { write: (line) => logLines.push(line) } }), metrics });
     nc = await nats.connect();
@@ -89,6 +91,10 @@ export function useDelivery(): DeliveryHarness {
       documents.set(`Source/${name}`, { apiVersion: "trackhook.io/v1alpha1", kind: "Source", metadata: { name }, spec: { writeKeySecretRef: { name: `${name}-key`, key: "writeKey" } } });
       apply();
       return key;
+    },
+    remove(kind, name) {
+      documents.delete(`${kind}/${name}`);
+      apply();
     },
     logs: () => logLines.map((line) => JSON.parse(line) as Record<string, unknown>),
     async deadLetters(name) {

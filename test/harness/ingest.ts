@@ -59,11 +59,11 @@ export interface IngestHarness {
 
 export async function startIngest(
   nats: NatsHarness,
-  options: { config?: ConfigProvider; ingest?: IngestOptionsInput; stream?: EventsStreamSettings } = {},
+  options: { config?: ConfigProvider; ingest?: IngestOptionsInput; stream?: EventsStreamSettings; retireAfterMs?: number } = {},
 ): Promise<IngestHarness> {
   await ensureStream(nats.jsm, eventsStreamConfig(options.stream ?? DEFAULT_STREAM));
   const nc = await nats.connect();
-  const metrics = new IngestMetrics({ defaultMetrics: false });
+  const metrics = new IngestMetrics({ defaultMetrics: false, retireAfterMs: options.retireAfterMs });
   const app = await buildIngestApp({ nc, config: options.config ?? configFromYaml(TEST_CONFIG), metrics }, options.ingest);
   const url = await app.listen({ host: "127.0.0.1", port: 0 });
   return { app, url, nc, metrics, close: () => app.close() };
