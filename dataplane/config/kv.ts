@@ -5,12 +5,12 @@ import { jetstreamManager, type JetStreamManager } from "@nats-io/jetstream";
 import { Kvm, type KV, type KvEntry, type KvStatus } from "@nats-io/kv";
 import type { NatsConnection } from "@nats-io/transport-node";
 import {
+  CompiledDestination,
+  CompiledSource,
   describeErrors,
   validateCompiledDestination,
   validateCompiledSource,
   type CompiledConfig,
-  type CompiledDestination,
-  type CompiledSource,
 } from "../../schema/mod.ts";
 import type { Logger } from "../logging.ts";
 import { hasMessagesOn } from "../nats/mod.ts";
@@ -222,6 +222,10 @@ export class KvConfigProvider extends ConfigHolder {
       this.noteLoad("rejected");
       return false;
     }
+    const unknown = dropUnknownFields(kind, value);
+    if (unknown.length > 0) {
+      this.#log.warn({ key: entry.key, fields: unknown }, "config entry has fields this version does not know (written by a newer trackhook?); they are ignored");
+    }
     const validate = kind === "source" ? validateCompiledSource : validateCompiledDestination;
     if (!validate(value)) {
       this.#log.error({ key: entry.key, problems: describeErrors(validate.errors) }, "ignoring an invalid config entry");
@@ -264,3 +268,21 @@ async function openWhenCreated(nc: NatsConnection, log: Logger, retryMs: number,
 }
 
 const sleep = (ms: number) => new Promise<void>((resolve) => setTimeout(resolve, ms).unref());
+
+const KNOWN_FIELDS = {
+  source: new Set(Object.keys(CompiledSource.properties)),
+  destination: new Set(Object.keys(CompiledDestination.properties)),
+};
+
+/**
+ * Removes an entry's top-level fields this version does not know, and says which. In a rolling
+ * upgrade (or a rollback) a newer operator may write a field an older ingest has never heard of:
+ * refusing the whole entry would refuse its write key (401, which SDKs drop) and freeze the
+ * entry at its last value, key rotations included.
+ */
+function dropUnknownFields(kind: "source" | "destination", value: unknown): string[] {
+  if (typeof value !== "object" || value === null || Array.isArray(value)) return [];
+  const unknown = Object.keys(value).filter((field) => !KNOWN_FIELDS[kind].has(field));
+  for (const field of unknown) delete (value as Record<string, unknown>)[field];
+  return unknown;
+}

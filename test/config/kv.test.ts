@@ -85,6 +85,23 @@ describe("KvConfigProvider", () => {
     }
   });
 
+  it("takes an entry with fields it does not know, without them (regression: a newer operator's field refused the write key with 401 in a rolling upgrade)", async () => {
+    const kv = await ensureConfigBucket(nats.nc);
+    const lines: string[] = [];
+    const provider = await KvConfigProvider.start(await nats.connect(), createLogger({ level: "warn", destination: { write: (l) => lines.push(l) } }));
+    try {
+      const next = nextConfig(provider);
+      await kv.put(sourceKey("shop", "newer"), JSON.stringify({ ...source("newer"), allowedOrigins: ["https://shop.example"] }));
+      const config = await next;
+      expect(config.sources.find((s) => s.name === "newer")).toEqual(source("newer"));
+      expect(lines.map((l) => JSON.parse(l) as Record<string, unknown>)).toContainEqual(
+        expect.objectContaining({ key: sourceKey("shop", "newer"), fields: ["allowedOrigins"], msg: expect.stringContaining("does not know") }),
+      );
+    } finally {
+      provider.close();
+    }
+  });
+
   it("writes only when the value changes", async () => {
     const writer = new ConfigWriter(await ensureConfigBucket(nats.nc));
     expect(await writer.put(sourceKey("shop", "same"), source("same"))).toBe(true);
