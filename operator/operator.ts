@@ -17,6 +17,7 @@ import { listMetadata, metadataOnly } from "./kube/metadata.ts";
 import { Reflector, type WatchEventType } from "./kube/reflector.ts";
 import { DEFAULT_LEASE, LeaderElector } from "./leader.ts";
 import { OperatorMetrics } from "./metrics.ts";
+import { checkInstalledCrds } from "./kube/crd-check.ts";
 import { WorkQueue, type ReconcileResult } from "./queue.ts";
 import {
   PLURALS,
@@ -112,7 +113,9 @@ export class Operator {
    * Campaigns for the lease, then runs the controllers. Resolves once leading and synced, so
    * callers can await it; `onLost` is called if leadership is lost later (exit the process then).
    */
+  /** Throws CrdsOutdatedError, before waiting for the lease, when the installed CRDs are older than this operator. */
   async run(onLost: (reason: string) => void): Promise<void> {
+    await checkInstalledCrds(this.#kube.apiextensions, this.#log);
     this.#log.info({ identity: this.#options.identity, lease: `${this.#options.leaseNamespace}/${this.#options.leaseName}` }, "waiting to become the leader");
     await this.#elector.acquire((reason) => {
       this.metrics.leader.set(0);

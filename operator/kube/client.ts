@@ -5,6 +5,7 @@ import { homedir } from "node:os";
 import { join } from "node:path";
 import {
   ApiException,
+  ApiextensionsV1Api,
   CoordinationV1Api,
   CoreV1Api,
   CustomObjectsApi,
@@ -19,6 +20,7 @@ export interface Kube {
   core: CoreV1Api;
   custom: CustomObjectsApi;
   coordination: CoordinationV1Api;
+  apiextensions: ApiextensionsV1Api;
 }
 
 /** `--kubeconfig <path>`, else in-cluster config in a pod, else $KUBECONFIG / ~/.kube/config. */
@@ -40,6 +42,7 @@ export function kubeClients(kc: KubeConfig): Kube {
     core: kc.makeApiClient(CoreV1Api),
     custom: kc.makeApiClient(CustomObjectsApi),
     coordination: kc.makeApiClient(CoordinationV1Api),
+    apiextensions: kc.makeApiClient(ApiextensionsV1Api),
   };
 }
 

@@ -303,11 +303,13 @@ describe("rendered manifests", () => {
       { ns: "trackhook", groups: ["coordination.k8s.io"], resources: ["leases"], verbs: ["get", "update"] },
     ];
     // Cluster-wide by default; a Role in the watched namespace with operator.watchNamespace.
-    expect(rules(defaults, "ClusterRole")).toEqual(expected.map((r) => ({ ns: undefined, names: undefined, ...r })));
+    // Cluster-wide, it may also read its own three CRDs (to check at start that they are its version's).
+    const crds = { ns: undefined, groups: ["apiextensions.k8s.io"], resources: ["customresourcedefinitions"], names: ["sources.trackhook.io", "webhookdestinations.trackhook.io", "deletionrequests.trackhook.io"], verbs: ["get"] };
+    expect(rules(defaults, "ClusterRole")).toEqual([...expected.map((r) => ({ ns: undefined, names: undefined, ...r })), crds]);
     expect(rules(defaults, "Role")).toEqual([leases[0], { ...leases[1], names: ["trackhook-operator"] }]);
     expect(ofKind(full, "ClusterRole")).toEqual([]);
     expect(rules(full, "Role")).toEqual([...expected.map((r) => ({ ns: "tenants", names: undefined, ...r })), leases[0], { ...leases[1], names: ["th-operator"] }]);
-    expect(rules(fullClusterWide, "ClusterRole")).toHaveLength(expected.length);
+    expect(rules(fullClusterWide, "ClusterRole")).toHaveLength(expected.length + 1);
 
     for (const [variant, docs] of Object.entries(variants())) {
       const all = [...rules(docs, "Role"), ...rules(docs, "ClusterRole")];
