@@ -101,6 +101,8 @@ ${configSourceHelp}
     const sideStreams = {
       replicas: integerFlag("stream-replicas", values["stream-replicas"] ?? String(DEFAULT_SIDE_STREAM.replicas), 1, 5),
       maxBytes: values["stream-max-bytes"] === undefined ? DEFAULT_SIDE_STREAM.maxBytes : parseBytes("stream-max-bytes", values["stream-max-bytes"]),
+      // Without the flag, existing streams keep their own (see EventsStreamSettings.defaulted).
+      defaulted: [...(values["stream-replicas"] === undefined ? ["replicas" as const] : []), ...(values["stream-max-bytes"] === undefined ? ["maxBytes" as const] : [])],
     };
     const log = createLogger({ level: values["log-level"], name: "deliver" });
     const files = openConfigFiles(from, log); // invalid config fails here, before connecting

@@ -8,7 +8,7 @@ import { buildIngestApp, type IngestOptionsInput } from "../../dataplane/ingest/
 import { errors } from "../../dataplane/ingest/errors.ts";
 import { OPS_PATHS, buildOpsServer } from "../../dataplane/ops/server.ts";
 import { createLogger, type Logger } from "../../dataplane/logging.ts";
-import { EVENTS_STREAM, connectNats, ensureStream, eventsStreamConfig, natsConnectedGauge, type EventsStreamSettings } from "../../dataplane/nats/mod.ts";
+import { EVENTS_STREAM, connectNats, ensureStream, eventsStreamConfig, keptSettings, natsConnectedGauge, type EventsStreamSettings } from "../../dataplane/nats/mod.ts";
 import { integerFlag, listenOrExplain, natsUrl } from "../args.ts";
 import { onShutdown } from "../shutdown.ts";
 import { configFrom, configSourceFlags, configSourceHelp, openConfig, openConfigFiles } from "./config-source.ts";
@@ -34,8 +34,11 @@ export async function startIngest(args: {
   extraRegistries?: Registry[];
 }): Promise<RunningIngest> {
   const jsm = await jetstreamManager(args.nc);
-  await ensureStream(jsm, eventsStreamConfig(args.stream), (changes) =>
-    args.log.warn({ stream: EVENTS_STREAM, changes }, "changing the events stream's settings to this process's flags (durations in ns; a shorter max_age drops older messages at once)"),
+  await ensureStream(
+    jsm,
+    eventsStreamConfig(args.stream),
+    (changes) => args.log.warn({ stream: EVENTS_STREAM, changes }, "changing the events stream's settings to this process's flags (durations in ns; a shorter max_age drops older messages at once)"),
+    keptSettings(args.stream.defaulted),
   );
   const app = await buildIngestApp({ nc: args.nc, config: args.config, logger: args.log, ...(args.extraRegistries ? { extraRegistries: args.extraRegistries } : {}) }, args.options);
   const address = await listenOrExplain(app, args.host, args.port);

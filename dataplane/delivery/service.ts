@@ -6,7 +6,7 @@ import type { NatsConnection } from "@nats-io/transport-node";
 import type { CompiledConfig, CompiledDestination } from "../../schema/mod.ts";
 import type { ConfigProvider } from "../config/mod.ts";
 import type { Logger } from "../logging.ts";
-import { DLQ_STREAM, DLQ_SUBJECTS, EVENTS_STREAM, TurnBatch, attemptsStreamConfig, consumerName, dlqStreamConfig, dlqSubject, ensureStream, isNatsConnected, isStreamNotFound, type SideStreamSettings } from "../nats/mod.ts";
+import { DLQ_STREAM, DLQ_SUBJECTS, EVENTS_STREAM, TurnBatch, attemptsStreamConfig, consumerName, dlqStreamConfig, dlqSubject, ensureStream, isNatsConnected, isStreamNotFound, keptSettings, type SideStreamSettings, type StreamSettingChange } from "../nats/mod.ts";
 import { ensureDestinationConsumer, removeDestinationConsumers } from "./consumers.ts";
 import type { DeliveryBacklogs, DeliveryMetrics } from "./metrics.ts";
 import { DestinationWorker, changeOf, pullAhead, type WebhookSending } from "./worker.ts";
@@ -84,8 +84,10 @@ export class DeliveryService {
 
   static async start(deps: DeliveryServiceDeps): Promise<DeliveryService> {
     const jsm = await jetstreamManager(deps.nc);
-    await ensureStream(jsm, dlqStreamConfig(deps.dlqStream));
-    await ensureStream(jsm, attemptsStreamConfig(deps.attemptsStream));
+    for (const [config, settings] of [[dlqStreamConfig(deps.dlqStream), deps.dlqStream], [attemptsStreamConfig(deps.attemptsStream), deps.attemptsStream]] as const) {
+      const said = (changes: StreamSettingChange[]) => deps.log.warn({ stream: config.name, changes }, "changing the stream's settings to this process's flags");
+      await ensureStream(jsm, config, said, keptSettings(settings?.defaulted));
+    }
     const events = await waitForEventsStream(jsm, deps.log);
     const service = new DeliveryService(deps, jsm);
     if (events.config.max_age > 0) service.#streamMaxAgeMs = events.config.max_age / 1e6;

@@ -146,6 +146,8 @@ export function pullAhead(processMaxInFlight: number, destinations: number): num
 
 /** The last round of a message comes this long before its retry window closes, at the latest. */
 const FINAL_ROUND_MARGIN_MS = 1_000;
+/** Idle heartbeats of a worker's pull: two missed (5 s) and it pulls again (see start()). */
+const IDLE_HEARTBEAT_MS = 2_500;
 /** What a round that sent nothing (every URL pausing) came to, for its metrics and dead letter. */
 const URL_PAUSED: AttemptOutcome = { kind: "retry", error: "url_paused" };
 /** A last round is not scheduled sooner than this: it would retry URLs that just failed. */
@@ -237,7 +239,13 @@ export class DestinationWorker {
   async start(): Promise<void> {
     const consumer = await this.#js.consumers.get(EVENTS_STREAM, consumerName(this.#destination.namespace, this.#destination.name));
     // Buffered messages are already delivered (their ack_wait runs): see pullAhead().
-    const messages = await consumer.consume({ max_messages: Math.min(this.#destination.maxInFlight, this.#pullAhead) });
+    const messages = await consumer.consume({
+      max_messages: Math.min(this.#destination.maxInFlight, this.#pullAhead),
+      // A pull waiting at a consumer's leader is lost when the leader changes (a NATS node
+      // restarted, a stepdown), and nats.js pulls again only after two missed heartbeats: with
+      // its default (15 s) every leader change stopped delivery for 30-45 s, silently.
+      idle_heartbeat: IDLE_HEARTBEAT_MS,
+    });
     this.#messages = messages;
     this.#loop = (async () => {
       for await (const m of messages) {

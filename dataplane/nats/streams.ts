@@ -11,6 +11,20 @@ export interface EventsStreamSettings {
   /** Nats-Msg-Id deduplication window. Costs server memory: see docs/operations.md. */
   duplicateWindowMs: number;
   replicas: number;
+  /**
+   * Settings that are defaults rather than asked for (no flag): an existing stream keeps its own
+   * for these. A process started without --stream-replicas (a dev run against production NATS,
+   * an old manifest) would otherwise take a replicas-3 stream down to one copy, or a tuned
+   * max_age back to 72h.
+   */
+  defaulted?: ReadonlyArray<"maxAgeMs" | "maxBytes" | "duplicateWindowMs" | "replicas">;
+}
+
+const STREAM_FIELD = { maxAgeMs: "max_age", maxBytes: "max_bytes", duplicateWindowMs: "duplicate_window", replicas: "num_replicas" } as const;
+
+/** The stream settings ensureStream leaves as they are on an existing stream. */
+export function keptSettings(defaulted: ReadonlyArray<keyof typeof STREAM_FIELD> = []): Array<keyof StreamConfig> {
+  return defaulted.map((setting) => STREAM_FIELD[setting]);
 }
 
 export function eventsStreamConfig(settings: EventsStreamSettings): Partial<StreamConfig> & { name: string } {
@@ -37,6 +51,8 @@ export function eventsStreamConfig(settings: EventsStreamSettings): Partial<Stre
 export interface SideStreamSettings {
   maxBytes: number;
   replicas: number;
+  /** As EventsStreamSettings.defaulted. */
+  defaulted?: ReadonlyArray<"maxBytes" | "replicas">;
 }
 export const DEFAULT_SIDE_STREAM: SideStreamSettings = { maxBytes: 1024 ** 3, replicas: 1 };
 
@@ -81,9 +97,17 @@ export interface StreamSettingChange {
  * changes before it is made: every process that runs this sets the stream's settings (the last
  * to start wins), and a shorter max_age drops older messages at once, so a change must be told.
  */
-export async function ensureStream(jsm: JetStreamManager, config: Partial<StreamConfig> & { name: string }, onChange?: (changes: StreamSettingChange[]) => void): Promise<void> {
+export async function ensureStream(
+  jsm: JetStreamManager,
+  wanted: Partial<StreamConfig> & { name: string },
+  onChange?: (changes: StreamSettingChange[]) => void,
+  /** Settings an existing stream keeps (defaults, not asked for); a new stream gets `wanted`'s. */
+  keep: ReadonlyArray<keyof StreamConfig> = [],
+): Promise<void> {
+  let config = wanted;
   try {
     const info = await jsm.streams.info(config.name);
+    config = { ...wanted, ...Object.fromEntries(keep.map((key) => [key, info.config[key]])) };
     const changes = (Object.keys(config) as Array<keyof StreamConfig>)
       .filter((key) => JSON.stringify(info.config[key]) !== JSON.stringify(config[key]))
       .map((key) => ({ setting: key, from: info.config[key], to: config[key] }));

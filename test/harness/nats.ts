@@ -5,6 +5,7 @@ import { join } from "node:path";
 import { jetstream, jetstreamManager, type JetStreamClient, type JetStreamManager } from "@nats-io/jetstream";
 import { connect, type NatsConnection } from "@nats-io/transport-node";
 import { LocalNatsServer } from "../../dataplane/nats/mod.ts";
+import { freePorts } from "./ports.ts";
 
 export interface NatsHarness {
   server: LocalNatsServer;
@@ -37,6 +38,65 @@ export async function startNats(): Promise<NatsHarness> {
       await Promise.all(connections.map((c) => c.close().catch(() => {})));
       await server.stop();
       rmSync(storeDir, { recursive: true, force: true });
+    },
+  };
+}
+
+export interface NatsClusterHarness {
+  servers: LocalNatsServer[];
+  /** Every server's client URL, comma-separated, as --nats takes them. */
+  urls: string;
+  nc: NatsConnection;
+  jsm: JetStreamManager;
+  /** Opens another connection to the cluster (any server). */
+  connect(): Promise<NatsConnection>;
+  stop(): Promise<void>;
+}
+
+/**
+ * A JetStream cluster of `size` nats-servers on loopback, as production runs it (replicas 3);
+ * resolves once JetStream answers (a meta leader is elected).
+ */
+export async function startNatsCluster(size = 3): Promise<NatsClusterHarness> {
+  const routePorts = await freePorts(size);
+  const routes = routePorts.map((p) => `nats://127.0.0.1:${p}`).join(",");
+  const name = randomName("c");
+  const dirs = routePorts.map(() => mkdtempSync(join(tmpdir(), "trackhook-nats-cluster-")));
+  const servers = await Promise.all(
+    routePorts.map((port, i) =>
+      LocalNatsServer.start({ storeDir: dirs[i]!, args: ["--cluster", `nats://127.0.0.1:${port}`, "--routes", routes, "--cluster_name", name, "--server_name", `${name}-n${i + 1}`] }),
+    ),
+  );
+  const urls = servers.map((s) => s.url).join(",");
+  const connections: NatsConnection[] = [];
+  const open = async () => {
+    const nc = await connect({ servers: urls, maxReconnectAttempts: -1, reconnectTimeWait: 100, noAsyncTraces: true });
+    connections.push(nc);
+    return nc;
+  };
+  const nc = await open();
+  // A longer timeout than startNats's: an R3 stream or consumer takes a Raft round to make.
+  const jsm = await jetstreamManager(nc, { timeout: 10_000, checkAPI: false });
+  const probe = await jetstreamManager(nc, { timeout: 500, checkAPI: false });
+  for (const deadline = Date.now() + 30_000; ; ) {
+    try {
+      await probe.getAccountInfo();
+      break;
+    } catch (err) {
+      if (Date.now() > deadline) throw new Error("the NATS cluster elected no JetStream leader in 30 s", { cause: err });
+      await new Promise((r) => setTimeout(r, 200));
+    }
+  }
+  return {
+    servers,
+    urls,
+    nc,
+    jsm,
+    connect: open,
+    async stop() {
+      await Promise.all(connections.map((c) => c.close().catch(() => {})));
+      await Promise.all(servers.map((s) => s.stop()));
+      for (const dir of dirs) rmSync(dir, { recursive: true, force: true });
     },
   };
 }
