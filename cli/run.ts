@@ -72,6 +72,11 @@ main(process.argv.slice(2)).catch((err: unknown) => {
     process.stderr.write(`trackhook: ${err.message}\n`);
     process.exit(2);
   }
+  if (err instanceof Error && err.name === "TimeoutError") {
+    // A NATS request with no answer in time: common and brief while a cluster elects a leader.
+    process.stderr.write("trackhook: NATS did not answer in time (in a NATS cluster, a JetStream leader election takes a few seconds); try again\n");
+    process.exit(1);
+  }
   process.stderr.write(`trackhook: ${err instanceof Error ? (err.stack ?? err.message) : String(err)}\n`);
   process.exit(1);
 });

@@ -6,7 +6,7 @@ import type { NatsConnection } from "@nats-io/transport-node";
 import type { CompiledConfig, CompiledDestination } from "../../schema/mod.ts";
 import type { ConfigProvider } from "../config/mod.ts";
 import type { Logger } from "../logging.ts";
-import { DLQ_STREAM, DLQ_SUBJECTS, EVENTS_STREAM, TurnBatch, attemptsStreamConfig, consumerName, dlqStreamConfig, dlqSubject, ensureStream, isNatsConnected, isStreamNotFound, keptSettings, type SideStreamSettings, type StreamSettingChange } from "../nats/mod.ts";
+import { DLQ_STREAM, DLQ_SUBJECTS, EVENTS_STREAM, TurnBatch, attemptsStreamConfig, consumerName, dlqStreamConfig, dlqSubject, ensureStream, isNatsConnected, isStreamNotFound, keptSettings, streamReadiness, type Readiness, type SideStreamSettings, type StreamSettingChange } from "../nats/mod.ts";
 import { ensureDestinationConsumer, removeDestinationConsumers } from "./consumers.ts";
 import type { DeliveryBacklogs, DeliveryMetrics } from "./metrics.ts";
 import { DestinationWorker, changeOf, pullAhead, type WebhookSending } from "./worker.ts";
@@ -74,6 +74,7 @@ export class DeliveryService {
   /** What workers started now pull ahead (pullAhead() of the destinations wanted). */
   #pullAhead = 256;
   #stopped = false;
+  #readinessJsm: JetStreamManager | undefined;
 
   private constructor(deps: DeliveryServiceDeps, jsm: JetStreamManager) {
     this.#deps = deps;
@@ -128,14 +129,11 @@ export class DeliveryService {
   }
 
   /** Ready while JetStream answers. */
-  async ready(): Promise<{ ready: boolean; reason?: string }> {
+  async ready(): Promise<Readiness> {
     if (!isNatsConnected(this.#deps.nc)) return { ready: false, reason: "NATS disconnected; reconnecting" };
-    try {
-      await this.#jsm.streams.info(EVENTS_STREAM);
-      return { ready: true };
-    } catch (err) {
-      return { ready: false, reason: `JetStream stream ${EVENTS_STREAM} unavailable: ${(err as Error).message}` };
-    }
+    // Its own short timeout: the chart's readiness probe gives up after 3 s.
+    this.#readinessJsm ??= await jetstreamManager(this.#deps.nc, { timeout: 1000, checkAPI: false });
+    return streamReadiness(this.#readinessJsm, EVENTS_STREAM);
   }
 
   apply(config: CompiledConfig): Promise<void> {

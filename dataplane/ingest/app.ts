@@ -11,7 +11,7 @@ import { Registry } from "prom-client";
 import type { CompiledConfig } from "../../schema/mod.ts";
 import { configMetrics, type ConfigProvider } from "../config/mod.ts";
 import type { Logger } from "../logging.ts";
-import { EVENTS_STREAM, isNatsConnected, natsConnectedGauge } from "../nats/mod.ts";
+import { EVENTS_STREAM, isNatsConnected, natsConnectedGauge, streamReadiness } from "../nats/mod.ts";
 import { KeyedLogInterval } from "../ops/log-interval.ts";
 import { opsRoutes } from "../ops/server.ts";
 import { SourceDirectory } from "./auth.ts";
@@ -60,10 +60,7 @@ export async function buildIngestApp(deps: IngestAppDeps, input: IngestOptionsIn
     if (readiness && performance.now() - readiness.at < READINESS_CACHE_MS) return readiness.result;
     const result = !isNatsConnected(deps.nc)
       ? Promise.resolve({ ready: false, reason: deps.nc.isClosed() ? "NATS connection closed" : "NATS disconnected; reconnecting" })
-      : jsm.streams.info(EVENTS_STREAM).then(
-          () => ({ ready: true }),
-          (err: Error) => ({ ready: false, reason: `JetStream stream ${EVENTS_STREAM} unavailable: ${err.message}` }),
-        );
+      : streamReadiness(jsm, EVENTS_STREAM);
     readiness = { at: performance.now(), result };
     return result;
   };

@@ -126,7 +126,13 @@ export class EventPublisher {
     }
     if (!ack || ack.error || typeof ack.seq !== "number") {
       // No body: a status reply such as 503 "no responders" (JetStream not available).
-      const description = ack?.error?.description ?? (msg.headers?.code ? `status ${msg.headers.code} ${msg.headers.description}` : "empty reply");
+      // 503 comes with no description: nothing answers for the stream (no JetStream, or in a
+      // cluster no leader: no quorum, or an election under way).
+      const status = msg.headers?.code;
+      const description = ack?.error?.description ?? (
+        status === 503 ? "status 503, no responders: JetStream is not available for the stream (in a cluster: no stream leader, from no quorum or an election)"
+        : status ? `status ${status} ${msg.headers?.description ?? ""}`.trim()
+        : "empty reply");
       const cause = new Error(`JetStream refused the message: ${description}`);
       const full = ack?.error?.err_code === STREAM_STORE_FAILED;
       this.#fail(request, full ? errors.storageFull(this.#options.retryAfterSeconds, cause) : errors.storageUnavailable(this.#options.retryAfterSeconds, cause));

@@ -8,3 +8,4 @@ export { TurnBatch } from "./turn-batch.ts";
 export { msgIdHeader, InvalidMsgIdError } from "./publish-wire.ts";
 export { LocalNatsServer, NatsServerNotFoundError, findNatsServer, type LocalNatsServerOptions } from "./local-server.ts";
 export { NATS_AUTH_ENV, NatsAuthError, assertNoCredentialsInUrl, natsAuthOptions } from "./auth.ts";
+export { streamReadiness, type Readiness } from "./stream-ready.ts";

@@ -5,9 +5,9 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { ConfigHolder, compileConfig } from "../../dataplane/config/mod.ts";
 import { DeliveryMetrics, DeliveryService, WebhookSender } from "../../dataplane/delivery/mod.ts";
 import { createLogger } from "../../dataplane/logging.ts";
-import { DLQ_STREAM, EVENTS_STREAM, consumerName, ensureStream, eventsStreamConfig, keptSettings } from "../../dataplane/nats/mod.ts";
+import { DLQ_STREAM, EVENTS_STREAM, consumerName, ensureStream, eventsStreamConfig, keptSettings, streamReadiness } from "../../dataplane/nats/mod.ts";
 import { streamSettings } from "../../cli/commands/shared-flags.ts";
-import { jetstream } from "@nats-io/jetstream";
+import { jetstream, jetstreamManager } from "@nats-io/jetstream";
 import { startNatsCluster, type NatsClusterHarness } from "../harness/nats.ts";
 import { startReceiver, type Receiver } from "../harness/receiver.ts";
 
@@ -81,4 +81,18 @@ describe("on a 3-node cluster", () => {
     await ensureStream(cluster.jsm, eventsStreamConfig(asked), (c) => changes.push(...c), keptSettings(asked.defaulted));
     expect(changes).toEqual([{ setting: "max_age", from: before.config.max_age, to: 96 * 3600 * 1e9 }]);
   }, 60_000);
+
+  // Last: it takes the cluster's quorum away, then gives it back.
+  it("readiness says not ready while the events stream has no leader (regression: ready while every write failed)", async () => {
+    const jsm = await jetstreamManager(cluster.nc, { timeout: 1000, checkAPI: false });
+    expect(await streamReadiness(jsm, EVENTS_STREAM)).toEqual({ ready: true });
+    const [, second, third] = cluster.servers;
+    await Promise.all([second!.kill("SIGKILL"), third!.kill("SIGKILL")]);
+    try {
+      await expect.poll(() => streamReadiness(jsm, EVENTS_STREAM), { timeout: 20_000, interval: 500 }).toMatchObject({ ready: false, reason: expect.stringMatching(/no leader/) });
+    } finally {
+      await Promise.all([second!.restart(), third!.restart()]);
+    }
+    await expect.poll(() => streamReadiness(jsm, EVENTS_STREAM), { timeout: 30_000, interval: 500 }).toEqual({ ready: true });
+  }, 90_000);
 });
