@@ -396,7 +396,7 @@ describe("rendered manifests", () => {
         }
       }
     }
-    expect(deploymentOf(defaults, "ingest").spec.template.spec.containers[0].image).toBe("trackhook:0.1.0");
+    expect(deploymentOf(defaults, "ingest").spec.template.spec.containers[0].image).toBe("trackhook:0.2.0");
     expect(deploymentOf(full, "ingest").spec.template.spec.containers[0].image).toMatch(/@sha256:/);
   });
 
@@ -551,16 +551,34 @@ describe("rendered manifests", () => {
     expect(notes).toMatch(/curl -u "\$KEY:" "\$URL\/v1\/track"/);
   });
 
+  it("renders values kept from an older release (helm upgrade --reuse-values: no metrics.prometheusRule; regression: nil pointer)", async () => {
+    const docs = await render({ set: { "metrics.prometheusRule": "null" } });
+    expect(ofKind(docs, "PrometheusRule")).toEqual([]);
+    expect(ofKind(docs, "Deployment")).toHaveLength(3);
+  });
+
+  it("NOTES.txt warns when ingest's port is restricted and nothing admits Prometheus to its /metrics (metricsFrom no longer does)", async () => {
+    const notes = async (...set: string[]) => {
+      const result = await helm(["install", "th-test", chartDir, "--namespace", "trackhook", "--dry-run=client", ...set.flatMap((s) => ["--set", s])]);
+      expect(result.code, result.stderr).toBe(0);
+      return result.stdout.slice(result.stdout.indexOf("NOTES:"));
+    };
+    const restricted = "networkPolicy.ingestFrom[0].podSelector.matchLabels.app=nginx";
+    expect(await notes(restricted)).toContain("set networkPolicy.ingestMetricsFrom");
+    expect(await notes(restricted, "networkPolicy.ingestMetricsFrom[0].namespaceSelector.matchLabels.name=monitoring")).not.toContain("ingestMetricsFrom");
+    expect(await notes()).not.toContain("ingestMetricsFrom");
+  });
+
   it("the README's helm install command renders (its --set values pass the schema)", async () => {
     const readme = readFileSync(join(repoRoot, "README.md"), "utf8");
     const section = readme.slice(readme.indexOf("## Install on Kubernetes"), readme.indexOf("## Commands"));
     const command = /^helm install trackhook charts\/trackhook(?:[^\n]*\\\n)*[^\n]*/m.exec(section)?.[0];
     expect(command, "the section has a helm install of charts/trackhook").toBeDefined();
-    const set = Object.fromEntries([...command!.matchAll(/--set ([\w.]+)=(\S+)/g)].map((m) => [m[1]!, m[2]!.replace("$IMAGE", "registry.example.com/platform/trackhook")]));
+    const set = Object.fromEntries([...command!.matchAll(/--set ([\w.]+)=(\S+)/g)].map((m) => [m[1]!, m[2]!.replace("$IMAGE", "registry.example.com/platform/trackhook").replace("$TAG", "0.2.0-abc1234")]));
     expect(Object.keys(set)).toContain("nats.url");
     const docs = await render({ release: "trackhook", set });
     const ingest = deploymentOf(docs, "ingest");
     expect(ingest.metadata.name).toBe("trackhook-ingest");
-    expect(ingest.spec.template.spec.containers[0].image).toBe("registry.example.com/platform/trackhook:0.1.0");
+    expect(ingest.spec.template.spec.containers[0].image).toBe("registry.example.com/platform/trackhook:0.2.0-abc1234");
   });
 });
