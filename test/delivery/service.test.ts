@@ -144,9 +144,11 @@ describe("delivery service", () => {
       await new Promise((r) => setTimeout(r, 500));
       await nats.jsm.consumers.delete(EVENTS_STREAM, "dest_default_nu");
       const said = (text: string) => lines().filter((l) => l.msg.includes(text)).length;
-      await expect.poll(() => said("recreated after the last acknowledged message seen") + said("recreated by another replica"), { timeout: 15_000 }).toBe(2);
+      await expect.poll(() => said("recreated after the last acknowledged message seen"), { timeout: 15_000 }).toBeGreaterThanOrEqual(1);
       // Both may make the same request (the same last ack seen), which NATS takes as one; a
-      // replica whose own start lost the race says it follows the consumer another made.
+      // replica whose own start lost the race says it follows the consumer another made, and one
+      // that finds the consumer back before it confirmed the loss (5 s) says nothing: its pulls
+      // reach the new consumer (they are renewed after two missed heartbeats).
       const { config: made } = await nats.jsm.consumers.info(EVENTS_STREAM, "dest_default_nu");
       const claims = lines().filter((l) => l.msg.includes("recreated after the last acknowledged message seen"));
       expect(claims.length).toBeGreaterThanOrEqual(1);
