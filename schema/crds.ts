@@ -70,7 +70,8 @@ export const KINDS: KindInfo[] = [
     columns: [
       { name: "State", type: "string", jsonPath: ".status.state" },
       ...readyColumns,
-      { name: "Sources", type: "string", jsonPath: ".status.sources[*].name", priority: 1 },
+      // No Sources column: a printer column shows only the first of a list of objects
+      // (.status.sources[*].name printed one source of ten); the Message column names them all.
       ...closingColumns,
     ],
   },
