@@ -107,7 +107,7 @@ export async function ensureStream(
   let config = wanted;
   try {
     const info = await jsm.streams.info(config.name);
-    config = { ...wanted, ...Object.fromEntries(keep.map((key) => [key, info.config[key]])) };
+    config = withinMaxAge({ ...wanted, ...Object.fromEntries(keep.map((key) => [key, info.config[key]])) });
     const changes = (Object.keys(config) as Array<keyof StreamConfig>)
       .filter((key) => JSON.stringify(info.config[key]) !== JSON.stringify(config[key]))
       .map((key) => ({ setting: key, from: info.config[key], to: config[key] }));
@@ -120,11 +120,22 @@ export async function ensureStream(
     try {
       await jsm.streams.add(config);
     } catch (addErr) {
-      // Another process (an ingest worker, a second pod) created it first: update it instead.
+      // Another process (an ingest worker, a second pod) created it first: update it instead,
+      // keeping its settings as for any existing stream.
       if (!(addErr instanceof Error && /already in use/i.test(addErr.message))) throw addErr;
-      await jsm.streams.update(config.name, config);
+      const info = await jsm.streams.info(config.name);
+      await jsm.streams.update(config.name, withinMaxAge({ ...config, ...Object.fromEntries(keep.map((key) => [key, info.config[key]])) }));
     }
   }
+}
+
+/**
+ * JetStream refuses a duplicate window longer than max_age. Flags are clamped against each other,
+ * but a kept setting (the stream's own max_age or window) can meet a flag given now.
+ */
+function withinMaxAge<C extends Partial<StreamConfig>>(config: C): C {
+  const { max_age: maxAge, duplicate_window: window } = config;
+  return maxAge && window && window > maxAge ? { ...config, duplicate_window: maxAge } : config;
 }
 
 /** Whether the stream holds a message on any subject matching `filter` (a KV delete marker counts). */

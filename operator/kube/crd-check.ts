@@ -26,12 +26,14 @@ interface SchemaNode {
   items?: SchemaNode;
   additionalProperties?: SchemaNode | boolean;
   "x-kubernetes-preserve-unknown-fields"?: boolean;
+  /** The same, as client-node's typed model names it (readCustomResourceDefinition). */
+  x_kubernetes_preserve_unknown_fields?: boolean;
 }
 
 /** Field paths of a structural schema ("status.conditions[].reason"); `open` gets those that keep anything below them. */
 function fieldPaths(node: SchemaNode | undefined, prefix: string, out: Set<string>, open: Set<string>): void {
   if (!node) return;
-  if (node["x-kubernetes-preserve-unknown-fields"]) open.add(prefix);
+  if (node["x-kubernetes-preserve-unknown-fields"] || node.x_kubernetes_preserve_unknown_fields) open.add(prefix);
   for (const [name, child] of Object.entries(node.properties ?? {})) {
     const path = prefix ? `${prefix}.${name}` : name;
     out.add(path);
@@ -57,9 +59,26 @@ const openApiSchema = (crd: unknown): unknown =>
 
 /**
  * Throws CrdsOutdatedError when an installed CRD lacks a field of `wanted` (this version's CRDs).
- * An operator not allowed to read CRDs says so and goes on: the check is a safety net.
+ * An operator that cannot read them (no permission, the API server failing or slow) says so and
+ * goes on: the check is a safety net, and the operator's own start retries the API server.
  */
-export async function checkInstalledCrds(api: ApiextensionsV1Api, log: Logger, wanted = KINDS.map(buildCrd)): Promise<void> {
+export async function checkInstalledCrds(api: ApiextensionsV1Api, log: Logger, wanted = KINDS.map(buildCrd), timeoutMs = CHECK_TIMEOUT_MS): Promise<void> {
+  let timer: NodeJS.Timeout | undefined;
+  const timedOut = new Promise<"timeout">((resolve) => (timer = setTimeout(() => resolve("timeout"), timeoutMs)));
+  try {
+    const result = await Promise.race([compare(api, log, wanted), timedOut]);
+    if (result === "timeout") log.warn({ timeoutMs }, "could not check that the installed CRDs are this version's: the API server did not answer in time");
+  } catch (err) {
+    if (err instanceof CrdsOutdatedError) throw err;
+    log.warn({ err: apiErrorMessage(err) }, "could not check that the installed CRDs are this version's");
+  } finally {
+    clearTimeout(timer);
+  }
+}
+
+const CHECK_TIMEOUT_MS = 10_000;
+
+async function compare(api: ApiextensionsV1Api, log: Logger, wanted: unknown[]): Promise<void> {
   const missing: string[] = [];
   for (const crd of wanted) {
     const name = (crd as { metadata: { name: string } }).metadata.name;

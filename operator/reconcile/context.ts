@@ -64,15 +64,29 @@ export class StatusWrites {
 
   /** The status the server holds as far as this operator knows. */
   current(object: AnyResource): unknown {
+    return this.#pendingFor(object)?.status ?? object.status ?? {};
+  }
+
+  /**
+   * The cached object with the status last written, if the cache has not caught up with it: a
+   * reconcile builds its status from this (a destination's inEffectSince, Ready's
+   * lastTransitionTime), so a re-run on a stale copy neither writes again nor moves them.
+   */
+  fresh<R extends AnyResource>(object: R | undefined): R | undefined {
+    const pending = object && this.#pendingFor(object);
+    return pending ? { ...object, status: pending.status } : object;
+  }
+
+  #pendingFor(object: AnyResource): { status: unknown } | undefined {
     const { uid, resourceVersion } = object.metadata;
     const pending = this.#pending.get(uid);
-    if (!pending) return object.status ?? {};
+    if (!pending) return undefined;
     // Caught up (or the event was missed: a relist after a lost watch takes at most this long).
     if (resourceVersion === pending.resourceVersion || Date.now() - pending.at > PENDING_STATUS_MS) {
       this.#pending.delete(uid);
-      return object.status ?? {};
+      return undefined;
     }
-    return pending.status;
+    return pending;
   }
 
   wrote(object: AnyResource, resourceVersion: string | undefined, status: unknown): void {

@@ -12,11 +12,11 @@ import { addFinalizer, isDeleting, readSecrets, removeFinalizer, reportingFailur
 const STREAM_RETRY_MS = 5_000;
 
 export async function reconcileDestination(ctx: OperatorContext, namespace: string, name: string): Promise<ReconcileResult> {
-  return reportingFailures(ctx, () => ctx.destinations.get(namespace, name), () => applyDestination(ctx, namespace, name));
+  return reportingFailures(ctx, () => ctx.statusWrites.fresh(ctx.destinations.get(namespace, name)), () => applyDestination(ctx, namespace, name));
 }
 
 async function applyDestination(ctx: OperatorContext, namespace: string, name: string): Promise<ReconcileResult> {
-  const destination = ctx.destinations.get(namespace, name);
+  const destination = ctx.statusWrites.fresh(ctx.destinations.get(namespace, name));
   const key = destinationKey(namespace, name);
   if (!destination || isDeleting(destination)) {
     // Config first: delivery pods stop their worker, then the consumer (and its backlog) goes.

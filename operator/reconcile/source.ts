@@ -8,11 +8,11 @@ import type { ReconcileResult } from "../queue.ts";
 import { addFinalizer, isDeleting, readSecrets, removeFinalizer, reportingFailures, setReady, type OperatorContext } from "./context.ts";
 
 export async function reconcileSource(ctx: OperatorContext, namespace: string, name: string): Promise<ReconcileResult> {
-  return reportingFailures(ctx, () => ctx.sources.get(namespace, name), () => applySource(ctx, namespace, name));
+  return reportingFailures(ctx, () => ctx.statusWrites.fresh(ctx.sources.get(namespace, name)), () => applySource(ctx, namespace, name));
 }
 
 async function applySource(ctx: OperatorContext, namespace: string, name: string): Promise<ReconcileResult> {
-  const source = ctx.sources.get(namespace, name);
+  const source = ctx.statusWrites.fresh(ctx.sources.get(namespace, name));
   const digests = ctx.sourceDigests;
   const key = sourceKey(namespace, name);
   if (!source || isDeleting(source)) {

@@ -2,6 +2,8 @@
 // crds/ not applied after `helm upgrade`, the API server dropped status.inEffectSince at every
 // write, so a destination enabled again replayed the stream since its creation, and a
 // DeletionRequest's final purge never ran). Checked against the real API server's CRDs.
+import { createServer, type AddressInfo, type Socket } from "node:net";
+import { KubeConfig } from "@kubernetes/client-node";
 import { describe, expect, it } from "vitest";
 import { createLogger } from "../../dataplane/logging.ts";
 import { CrdsOutdatedError, checkInstalledCrds, kubeClients } from "../../operator/mod.ts";
@@ -45,5 +47,39 @@ describe("installed CRDs", () => {
     const open = structuredClone(older);
     open.properties.status = { properties: {}, "x-kubernetes-preserve-unknown-fields": true };
     expect(missingFields(open, ours)).toEqual([]);
+    // As client-node's typed model (readCustomResourceDefinition) names the key (found by review:
+    // a CRD loosened this way was refused).
+    const typed = structuredClone(older) as unknown as { properties: { status: Record<string, unknown> } };
+    typed.properties.status = { properties: {}, x_kubernetes_preserve_unknown_fields: true };
+    expect(missingFields(typed, ours)).toEqual([]);
+  });
+
+  it("an API server that refuses or does not answer is not a reason to stay down: the check warns and lets the operator start", async () => {
+    const sockets: Socket[] = [];
+    const silent = createServer((socket) => void sockets.push(socket)); // accepts connections, never answers (not even TLS)
+    await new Promise<void>((resolve) => silent.listen(0, "127.0.0.1", resolve));
+    try {
+      const at = (server: string) => {
+        const kc = new KubeConfig();
+        kc.loadFromOptions({
+          clusters: [{ name: "c", server, skipTLSVerify: true }],
+          users: [{ name: "u", token: "t" }],
+          contexts: [{ name: "x", cluster: "c", user: "u" }],
+          currentContext: "x",
+        });
+        return kubeClients(kc).apiextensions;
+      };
+      const lines: string[] = [];
+      const warnLog = createLogger({ level: "warn", destination: { write: (l) => lines.push(l) } });
+      await expect(checkInstalledCrds(at(`https://127.0.0.1:${(silent.address() as AddressInfo).port}`), warnLog, undefined, 300)).resolves.toBeUndefined();
+      await expect(checkInstalledCrds(at("https://127.0.0.1:1"), warnLog)).resolves.toBeUndefined();
+      expect(lines.map((l) => (JSON.parse(l) as { msg: string }).msg)).toEqual([
+        "could not check that the installed CRDs are this version's: the API server did not answer in time",
+        "could not check that the installed CRDs are this version's",
+      ]);
+    } finally {
+      for (const socket of sockets) socket.destroy();
+      silent.close();
+    }
   });
 });

@@ -1,7 +1,8 @@
 // TRACKHOOK_EVENTS is created with the settings of DESIGN.md, and updated in place when an
 // existing stream's settings differ (a new max_bytes, say), keeping its messages.
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { EVENTS_STREAM, consumerName, ensureStream, eventsStreamConfig, isConsumerNotFound, isStreamNotFound, type StreamSettingChange } from "../../dataplane/nats/mod.ts";
+import { EVENTS_STREAM, consumerName, ensureStream, eventsStreamConfig, isConsumerNotFound, isStreamNotFound, keptSettings, type StreamSettingChange } from "../../dataplane/nats/mod.ts";
+import { streamSettings } from "../../cli/commands/shared-flags.ts";
 import { startNats, type NatsHarness } from "../harness/nats.ts";
 import { ensureDestinationConsumer, removeDestinationConsumers } from "../../dataplane/delivery/mod.ts";
 
@@ -55,6 +56,21 @@ describe("events stream", () => {
     const after = await nats.jsm.streams.info(EVENTS_STREAM);
     expect(after.config).toEqual(before.config);
     expect(after.created).toBe(before.created);
+  });
+
+  it("keeps a window within max_age when one of them is the stream's own (regression: a flag left out crashed the start: duplicates window larger than max age)", async () => {
+    const ensure = async (flags: Parameters<typeof streamSettings>[0]) => {
+      const wanted = streamSettings(flags);
+      await ensureStream(nats.jsm, eventsStreamConfig(wanted), undefined, keptSettings(wanted.defaulted));
+      return (await nats.jsm.streams.info(EVENTS_STREAM)).config;
+    };
+    const HOUR_NS = 3_600_000 * NS_PER_MS;
+    expect(await ensure({ "duplicate-window": "2h" })).toMatchObject({ duplicate_window: 2 * HOUR_NS, max_age: settings.maxAgeMs * NS_PER_MS });
+    // Only a shorter max_age given: the window kept from the stream would exceed it.
+    expect(await ensure({ "stream-max-age": "1h" })).toMatchObject({ max_age: HOUR_NS, duplicate_window: HOUR_NS });
+    // Only a longer window given: the max_age kept from the stream bounds it.
+    expect(await ensure({ "duplicate-window": "3h" })).toMatchObject({ max_age: HOUR_NS, duplicate_window: HOUR_NS });
+    await ensure({ "stream-max-age": "72h", "duplicate-window": "10m" });
   });
 });
 

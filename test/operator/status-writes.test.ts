@@ -1,0 +1,33 @@
+// StatusWrites: a reconcile that runs on a cached copy older than this operator's last status
+// write works from that write (regression from a review: on such a copy, the status built anew had
+// a later inEffectSince and lastTransitionTime, so it was written a second time and moved them).
+import { describe, expect, it } from "vitest";
+import { StatusWrites, type DestinationResource } from "../../operator/reconcile/context.ts";
+
+const destination = (resourceVersion: string, status?: DestinationResource["status"]): DestinationResource =>
+  ({ kind: "WebhookDestination", metadata: { name: "d", namespace: "ns", uid: "uid-1", resourceVersion }, spec: {}, ...(status ? { status } : {}) }) as unknown as DestinationResource;
+
+describe("StatusWrites", () => {
+  const written = { inEffectSince: "2026-11-22T10:00:00.000Z", urlCount: 1 };
+
+  it("gives a copy older than the write the written status, until the cache has the write", () => {
+    const writes = new StatusWrites();
+    writes.wrote(destination("10"), "12", written);
+    // The finalizer's event (11), made before the status write (12), reaches the cache after it.
+    const stale = destination("11");
+    expect(writes.fresh(stale)?.status).toEqual(written);
+    expect(writes.current(stale)).toEqual(written);
+    expect(stale.status, "the cached object itself is left alone").toBeUndefined();
+    // The write's own event: the cache is the truth again, whatever it says from now on.
+    const caughtUp = destination("12", { ...written, urlCount: 2 });
+    expect(writes.fresh(caughtUp)).toBe(caughtUp);
+    expect(writes.fresh(destination("11"))?.status).toBeUndefined();
+  });
+
+  it("leaves objects it never wrote as they are", () => {
+    const writes = new StatusWrites();
+    const other = destination("5", written);
+    expect(writes.fresh(other)).toBe(other);
+    expect(writes.fresh(undefined)).toBeUndefined();
+  });
+});
