@@ -98,6 +98,11 @@ export class Reflector<T extends KubeObject> {
 
   async #watchLoop(): Promise<void> {
     const watch = new Watch(this.#options.kc);
+    // client-node gives up on a watch after 30 s without a byte, and a quiet collection sends
+    // nothing but the odd bookmark: every quiet watch was re-opened each 30 s (a review counted 8
+    // extra watch requests a minute; a quiet collection measured 4 watches in 100 s, now 2). A
+    // dead connection is still noticed within this.
+    Reflect.set(watch, "requestTimeoutMs", WATCH_INACTIVITY_MS);
     while (!this.#stopped) {
       let gone = false;
       let failed: (KubeObject & { code?: number; message?: string }) | undefined;
@@ -126,8 +131,8 @@ export class Reflector<T extends KubeObject> {
       if (this.#stopped) return;
       try {
         if (isInactivityTimeout(err)) {
-          // client-node ends a watch after 30 s without a byte; a quiet collection is normal, so
-          // watch again from where we were, without a list or a warning.
+          // client-node ended a watch that was silent for WATCH_INACTIVITY_MS; a quiet collection is
+          // normal, so watch again from where we were, without a list or a warning.
           continue;
         }
         if (gone) {
@@ -155,6 +160,9 @@ export class Reflector<T extends KubeObject> {
     await new Promise((resolve) => setTimeout(resolve, ms).unref());
   }
 }
+
+/** Longer than the API server's bookmark interval (1 min), shorter than a watch's own timeout (4-6 min). */
+const WATCH_INACTIVITY_MS = 90_000;
 
 function isInactivityTimeout(err: unknown): boolean {
   return err instanceof Error && err.name === "TimeoutError";
