@@ -8,7 +8,7 @@ import { buildIngestApp, type IngestOptionsInput } from "../../dataplane/ingest/
 import { errors } from "../../dataplane/ingest/errors.ts";
 import { OPS_PATHS, buildOpsServer } from "../../dataplane/ops/server.ts";
 import { createLogger, type Logger } from "../../dataplane/logging.ts";
-import { EVENTS_STREAM, connectNats, ensureStream, eventsStreamConfig, keptSettings, natsConnectedGauge, type EventsStreamSettings } from "../../dataplane/nats/mod.ts";
+import { EVENTS_STREAM, StreamGuard, connectNats, ensureStream, eventsStreamConfig, keptSettings, natsConnectedGauge, storageRefused, type EventsStreamSettings } from "../../dataplane/nats/mod.ts";
 import { integerFlag, listenOrExplain, natsUrl } from "../args.ts";
 import { onShutdown } from "../shutdown.ts";
 import { configFrom, configSourceFlags, configSourceHelp, openConfig, openConfigFiles } from "./config-source.ts";
@@ -34,16 +34,26 @@ export async function startIngest(args: {
   extraRegistries?: Registry[];
 }): Promise<RunningIngest> {
   const jsm = await jetstreamManager(args.nc);
+  const events = { config: eventsStreamConfig(args.stream), keep: keptSettings(args.stream.defaulted) };
   await ensureStream(
     jsm,
-    eventsStreamConfig(args.stream),
+    events.config,
     (changes) => args.log.warn({ stream: EVENTS_STREAM, changes }, "changing the events stream's settings to this process's flags (durations in ns; a shorter max_age drops older messages at once)"),
-    keptSettings(args.stream.defaulted),
-  );
+    events.keep,
+  ).catch((err: unknown) => {
+    throw storageRefused(err, EVENTS_STREAM, args.stream.maxBytes);
+  });
+  const guard = new StreamGuard(args.nc, jsm, [events], args.log);
   const app = await buildIngestApp({ nc: args.nc, config: args.config, logger: args.log, ...(args.extraRegistries ? { extraRegistries: args.extraRegistries } : {}) }, args.options);
   const address = await listenOrExplain(app, args.host, args.port);
   args.log.info({ address, sources: args.config.current().sources.length }, "ingest listening");
-  return { url: address, close: () => app.close() };
+  return {
+    url: address,
+    close: () => {
+      guard.stop();
+      return app.close();
+    },
+  };
 }
 
 export const ingestCommand: Command = {

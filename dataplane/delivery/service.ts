@@ -6,7 +6,7 @@ import type { NatsConnection } from "@nats-io/transport-node";
 import type { CompiledConfig, CompiledDestination } from "../../schema/mod.ts";
 import type { ConfigProvider } from "../config/mod.ts";
 import type { Logger } from "../logging.ts";
-import { DLQ_STREAM, DLQ_SUBJECTS, EVENTS_STREAM, TurnBatch, attemptsStreamConfig, consumerName, dlqStreamConfig, dlqSubject, ensureStream, isNatsConnected, isStreamNotFound, keptSettings, streamReadiness, type Readiness, type SideStreamSettings, type StreamSettingChange } from "../nats/mod.ts";
+import { DLQ_STREAM, DLQ_SUBJECTS, EVENTS_STREAM, TurnBatch, attemptsStreamConfig, consumerName, dlqStreamConfig, dlqSubject, ensureStream, isNatsConnected, isStreamNotFound, keptSettings, storageRefused, StreamGuard, streamReadiness, type Readiness, type SideStreamSettings, type StreamSettingChange } from "../nats/mod.ts";
 import { ensureDestinationConsumer, removeDestinationConsumers } from "./consumers.ts";
 import type { DeliveryBacklogs, DeliveryMetrics } from "./metrics.ts";
 import { DestinationWorker, changeOf, pullAhead, type WebhookSending } from "./worker.ts";
@@ -75,6 +75,8 @@ export class DeliveryService {
   #pullAhead = 256;
   #stopped = false;
   #readinessJsm: JetStreamManager | undefined;
+  /** Makes the dead-letter and attempt streams again if they go missing. */
+  #guard: StreamGuard | undefined;
 
   private constructor(deps: DeliveryServiceDeps, jsm: JetStreamManager) {
     this.#deps = deps;
@@ -85,12 +87,18 @@ export class DeliveryService {
 
   static async start(deps: DeliveryServiceDeps): Promise<DeliveryService> {
     const jsm = await jetstreamManager(deps.nc);
-    for (const [config, settings] of [[dlqStreamConfig(deps.dlqStream), deps.dlqStream], [attemptsStreamConfig(deps.attemptsStream), deps.attemptsStream]] as const) {
+    const sideStreams = ([[dlqStreamConfig(deps.dlqStream), deps.dlqStream], [attemptsStreamConfig(deps.attemptsStream), deps.attemptsStream]] as const).map(([config, settings]) => ({
+      config, keep: keptSettings(settings?.defaulted),
+    }));
+    for (const { config, keep } of sideStreams) {
       const said = (changes: StreamSettingChange[]) => deps.log.warn({ stream: config.name, changes }, "changing the stream's settings to this process's flags");
-      await ensureStream(jsm, config, said, keptSettings(settings?.defaulted));
+      await ensureStream(jsm, config, said, keep).catch((err: unknown) => {
+        throw storageRefused(err, config.name, config.max_bytes ?? 0);
+      });
     }
     const events = await waitForEventsStream(jsm, deps.log);
     const service = new DeliveryService(deps, jsm);
+    service.#guard = new StreamGuard(deps.nc, jsm, sideStreams, deps.log);
     if (events.config.max_age > 0) service.#streamMaxAgeMs = events.config.max_age / 1e6;
     deps.metrics.readBacklogFrom(() => service.backlog());
     deps.metrics.readDestinationsFrom(() => [...service.#wanted.values()].map((key) => ({ destination: key, running: service.#workers.has(key) })));
@@ -114,8 +122,9 @@ export class DeliveryService {
    */
   async backlog(): Promise<DeliveryBacklogs> {
     if (!isNatsConnected(this.#deps.nc)) return { destinations: [] };
-    const dlq = await this.#jsm.streams.info(DLQ_STREAM, { subjects_filter: DLQ_SUBJECTS });
-    const perSubject = (dlq.state.subjects ?? {}) as Record<string, number>;
+    // A missing dead-letter stream (made again by the guard) must not blank every lag gauge.
+    const dlq = await this.#jsm.streams.info(DLQ_STREAM, { subjects_filter: DLQ_SUBJECTS }).catch(() => undefined);
+    const perSubject = (dlq?.state.subjects ?? {}) as Record<string, number>;
     const read = await Promise.allSettled(
       [...this.#workers.values()].map(async ({ destination: d }) => {
         const info = await this.#jsm.consumers.info(EVENTS_STREAM, consumerName(d.namespace, d.name));
@@ -124,7 +133,7 @@ export class DeliveryService {
     );
     return {
       destinations: read.flatMap((r) => (r.status === "fulfilled" ? [r.value] : [])),
-      deadLetterStream: { bytes: dlq.state.bytes, maxBytes: dlq.config.max_bytes },
+      ...(dlq ? { deadLetterStream: { bytes: dlq.state.bytes, maxBytes: dlq.config.max_bytes } } : {}),
     };
   }
 
@@ -319,6 +328,7 @@ export class DeliveryService {
   /** Stops pulling and waits for in-flight deliveries. */
   async stop(): Promise<void> {
     this.#stopped = true;
+    this.#guard?.stop();
     clearTimeout(this.#retryTimer);
     this.#unsubscribe();
     await this.#applying.catch(() => {});

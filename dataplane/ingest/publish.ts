@@ -130,7 +130,7 @@ export class EventPublisher {
       // cluster no leader: no quorum, or an election under way).
       const status = msg.headers?.code;
       const description = ack?.error?.description ?? (
-        status === 503 ? "status 503, no responders: JetStream is not available for the stream (in a cluster: no stream leader, from no quorum or an election)"
+        status === 503 ? "status 503, no responders: no stream took the message (the stream is missing, JetStream is unavailable, or in a cluster the stream has no leader)"
         : status ? `status ${status} ${msg.headers?.description ?? ""}`.trim()
         : "empty reply");
       const cause = new Error(`JetStream refused the message: ${description}`);

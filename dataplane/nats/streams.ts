@@ -153,3 +153,22 @@ export function isStreamNotFound(err: unknown): boolean {
 export function isConsumerNotFound(err: unknown): boolean {
   return err instanceof Error && (err.name === "ConsumerNotFoundError" || /consumer not found/i.test(err.message));
 }
+
+/** nats-server cannot set aside a stream's max_bytes: its JetStream storage (max_file_store) is short. */
+export class StreamStorageRefusedError extends Error {
+  readonly code = "TRACKHOOK_STREAM_STORAGE_REFUSED";
+}
+
+/**
+ * JetStream sets aside each stream's max_bytes out of the server's max_file_store, and refuses a
+ * stream that does not fit with "insufficient storage resources": said as what to change, rather
+ * than as a stack trace on every restart of a crash-looping pod.
+ */
+export function storageRefused(err: unknown, stream: string, maxBytes: number): unknown {
+  if (!(err instanceof Error) || !/insufficient storage/i.test(err.message)) return err;
+  return new StreamStorageRefusedError(
+    `nats-server refused ${stream} with max_bytes ${maxBytes} (${(maxBytes / 1024 ** 3).toFixed(2)} GiB): it sets aside every stream's max_bytes out of its JetStream storage (max_file_store), and there is not that much left. ` +
+      "Give NATS more (its max_file_store, or the volume) or the stream less (--stream-max-bytes); see docs/operations.md, \"Sizing NATS storage\"",
+    { cause: err },
+  );
+}

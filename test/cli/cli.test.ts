@@ -260,6 +260,43 @@ describe("trackhook and a NATS that comes and goes", () => {
     }
   }, 60_000);
 
+  it("ingest makes the events stream again when it is lost (deleted, or NATS lost its store), saying what was lost (regression: 503 to everything until restarted)", async () => {
+    const storeDir = mkdtempSync(join(tmpdir(), "trackhook-nats-"));
+    const server = await LocalNatsServer.start({ storeDir });
+    const httpPort = await freePort();
+    const ingest = spawnCli("ingest", "--config", "examples/", "--nats", server.url, "--port", String(httpPort), "--host", "127.0.0.1");
+    const track = () => post(`http://127.0.0.1:${httpPort}/v1/track`, { userId: "u", event: "e" }, { headers: { authorization: basic("dev-write-key") } });
+    const nc = await connect({ servers: server.url });
+    try {
+      await ingest.waitFor(/"msg":"ingest listening"/, 15_000);
+      expect((await track()).status).toBe(200);
+      await (await jetstreamManager(nc)).streams.delete("TRACKHOOK_EVENTS");
+      expect((await track()).status).toBe(503);
+      await ingest.waitFor(/"stream":"TRACKHOOK_EVENTS".*"msg":"the stream was missing \(deleted, or nats-server lost its store\) and is made again; what it held is gone/, 15_000);
+      expect((await track()).status).toBe(200);
+    } finally {
+      await nc.close();
+      ingest.child.kill("SIGTERM");
+      await ingest.exited;
+      await server.stop();
+    }
+  }, 60_000);
+
+  it("a stream that does not fit NATS's storage is a clear error naming the stream and the fix (regression: a JetStream stack trace, crash-looping)", async () => {
+    const storeDir = mkdtempSync(join(tmpdir(), "trackhook-nats-"));
+    const conf = join(storeDir, "nats.conf");
+    writeFileSync(conf, "jetstream { max_file_store: 50MB }\n");
+    const server = await LocalNatsServer.start({ storeDir, args: ["-c", conf] });
+    try {
+      const ingest = spawnCli("ingest", "--config", "examples/", "--nats", server.url, "--port", "0", "--host", "127.0.0.1");
+      expect(await ingest.exited).toBe(2);
+      expect(ingest.output()).toMatch(/trackhook: nats-server refused TRACKHOOK_EVENTS with max_bytes 10737418240 \(10\.00 GiB\).*max_file_store.*--stream-max-bytes/);
+      expect(ingest.output()).not.toMatch(/\n\s+at /);
+    } finally {
+      await server.stop();
+    }
+  }, 30_000);
+
   it("tail on a NATS no ingest has used says so (regression: a stack trace), and ends with exit 1 when NATS is gone for good (regression: it looked like a clean end)", async () => {
     const storeDir = mkdtempSync(join(tmpdir(), "trackhook-nats-"));
     const server = await LocalNatsServer.start({ storeDir });

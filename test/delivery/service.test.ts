@@ -10,7 +10,7 @@ import { join } from "node:path";
 import { ConfigHolder, FileConfigProvider, compileConfig } from "../../dataplane/config/mod.ts";
 import { DeliveryMetrics, DeliveryService, DestinationWorker, WebhookSender } from "../../dataplane/delivery/mod.ts";
 import { createLogger, type Logger } from "../../dataplane/logging.ts";
-import { EVENTS_STREAM, ensureStream, eventsStreamConfig, type SideStreamSettings } from "../../dataplane/nats/mod.ts";
+import { ATTEMPTS_STREAM, DLQ_STREAM, EVENTS_STREAM, ensureStream, eventsStreamConfig, type SideStreamSettings } from "../../dataplane/nats/mod.ts";
 import { DEFAULT_STREAM } from "../harness/ingest.ts";
 import { startNats, type NatsHarness } from "../harness/nats.ts";
 import { answer, startReceiver, type Receiver } from "../harness/receiver.ts";
@@ -128,6 +128,23 @@ describe("delivery service", () => {
       await receiver.waitFor("/delta", 4, 15_000);
       expect(ids()).toEqual(["d-before", "d-1", "d-2", "d-3"]);
       expect(await consumers()).toContain("dest_default_delta");
+    } finally {
+      await service.stop();
+    }
+  });
+
+  it("makes the dead-letter and attempt streams again when they are lost, and the lag gauges stay meanwhile (regression: dead letters failed until a restart, and every lag gauge went blank)", async () => {
+    const metrics = new DeliveryMetrics({ defaultMetrics: false });
+    const captured = capturedLog("error");
+    const service = await start(new ConfigHolder(configOf([{ name: "lost", url: receiver.url("/lost") }])), { metrics, log: captured.log });
+    try {
+      await nats.jsm.streams.delete(DLQ_STREAM);
+      await nats.jsm.streams.delete(ATTEMPTS_STREAM);
+      const pending = async () => (await metrics.registry.getSingleMetric("trackhook_delivery_consumer_pending_messages")!.get()).values.map((v) => v.labels.destination);
+      expect(await pending()).toContain("default/lost");
+      await expect.poll(async () => (await nats.jsm.streams.info(DLQ_STREAM).catch(() => undefined))?.config.name, { timeout: 10_000, interval: 200 }).toBe(DLQ_STREAM);
+      await expect.poll(async () => (await nats.jsm.streams.info(ATTEMPTS_STREAM).catch(() => undefined))?.config.name, { timeout: 10_000, interval: 200 }).toBe(ATTEMPTS_STREAM);
+      expect(captured.lines.map((l) => JSON.parse(l) as { stream: string; msg: string }).filter((l) => l.msg.startsWith("the stream was missing")).map((l) => l.stream).sort()).toEqual([ATTEMPTS_STREAM, DLQ_STREAM]);
     } finally {
       await service.stop();
     }
