@@ -37,6 +37,8 @@ export interface PublisherOptions {
 
 /** JetStream's error code for a stream at its limits with discard: new. */
 const STREAM_STORE_FAILED = 10077;
+/** JetStream's "insufficient resources": the server's own storage limit reached. */
+const INSUFFICIENT_RESOURCES = 10023;
 
 interface Request {
   outcomes: PublishOutcome[];
@@ -134,7 +136,9 @@ export class EventPublisher {
         : status ? `status ${status} ${msg.headers?.description ?? ""}`.trim()
         : "empty reply");
       const cause = new Error(`JetStream refused the message: ${description}`);
-      const full = ack?.error?.err_code === STREAM_STORE_FAILED;
+      // Full: the stream at its max_bytes, or nats-server out of JetStream storage (its
+      // max_file_store, shared by every stream: a review filled it with another stream).
+      const full = ack?.error?.err_code === STREAM_STORE_FAILED || ack?.error?.err_code === INSUFFICIENT_RESOURCES;
       this.#fail(request, full ? errors.storageFull(this.#options.retryAfterSeconds, cause) : errors.storageUnavailable(this.#options.retryAfterSeconds, cause));
       return;
     }

@@ -297,6 +297,35 @@ describe("trackhook and a NATS that comes and goes", () => {
     }
   }, 30_000);
 
+  it("NATS out of JetStream storage (another stream filled it) is 503 storage_full, not storage_unavailable (regression: looked like an outage)", async () => {
+    const storeDir = mkdtempSync(join(tmpdir(), "trackhook-nats-"));
+    const conf = join(storeDir, "nats.conf");
+    writeFileSync(conf, "jetstream { max_file_store: 20MB }\n");
+    const server = await LocalNatsServer.start({ storeDir, args: ["-c", conf] });
+    const httpPort = await freePort();
+    const ingest = spawnCli("ingest", "--config", "examples/", "--nats", server.url, "--port", String(httpPort), "--host", "127.0.0.1", "--stream-max-bytes", "8MiB");
+    const nc = await connect({ servers: server.url });
+    try {
+      await ingest.waitFor(/"msg":"ingest listening"/, 15_000);
+      const jsm = await jetstreamManager(nc);
+      await jsm.streams.add({ name: "FILLER", subjects: ["filler.>"] }); // no max_bytes: takes what is free
+      const js = jsm.jetstream();
+      const chunk = new Uint8Array(512 * 1024);
+      for (let i = 0; i < 64; i++) {
+        const stored = await js.publish("filler.x", chunk).then(() => true, () => false);
+        if (!stored) break;
+      }
+      const res = await post(`http://127.0.0.1:${httpPort}/v1/track`, { userId: "u", event: "e" }, { headers: { authorization: basic("dev-write-key") } });
+      expect(res.status).toBe(503);
+      expect(res.json).toMatchObject({ code: "storage_full" });
+    } finally {
+      await nc.close();
+      ingest.child.kill("SIGTERM");
+      await ingest.exited;
+      await server.stop();
+    }
+  }, 60_000);
+
   it("tail on a NATS no ingest has used says so (regression: a stack trace), and ends with exit 1 when NATS is gone for good (regression: it looked like a clean end)", async () => {
     const storeDir = mkdtempSync(join(tmpdir(), "trackhook-nats-"));
     const server = await LocalNatsServer.start({ storeDir });
