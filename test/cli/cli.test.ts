@@ -216,6 +216,30 @@ function spawnCli(...args: string[]) {
   };
 }
 
+/** A nats-server of the test's own; its JetStream storage limited to `maxFileStore` if given. */
+async function ownNats(maxFileStore?: string): Promise<LocalNatsServer> {
+  const storeDir = mkdtempSync(join(tmpdir(), "trackhook-nats-"));
+  if (!maxFileStore) return LocalNatsServer.start({ storeDir });
+  const conf = join(storeDir, "nats.conf");
+  writeFileSync(conf, `jetstream { max_file_store: ${maxFileStore} }\n`);
+  return LocalNatsServer.start({ storeDir, args: ["-c", conf] });
+}
+
+/** `trackhook ingest` on examples/ against `server`, once it listens. */
+async function ingestOn(server: LocalNatsServer, ...flags: string[]) {
+  const port = await freePort();
+  const ingest = spawnCli("ingest", "--config", "examples/", "--nats", server.url, "--port", String(port), "--host", "127.0.0.1", ...flags);
+  await ingest.waitFor(/"msg":"ingest listening"/, 15_000);
+  return {
+    ingest,
+    track: () => post(`http://127.0.0.1:${port}/v1/track`, { userId: "u", event: "e" }, { headers: { authorization: basic("dev-write-key") } }),
+    async stop() {
+      ingest.child.kill("SIGTERM");
+      await ingest.exited;
+    },
+  };
+}
+
 describe("trackhook and a NATS that comes and goes", () => {
   it("ingest started before NATS says every 10 s that it is waiting and is live but not ready meanwhile (found by a review: nothing listened, so probes restarted it), starts when NATS comes, and a second ingest with another --stream-max-age logs the change it makes", async () => {
     const port = await freePort();
@@ -261,32 +285,24 @@ describe("trackhook and a NATS that comes and goes", () => {
   }, 60_000);
 
   it("ingest makes the events stream again when it is lost (deleted, or NATS lost its store), saying what was lost (regression: 503 to everything until restarted)", async () => {
-    const storeDir = mkdtempSync(join(tmpdir(), "trackhook-nats-"));
-    const server = await LocalNatsServer.start({ storeDir });
-    const httpPort = await freePort();
-    const ingest = spawnCli("ingest", "--config", "examples/", "--nats", server.url, "--port", String(httpPort), "--host", "127.0.0.1");
-    const track = () => post(`http://127.0.0.1:${httpPort}/v1/track`, { userId: "u", event: "e" }, { headers: { authorization: basic("dev-write-key") } });
+    const server = await ownNats();
     const nc = await connect({ servers: server.url });
+    const running = await ingestOn(server);
     try {
-      await ingest.waitFor(/"msg":"ingest listening"/, 15_000);
-      expect((await track()).status).toBe(200);
+      expect((await running.track()).status).toBe(200);
       await (await jetstreamManager(nc)).streams.delete("TRACKHOOK_EVENTS");
-      expect((await track()).status).toBe(503);
-      await ingest.waitFor(/"stream":"TRACKHOOK_EVENTS".*"msg":"the stream was missing \(deleted, or nats-server lost its store\) and is made again; what it held is gone/, 15_000);
-      expect((await track()).status).toBe(200);
+      expect((await running.track()).status).toBe(503);
+      await running.ingest.waitFor(/"stream":"TRACKHOOK_EVENTS".*"msg":"the stream was missing \(deleted, or nats-server lost its store\) and is made again; what it held is gone/, 15_000);
+      expect((await running.track()).status).toBe(200);
     } finally {
       await nc.close();
-      ingest.child.kill("SIGTERM");
-      await ingest.exited;
+      await running.stop();
       await server.stop();
     }
   }, 60_000);
 
   it("a stream that does not fit NATS's storage is a clear error naming the stream and the fix (regression: a JetStream stack trace, crash-looping)", async () => {
-    const storeDir = mkdtempSync(join(tmpdir(), "trackhook-nats-"));
-    const conf = join(storeDir, "nats.conf");
-    writeFileSync(conf, "jetstream { max_file_store: 50MB }\n");
-    const server = await LocalNatsServer.start({ storeDir, args: ["-c", conf] });
+    const server = await ownNats("50MB");
     try {
       const ingest = spawnCli("ingest", "--config", "examples/", "--nats", server.url, "--port", "0", "--host", "127.0.0.1");
       expect(await ingest.exited).toBe(2);
@@ -298,15 +314,10 @@ describe("trackhook and a NATS that comes and goes", () => {
   }, 30_000);
 
   it("NATS out of JetStream storage (another stream filled it) is 503 storage_full, not storage_unavailable (regression: looked like an outage)", async () => {
-    const storeDir = mkdtempSync(join(tmpdir(), "trackhook-nats-"));
-    const conf = join(storeDir, "nats.conf");
-    writeFileSync(conf, "jetstream { max_file_store: 20MB }\n");
-    const server = await LocalNatsServer.start({ storeDir, args: ["-c", conf] });
-    const httpPort = await freePort();
-    const ingest = spawnCli("ingest", "--config", "examples/", "--nats", server.url, "--port", String(httpPort), "--host", "127.0.0.1", "--stream-max-bytes", "8MiB");
+    const server = await ownNats("20MB");
     const nc = await connect({ servers: server.url });
+    const running = await ingestOn(server, "--stream-max-bytes", "8MiB");
     try {
-      await ingest.waitFor(/"msg":"ingest listening"/, 15_000);
       const jsm = await jetstreamManager(nc);
       await jsm.streams.add({ name: "FILLER", subjects: ["filler.>"] }); // no max_bytes: takes what is free
       const js = jsm.jetstream();
@@ -315,13 +326,12 @@ describe("trackhook and a NATS that comes and goes", () => {
         const stored = await js.publish("filler.x", chunk).then(() => true, () => false);
         if (!stored) break;
       }
-      const res = await post(`http://127.0.0.1:${httpPort}/v1/track`, { userId: "u", event: "e" }, { headers: { authorization: basic("dev-write-key") } });
+      const res = await running.track();
       expect(res.status).toBe(503);
       expect(res.json).toMatchObject({ code: "storage_full" });
     } finally {
       await nc.close();
-      ingest.child.kill("SIGTERM");
-      await ingest.exited;
+      await running.stop();
       await server.stop();
     }
   }, 60_000);
