@@ -43,9 +43,9 @@ export async function startIngest(args: {
   ).catch((err: unknown) => {
     throw storageRefused(err, EVENTS_STREAM, args.stream.maxBytes);
   });
-  const guard = new StreamGuard(args.nc, jsm, [events], args.log);
   const app = await buildIngestApp({ nc: args.nc, config: args.config, logger: args.log, ...(args.extraRegistries ? { extraRegistries: args.extraRegistries } : {}) }, args.options);
   const address = await listenOrExplain(app, args.host, args.port);
+  const guard = new StreamGuard(args.nc, jsm, [events], args.log);
   args.log.info({ address, sources: args.config.current().sources.length }, "ingest listening");
   return {
     url: address,

@@ -6,15 +6,13 @@ import type { JetStreamManager, StreamConfig } from "@nats-io/jetstream";
 import type { NatsConnection } from "@nats-io/transport-node";
 import type { Logger } from "../logging.ts";
 import { isNatsConnected } from "./connect.ts";
-import { ensureStream, isStreamNotFound } from "./streams.ts";
+import { isStreamNotFound } from "./streams.ts";
 
 /** How often the streams are looked at: a lost stream costs at most this much of 503s. */
 export const STREAM_GUARD_MS = 5_000;
 
 export interface GuardedStream {
   config: Partial<StreamConfig> & { name: string };
-  /** The settings an existing stream keeps (ensureStream). */
-  keep?: ReadonlyArray<keyof StreamConfig>;
 }
 
 export class StreamGuard {
@@ -34,7 +32,7 @@ export class StreamGuard {
     this.#timer.unref();
   }
 
-  /** Looks now (also called when a write just failed for a missing stream). */
+  /** Looks now (the interval calls it). */
   check(): Promise<void> {
     this.#checking ??= this.#check().finally(() => (this.#checking = undefined));
     return this.#checking;
@@ -46,19 +44,25 @@ export class StreamGuard {
 
   async #check(): Promise<void> {
     if (!isNatsConnected(this.#nc)) return;
-    for (const { config, keep } of this.#streams) {
+    for (const { config } of this.#streams) {
       try {
         await this.#jsm.streams.info(config.name);
       } catch (err) {
         if (!isStreamNotFound(err)) continue; // NATS busy or electing: not a reason to make anything
         try {
-          await ensureStream(this.#jsm, config, undefined, keep);
+          // Made as a new stream: there is no existing one whose settings to keep.
+          await this.#jsm.streams.add(config);
           this.#log.error(
             { stream: config.name },
             "the stream was missing (deleted, or nats-server lost its store) and is made again; what it held is gone: messages stored in it and not yet delivered are lost",
           );
         } catch (makeErr) {
-          this.#log.error({ stream: config.name, err: (makeErr as Error).message }, "the stream is missing and could not be made again; retrying");
+          // Another replica made it first and said so: one error line per loss, not one per pod.
+          if (makeErr instanceof Error && /already in use/i.test(makeErr.message)) {
+            this.#log.info({ stream: config.name }, "the stream was missing and another process has made it again");
+          } else {
+            this.#log.error({ stream: config.name, err: (makeErr as Error).message }, "the stream is missing and could not be made again; retrying");
+          }
         }
       }
     }

@@ -308,6 +308,10 @@ describe("trackhook and a NATS that comes and goes", () => {
       expect(await ingest.exited).toBe(2);
       expect(ingest.output()).toMatch(/trackhook: nats-server refused TRACKHOOK_EVENTS with max_bytes 10737418240 \(10\.00 GiB\).*max_file_store.*--stream-max-bytes/);
       expect(ingest.output()).not.toMatch(/\n\s+at /);
+      // deliver's dead-letter stream (1 GiB) the same way.
+      const deliver = spawnCli("deliver", "--config", "examples/", "--nats", server.url, "--port", "0", "--host", "127.0.0.1");
+      expect(await deliver.exited).toBe(2);
+      expect(deliver.output()).toMatch(/trackhook: nats-server refused TRACKHOOK_DLQ with max_bytes 1073741824 \(1\.00 GiB\)/);
     } finally {
       await server.stop();
     }
