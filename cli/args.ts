@@ -66,3 +66,8 @@ export function natsUrl(values: { nats?: string | undefined }): string {
   }
   return url;
 }
+
+/** The settings whose flag (`flagOf`) was not given: an existing stream keeps its own value for them. */
+export function settingsLeftOut<S extends string>(values: Record<string, string | undefined>, flagOf: Record<S, string>): S[] {
+  return (Object.keys(flagOf) as S[]).filter((setting) => values[flagOf[setting]] === undefined);
+}

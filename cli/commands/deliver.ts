@@ -8,7 +8,7 @@ import { DEFAULT_SIDE_STREAM, connectNats, natsConnectedGauge, type SideStreamSe
 import type { NatsConnection } from "@nats-io/transport-node";
 import { VERSION } from "../../dataplane/version.ts";
 import { buildOpsServer } from "../../dataplane/ops/server.ts";
-import { integerFlag, listenOrExplain, natsUrl, parseBytes } from "../args.ts";
+import { integerFlag, listenOrExplain, natsUrl, parseBytes, settingsLeftOut } from "../args.ts";
 import { onShutdown } from "../shutdown.ts";
 import type { Command } from "./types.ts";
 import { NATS_AUTH_HELP } from "./nats-help.ts";
@@ -101,8 +101,7 @@ ${configSourceHelp}
     const sideStreams = {
       replicas: integerFlag("stream-replicas", values["stream-replicas"] ?? String(DEFAULT_SIDE_STREAM.replicas), 1, 5),
       maxBytes: values["stream-max-bytes"] === undefined ? DEFAULT_SIDE_STREAM.maxBytes : parseBytes("stream-max-bytes", values["stream-max-bytes"]),
-      // Without the flag, existing streams keep their own (see EventsStreamSettings.defaulted).
-      defaulted: [...(values["stream-replicas"] === undefined ? ["replicas" as const] : []), ...(values["stream-max-bytes"] === undefined ? ["maxBytes" as const] : [])],
+      defaulted: settingsLeftOut(values, { replicas: "stream-replicas", maxBytes: "stream-max-bytes" }),
     };
     const log = createLogger({ level: values["log-level"], name: "deliver" });
     const files = openConfigFiles(from, log); // invalid config fails here, before connecting

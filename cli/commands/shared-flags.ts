@@ -2,7 +2,7 @@
 import type { ParseArgsConfig } from "node:util";
 import { InvalidOptionsError, resolveIngestOptions, type IngestOptions } from "../../dataplane/ingest/mod.ts";
 import type { EventsStreamSettings } from "../../dataplane/nats/mod.ts";
-import { UsageError, durationFlag, integerFlag, listFlag, parseBytes } from "../args.ts";
+import { UsageError, durationFlag, integerFlag, listFlag, parseBytes, settingsLeftOut } from "../args.ts";
 
 export const ingestFlags = {
   port: { type: "string" },
@@ -42,12 +42,9 @@ export function streamSettings(values: Values): EventsStreamSettings {
     // JetStream refuses a duplicate window longer than max_age.
     duplicateWindowMs: Math.min(duplicateWindowMs, maxAgeMs),
     replicas: integerFlag("stream-replicas", values["stream-replicas"] ?? "1", 1, 5),
-    defaulted: (Object.keys(STREAM_FLAG) as Array<keyof typeof STREAM_FLAG>).filter((setting) => values[STREAM_FLAG[setting]] === undefined),
+    defaulted: settingsLeftOut(values, { maxAgeMs: "stream-max-age", maxBytes: "stream-max-bytes", duplicateWindowMs: "duplicate-window", replicas: "stream-replicas" }),
   };
 }
-
-/** The flag of each events-stream setting: one not given leaves an existing stream's own value. */
-const STREAM_FLAG = { maxAgeMs: "stream-max-age", maxBytes: "stream-max-bytes", duplicateWindowMs: "duplicate-window", replicas: "stream-replicas" } as const;
 
 /** Ingest options from flags, validated before anything connects: a bad flag is a usage error. */
 export function ingestOptions(values: Values): IngestOptions {

@@ -6,7 +6,7 @@ import type { NatsConnection } from "@nats-io/transport-node";
 import type { CompiledConfig, CompiledDestination } from "../../schema/mod.ts";
 import type { ConfigProvider } from "../config/mod.ts";
 import type { Logger } from "../logging.ts";
-import { DLQ_STREAM, DLQ_SUBJECTS, EVENTS_STREAM, TurnBatch, attemptsStreamConfig, consumerName, dlqStreamConfig, dlqSubject, ensureStream, isNatsConnected, isStreamNotFound, keptSettings, storageRefused, StreamGuard, streamReadiness, type Readiness, type SideStreamSettings, type StreamSettingChange } from "../nats/mod.ts";
+import { DLQ_STREAM, DLQ_SUBJECTS, EVENTS_STREAM, TurnBatch, attemptsStreamConfig, consumerName, dlqStreamConfig, dlqSubject, ensureStream, isNatsConnected, isStreamNotFound, keptSettings, StreamGuard, streamReadiness, type Readiness, type SideStreamSettings, type StreamSettingChange } from "../nats/mod.ts";
 import { ensureDestinationConsumer, removeDestinationConsumers } from "./consumers.ts";
 import type { DeliveryBacklogs, DeliveryMetrics } from "./metrics.ts";
 import { DestinationWorker, changeOf, pullAhead, type WebhookSending } from "./worker.ts";
@@ -87,14 +87,13 @@ export class DeliveryService {
 
   static async start(deps: DeliveryServiceDeps): Promise<DeliveryService> {
     const jsm = await jetstreamManager(deps.nc);
-    const sideStreams = ([[dlqStreamConfig(deps.dlqStream), deps.dlqStream], [attemptsStreamConfig(deps.attemptsStream), deps.attemptsStream]] as const).map(([config, settings]) => ({
-      config, keep: keptSettings(settings?.defaulted),
-    }));
+    const sideStreams = [
+      { config: dlqStreamConfig(deps.dlqStream), keep: keptSettings(deps.dlqStream?.defaulted) },
+      { config: attemptsStreamConfig(deps.attemptsStream), keep: keptSettings(deps.attemptsStream?.defaulted) },
+    ];
     for (const { config, keep } of sideStreams) {
       const said = (changes: StreamSettingChange[]) => deps.log.warn({ stream: config.name, changes }, "changing the stream's settings to this process's flags");
-      await ensureStream(jsm, config, said, keep).catch((err: unknown) => {
-        throw storageRefused(err, config.name, config.max_bytes ?? 0);
-      });
+      await ensureStream(jsm, config, said, keep);
     }
     const events = await waitForEventsStream(jsm, deps.log);
     const service = new DeliveryService(deps, jsm);

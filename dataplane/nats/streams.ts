@@ -106,27 +106,37 @@ export async function ensureStream(
 ): Promise<void> {
   let config = wanted;
   try {
-    const info = await jsm.streams.info(config.name);
-    config = withinMaxAge({ ...wanted, ...Object.fromEntries(keep.map((key) => [key, info.config[key]])) });
-    const changes = (Object.keys(config) as Array<keyof StreamConfig>)
-      .filter((key) => JSON.stringify(info.config[key]) !== JSON.stringify(config[key]))
-      .map((key) => ({ setting: key, from: info.config[key], to: config[key] }));
-    if (changes.length > 0) {
+    const existing = await jsm.streams.info(wanted.name).catch((err: unknown) => {
+      if (isStreamNotFound(err)) return undefined;
+      throw err;
+    });
+    if (existing) {
+      config = keeping(wanted, existing.config, keep);
+      const changes = (Object.keys(config) as Array<keyof StreamConfig>)
+        .filter((key) => JSON.stringify(existing.config[key]) !== JSON.stringify(config[key]))
+        .map((key) => ({ setting: key, from: existing.config[key], to: config[key] }));
+      if (changes.length === 0) return;
       onChange?.(changes);
       await jsm.streams.update(config.name, config);
+      return;
     }
-  } catch (err) {
-    if (!isStreamNotFound(err)) throw err;
     try {
       await jsm.streams.add(config);
     } catch (addErr) {
       // Another process (an ingest worker, a second pod) created it first: update it instead,
       // keeping its settings as for any existing stream.
       if (!(addErr instanceof Error && /already in use/i.test(addErr.message))) throw addErr;
-      const info = await jsm.streams.info(config.name);
-      await jsm.streams.update(config.name, withinMaxAge({ ...config, ...Object.fromEntries(keep.map((key) => [key, info.config[key]])) }));
+      config = keeping(wanted, (await jsm.streams.info(wanted.name)).config, keep);
+      await jsm.streams.update(config.name, config);
     }
+  } catch (err) {
+    throw storageRefused(err, config.name, config.max_bytes ?? 0);
   }
+}
+
+/** `wanted`, with the existing stream's own value for each setting in `keep`. */
+function keeping(wanted: Partial<StreamConfig> & { name: string }, existing: StreamConfig, keep: ReadonlyArray<keyof StreamConfig>) {
+  return withinMaxAge({ ...wanted, ...Object.fromEntries(keep.map((key) => [key, existing[key]])) });
 }
 
 /**
@@ -164,7 +174,7 @@ export class StreamStorageRefusedError extends Error {
  * stream that does not fit with "insufficient storage resources": said as what to change, rather
  * than as a stack trace on every restart of a crash-looping pod.
  */
-export function storageRefused(err: unknown, stream: string, maxBytes: number): unknown {
+function storageRefused(err: unknown, stream: string, maxBytes: number): unknown {
   if (!(err instanceof Error) || !/insufficient storage/i.test(err.message)) return err;
   return new StreamStorageRefusedError(
     `nats-server refused ${stream} with max_bytes ${maxBytes} (${(maxBytes / 1024 ** 3).toFixed(2)} GiB): it sets aside every stream's max_bytes out of its JetStream storage (max_file_store), and there is not that much left. ` +
