@@ -21,12 +21,7 @@ export interface NatsHarness {
 export async function startNats(): Promise<NatsHarness> {
   const storeDir = mkdtempSync(join(tmpdir(), "trackhook-nats-"));
   const server = await LocalNatsServer.start({ storeDir });
-  const connections: NatsConnection[] = [];
-  const open = async () => {
-    const nc = await connect({ servers: server.url, maxReconnectAttempts: -1, reconnectTimeWait: 100, noAsyncTraces: true });
-    connections.push(nc);
-    return nc;
-  };
+  const { open, closeAll } = connections(server.url);
   const nc = await open();
   return {
     server,
@@ -35,7 +30,7 @@ export async function startNats(): Promise<NatsHarness> {
     jsm: await jetstreamManager(nc),
     connect: open,
     async stop() {
-      await Promise.all(connections.map((c) => c.close().catch(() => {})));
+      await closeAll();
       await server.stop();
       rmSync(storeDir, { recursive: true, force: true });
     },
@@ -68,12 +63,7 @@ export async function startNatsCluster(size = 3): Promise<NatsClusterHarness> {
     ),
   );
   const urls = servers.map((s) => s.url).join(",");
-  const connections: NatsConnection[] = [];
-  const open = async () => {
-    const nc = await connect({ servers: urls, maxReconnectAttempts: -1, reconnectTimeWait: 100, noAsyncTraces: true });
-    connections.push(nc);
-    return nc;
-  };
+  const { open, closeAll } = connections(urls);
   const nc = await open();
   // A longer timeout than startNats's: an R3 stream or consumer takes a Raft round to make.
   const jsm = await jetstreamManager(nc, { timeout: 10_000, checkAPI: false });
@@ -94,10 +84,23 @@ export async function startNatsCluster(size = 3): Promise<NatsClusterHarness> {
     jsm,
     connect: open,
     async stop() {
-      await Promise.all(connections.map((c) => c.close().catch(() => {})));
+      await closeAll();
       await Promise.all(servers.map((s) => s.stop()));
       for (const dir of dirs) rmSync(dir, { recursive: true, force: true });
     },
+  };
+}
+
+/** Test connections that reconnect for ever, all closed by closeAll(). */
+function connections(servers: string) {
+  const opened: NatsConnection[] = [];
+  return {
+    async open(): Promise<NatsConnection> {
+      const nc = await connect({ servers, maxReconnectAttempts: -1, reconnectTimeWait: 100, noAsyncTraces: true });
+      opened.push(nc);
+      return nc;
+    },
+    closeAll: () => Promise.all(opened.map((c) => c.close().catch(() => {}))),
   };
 }
 
