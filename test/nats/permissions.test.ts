@@ -1,9 +1,13 @@
 // docs/nats-permissions.conf, for real: nats-server runs with it, and each component works with
 // its own user's permissions alone: the operator writes the config bucket, ingest stores a
-// message, delivery delivers it signed. And ingest, which faces the internet, cannot read a
-// destination's entry (its shared secret) nor delivery forge an event.
+// message, delivery delivers it signed and acks it. And ingest, which faces the internet, cannot
+// read a destination's entry (its shared secret) nor delivery forge an event.
+//
+// Twice: with the ack and flow-control subjects nats-server uses by default, and with the "v2"
+// ones (`$JS.ACK.<domain>.<account hash>.<stream>...`) that the feature flag js_ack_fc_v2 turns on
+// since 2.14 and that NATS means to make the default.
 import { createHmac } from "node:crypto";
-import { mkdtempSync, rmSync } from "node:fs";
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { jetstream, jetstreamManager } from "@nats-io/jetstream";
@@ -14,7 +18,7 @@ import { CONFIG_BUCKET, ConfigWriter, KvConfigProvider, destinationKey, ensureCo
 import { DeliveryMetrics, DeliveryService, WebhookSender } from "../../dataplane/delivery/mod.ts";
 import { buildIngestApp } from "../../dataplane/ingest/mod.ts";
 import { createLogger } from "../../dataplane/logging.ts";
-import { INBOX_PREFIX, LocalNatsServer, ensureStream, eventsStreamConfig } from "../../dataplane/nats/mod.ts";
+import { EVENTS_STREAM, INBOX_PREFIX, LocalNatsServer, consumerName, ensureStream, eventsStreamConfig } from "../../dataplane/nats/mod.ts";
 import type { CompiledDestination, CompiledSource } from "../../schema/mod.ts";
 import { DEFAULT_STREAM, WRITE_KEY, basic } from "../harness/ingest.ts";
 import { startReceiver, type Receiver } from "../harness/receiver.ts";
@@ -22,97 +26,110 @@ import { repoRoot } from "../harness/control-plane.ts";
 
 const log = createLogger({ level: "silent" });
 const PASSWORDS = { ingest: "ingest-pw", delivery: "delivery-pw", operator: "operator-pw" } as const;
-let server: LocalNatsServer;
-let store: string;
-let receiver: Receiver;
-const connections: NatsConnection[] = [];
-const as = async (component: keyof typeof PASSWORDS) => {
-  // With the component's own inbox prefix, as connectNats makes it.
-  const nc = await connect({ servers: server.url, user: `trackhook-${component}`, pass: PASSWORDS[component], inboxPrefix: INBOX_PREFIX[component], noAsyncTraces: true });
-  connections.push(nc);
-  return nc;
-};
-
-const source: CompiledSource = { namespace: "default", name: "web", enabled: true, writeKeySha256: sha256Hex(WRITE_KEY) };
-let destination: CompiledDestination;
-
-beforeAll(async () => {
-  for (const [component, password] of Object.entries(PASSWORDS)) process.env[`TRACKHOOK_${component.toUpperCase()}_PASSWORD`] = password;
-  store = mkdtempSync(join(tmpdir(), "trackhook-nats-perms-"));
-  server = await LocalNatsServer.start({ storeDir: store, args: ["-c", join(repoRoot, "docs", "nats-permissions.conf")] });
-  receiver = await startReceiver();
-  destination = {
-    namespace: "default", name: "crm", enabled: true, sources: ["web"], urls: [receiver.url("/crm")], headers: [],
-    sharedSecret: "s3cret-not-for-ingest", timeoutMs: 5000, retryWindowMs: 3_600_000, maxInFlight: 10, standardWebhooks: false,
-    createdAt: new Date(Date.now() - 1000).toISOString(), // so the message stored before its consumer is delivered
+describe.each([
+  { format: "default ack subjects", serverSettings: "" },
+  { format: "v2 ack subjects (js_ack_fc_v2)", serverSettings: "feature_flags { js_ack_fc_v2: true }" },
+])("with $format", ({ serverSettings }) => {
+  let server: LocalNatsServer;
+  let store: string;
+  let receiver: Receiver;
+  const connections: NatsConnection[] = [];
+  const as = async (component: keyof typeof PASSWORDS) => {
+    // With the component's own inbox prefix, as connectNats makes it.
+    const nc = await connect({ servers: server.url, user: `trackhook-${component}`, pass: PASSWORDS[component], inboxPrefix: INBOX_PREFIX[component], noAsyncTraces: true });
+    connections.push(nc);
+    return nc;
   };
-});
-afterAll(async () => {
-  await Promise.all(connections.map((nc) => nc.close().catch(() => {})));
-  await receiver?.close();
-  await server?.stop();
-  rmSync(store, { recursive: true, force: true });
-});
 
-describe("docs/nats-permissions.conf", () => {
-  it("lets each component do its work with its own user, end to end", async () => {
-    // The operator: the bucket and its entries.
-    const writer = new ConfigWriter(await ensureConfigBucket(await as("operator")));
-    await writer.put(sourceKey("default", "web"), source);
-    await writer.put(destinationKey("default", "crm"), destination);
+  const source: CompiledSource = { namespace: "default", name: "web", enabled: true, writeKeySha256: sha256Hex(WRITE_KEY) };
+  let destination: CompiledDestination;
 
-    // Ingest: its stream, the Sources of the bucket (and only those), a stored message.
-    const ingestNc = await as("ingest");
-    await ensureStream(await jetstreamManager(ingestNc), eventsStreamConfig(DEFAULT_STREAM));
-    const ingestConfig = await KvConfigProvider.start(ingestNc, log, { retryMs: 50, part: "sources" });
-    expect(ingestConfig.current()).toEqual({ sources: [source], destinations: [] });
-    const app = await buildIngestApp({ nc: ingestNc, config: ingestConfig });
-    const res = await app.inject({ method: "POST", url: "/v1/track", headers: { authorization: basic(WRITE_KEY), "content-type": "application/json" }, payload: { userId: "u1", event: "Allowed", messageId: "perm-1" } });
-    expect(res.json()).toEqual({ success: true });
-
-    // Delivery: the destinations (and only those), the message delivered and signed.
-    const deliveryNc = await as("delivery");
-    const deliveryConfig = await KvConfigProvider.start(deliveryNc, log, { retryMs: 50, part: "destinations" });
-    expect(deliveryConfig.current()).toEqual({ sources: [], destinations: [destination] });
-    const sender = new WebhookSender({ allowPrivateNetworks: true, userAgent: "trackhook/test" });
-    const service = await DeliveryService.start({ nc: deliveryNc, config: deliveryConfig, sender, log, metrics: new DeliveryMetrics({ defaultMetrics: false }) });
-    try {
-      const [request] = await receiver.waitFor("/crm", 1);
-      expect(JSON.parse(request!.body.toString())).toMatchObject({ messageId: "perm-1", event: "Allowed" });
-      expect(request!.headers["x-signature"]).toBe(createHmac("sha1", destination.sharedSecret!).update(request!.body).digest("hex"));
-    } finally {
-      await service.stop();
-      await sender.close();
-      await app.close();
-      ingestConfig.close();
-      deliveryConfig.close();
-    }
+  beforeAll(async () => {
+    for (const [component, password] of Object.entries(PASSWORDS)) process.env[`TRACKHOOK_${component.toUpperCase()}_PASSWORD`] = password;
+    store = mkdtempSync(join(tmpdir(), "trackhook-nats-perms-"));
+    // The documented file as it is, plus the server settings of this run (an include would need
+    // the file beside it: nats-server reads includes relative to the including file).
+    const config = join(store, "nats.conf");
+    writeFileSync(config, `${readFileSync(join(repoRoot, "docs", "nats-permissions.conf"), "utf8")}\n${serverSettings}\n`);
+    server = await LocalNatsServer.start({ storeDir: store, args: ["-c", config] });
+    receiver = await startReceiver();
+    destination = {
+      namespace: "default", name: "crm", enabled: true, sources: ["web"], urls: [receiver.url("/crm")], headers: [],
+      sharedSecret: "s3cret-not-for-ingest", timeoutMs: 5000, retryWindowMs: 3_600_000, maxInFlight: 10, standardWebhooks: false,
+      createdAt: new Date(Date.now() - 1000).toISOString(), // so the message stored before its consumer is delivered
+    };
+  });
+  afterAll(async () => {
+    await Promise.all(connections.map((nc) => nc.close().catch(() => {})));
+    await receiver?.close();
+    await server?.stop();
+    rmSync(store, { recursive: true, force: true });
   });
 
-  it("keeps destination entries (shared secrets) from ingest", async () => {
-    const nc = await as("ingest");
-    const kv = await new Kvm(nc).open(CONFIG_BUCKET);
-    await expect(kv.get(destinationKey("default", "crm"))).rejects.toThrow(/Permissions Violation/);
-    await expect(kv.watch({ key: "destination.>" })).rejects.toThrow(/Permissions Violation/);
-    await expect(kv.watch({ key: ">" })).rejects.toThrow(/Permissions Violation/);
-  });
+  describe("docs/nats-permissions.conf", () => {
+    it("lets each component do its work with its own user, end to end", async () => {
+      // The operator: the bucket and its entries.
+      const writer = new ConfigWriter(await ensureConfigBucket(await as("operator")));
+      await writer.put(sourceKey("default", "web"), source);
+      await writer.put(destinationKey("default", "crm"), destination);
 
-  it("keeps ingest from other components' inboxes, where delivery's KV watch brings the shared secrets (regression: all shared _INBOX.>)", async () => {
-    const nc = await as("ingest");
-    for (const subject of ["_INBOX.>", `${INBOX_PREFIX.delivery}.>`, `${INBOX_PREFIX.operator}.>`, ">"]) {
-      const snoop = nc.subscribe(subject);
-      await expect((async () => {
-        for await (const m of snoop) return m.subject;
-      })(), subject).rejects.toThrow(/Permissions Violation for Subscription/);
-    }
-  });
+      // Ingest: its stream, the Sources of the bucket (and only those), a stored message.
+      const ingestNc = await as("ingest");
+      await ensureStream(await jetstreamManager(ingestNc), eventsStreamConfig(DEFAULT_STREAM));
+      const ingestConfig = await KvConfigProvider.start(ingestNc, log, { retryMs: 50, part: "sources" });
+      expect(ingestConfig.current()).toEqual({ sources: [source], destinations: [] });
+      const app = await buildIngestApp({ nc: ingestNc, config: ingestConfig });
+      const res = await app.inject({ method: "POST", url: "/v1/track", headers: { authorization: basic(WRITE_KEY), "content-type": "application/json" }, payload: { userId: "u1", event: "Allowed", messageId: "perm-1" } });
+      expect(res.json()).toEqual({ success: true });
 
-  it("keeps delivery from storing events, and ingest from writing the config or storing a delete notification", async () => {
-    const delivery = jetstream(await as("delivery"), { timeout: 2000 });
-    await expect(delivery.publish("trackhook.events.default.web.track", "{}")).rejects.toThrow(/Permissions Violation/);
-    const ingest = jetstream(await as("ingest"), { timeout: 2000 });
-    await expect(ingest.publish(`$KV.${CONFIG_BUCKET}.source.default.evil`, "{}")).rejects.toThrow(/Permissions Violation/);
-    // Nor forge a delete notification, which receivers act on as an erasure request.
-    await expect(ingest.publish("trackhook.events.default.web.delete", '{"type":"delete","userId":"victim"}')).rejects.toThrow(/Permissions Violation/);
+      // Delivery: the destinations (and only those), the message delivered and signed.
+      const deliveryNc = await as("delivery");
+      const deliveryConfig = await KvConfigProvider.start(deliveryNc, log, { retryMs: 50, part: "destinations" });
+      expect(deliveryConfig.current()).toEqual({ sources: [], destinations: [destination] });
+      const sender = new WebhookSender({ allowPrivateNetworks: true, userAgent: "trackhook/test" });
+      const service = await DeliveryService.start({ nc: deliveryNc, config: deliveryConfig, sender, log, metrics: new DeliveryMetrics({ defaultMetrics: false }) });
+      try {
+        const [request] = await receiver.waitFor("/crm", 1);
+        expect(JSON.parse(request!.body.toString())).toMatchObject({ messageId: "perm-1", event: "Allowed" });
+        expect(request!.headers["x-signature"]).toBe(createHmac("sha1", destination.sharedSecret!).update(request!.body).digest("hex"));
+        // And acked: an ack the server refuses goes unnoticed by the client, and the message comes
+        // back after ack_wait to be sent again and again.
+        const jsm = await jetstreamManager(await as("operator"));
+        await expect.poll(async () => (await jsm.consumers.info(EVENTS_STREAM, consumerName("default", "crm"))).ack_floor.stream_seq, { timeout: 5000 }).toBe(1);
+      } finally {
+        await service.stop();
+        await sender.close();
+        await app.close();
+        ingestConfig.close();
+        deliveryConfig.close();
+      }
+    });
+
+    it("keeps destination entries (shared secrets) from ingest", async () => {
+      const nc = await as("ingest");
+      const kv = await new Kvm(nc).open(CONFIG_BUCKET);
+      await expect(kv.get(destinationKey("default", "crm"))).rejects.toThrow(/Permissions Violation/);
+      await expect(kv.watch({ key: "destination.>" })).rejects.toThrow(/Permissions Violation/);
+      await expect(kv.watch({ key: ">" })).rejects.toThrow(/Permissions Violation/);
+    });
+
+    it("keeps ingest from other components' inboxes, where delivery's KV watch brings the shared secrets (regression: all shared _INBOX.>)", async () => {
+      const nc = await as("ingest");
+      for (const subject of ["_INBOX.>", `${INBOX_PREFIX.delivery}.>`, `${INBOX_PREFIX.operator}.>`, ">"]) {
+        const snoop = nc.subscribe(subject);
+        await expect((async () => {
+          for await (const m of snoop) return m.subject;
+        })(), subject).rejects.toThrow(/Permissions Violation for Subscription/);
+      }
+    });
+
+    it("keeps delivery from storing events, and ingest from writing the config or storing a delete notification", async () => {
+      const delivery = jetstream(await as("delivery"), { timeout: 2000 });
+      await expect(delivery.publish("trackhook.events.default.web.track", "{}")).rejects.toThrow(/Permissions Violation/);
+      const ingest = jetstream(await as("ingest"), { timeout: 2000 });
+      await expect(ingest.publish(`$KV.${CONFIG_BUCKET}.source.default.evil`, "{}")).rejects.toThrow(/Permissions Violation/);
+      // Nor forge a delete notification, which receivers act on as an erasure request.
+      await expect(ingest.publish("trackhook.events.default.web.delete", '{"type":"delete","userId":"victim"}')).rejects.toThrow(/Permissions Violation/);
+    });
   });
 });
