@@ -3,9 +3,12 @@
 import { connect, type NatsConnection } from "@nats-io/transport-node";
 import { Gauge, type Registry } from "prom-client";
 import type { Logger } from "../logging.ts";
+import { KeyedLogInterval } from "../ops/log-interval.ts";
 import { NatsAuthError, assertNoCredentialsInUrl, natsAuthOptions } from "./auth.ts";
 
 const WAITING_LOG_INTERVAL_MS = 10_000;
+/** An error the server reports comes once per refused operation (each ack, say): one line per kind this often. */
+const ERROR_LOG_INTERVAL_MS = 10_000;
 
 /** nats.js's refusals of credentials (authorization violation, expired or revoked). */
 export function isAuthError(err: unknown): boolean {
@@ -76,12 +79,29 @@ export async function connectNats({ servers, name, log, component }: ConnectOpti
   }
   followConnection(nc);
   void (async () => {
+    const errorLines = new KeyedLogInterval(ERROR_LOG_INTERVAL_MS);
     for await (const status of nc.status()) {
-      if (status.type === "disconnect" || status.type === "error") log.warn({ nats: status.type, server: "server" in status ? status.server : undefined }, "NATS connection problem");
+      if (status.type === "disconnect") log.warn({ nats: status.type, server: status.server }, "NATS connection problem");
       else if (status.type === "reconnect") log.info({ nats: status.type }, "NATS reconnected");
+      else if (status.type === "error") logServerError(log, errorLines, status.error);
     }
   })();
   return nc;
+}
+
+/**
+ * An error the server sent on a connection that stays open. A permissions violation is the one to
+ * see: the client goes on as if a refused publish (an ack, a record) had been sent.
+ */
+function logServerError(log: Logger, lines: KeyedLogInterval, error: Error): void {
+  const held = lines.pass(error.name);
+  if (held === undefined) return;
+  if (error.name === "PermissionViolationError") {
+    log.error(
+      { nats: "error", err: error.message, moreLikeThisSinceLastLine: held },
+      "NATS refused an operation this user is not permitted (compare the user's permissions with docs/nats-permissions.conf)",
+    );
+  } else log.warn({ nats: "error", err: error.message, moreLikeThisSinceLastLine: held }, "NATS reported an error");
 }
 
 /** Per followed connection, whether it is between a disconnect and the next reconnect. */

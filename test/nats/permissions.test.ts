@@ -18,7 +18,7 @@ import { CONFIG_BUCKET, ConfigWriter, KvConfigProvider, destinationKey, ensureCo
 import { DeliveryMetrics, DeliveryService, WebhookSender } from "../../dataplane/delivery/mod.ts";
 import { buildIngestApp } from "../../dataplane/ingest/mod.ts";
 import { createLogger } from "../../dataplane/logging.ts";
-import { EVENTS_STREAM, INBOX_PREFIX, LocalNatsServer, consumerName, ensureStream, eventsStreamConfig } from "../../dataplane/nats/mod.ts";
+import { EVENTS_STREAM, INBOX_PREFIX, LocalNatsServer, connectNats, consumerName, ensureStream, eventsStreamConfig } from "../../dataplane/nats/mod.ts";
 import type { CompiledDestination, CompiledSource } from "../../schema/mod.ts";
 import { DEFAULT_STREAM, WRITE_KEY, basic } from "../harness/ingest.ts";
 import { startReceiver, type Receiver } from "../harness/receiver.ts";
@@ -120,6 +120,28 @@ describe.each([
         await expect((async () => {
           for await (const m of snoop) return m.subject;
         })(), subject).rejects.toThrow(/Permissions Violation for Subscription/);
+      }
+    });
+
+    it("says in the log, once per interval, when NATS refuses what the user is not permitted (regression: a line with no reason per refused ack)", async () => {
+      const lines: Array<Record<string, unknown>> = [];
+      const logger = createLogger({ level: "info", destination: { write: (line) => void lines.push(JSON.parse(line)) } });
+      process.env.TRACKHOOK_NATS_USER = "trackhook-ingest";
+      process.env.TRACKHOOK_NATS_PASSWORD = PASSWORDS.ingest;
+      try {
+        const nc = await connectNats({ servers: server.url, name: "refused", log: logger, component: "ingest" });
+        connections.push(nc);
+        for (let i = 0; i < 5; i++) nc.publish(`trackhook.dlq.default.crm.${i}`, "{}");
+        await nc.flush();
+        await expect.poll(() => lines.filter((l) => l.nats === "error").length).toBe(1);
+        await new Promise((resolve) => setTimeout(resolve, 200)); // the other four, held back
+        const refused = lines.filter((l) => l.nats === "error");
+        expect(refused).toHaveLength(1);
+        expect(refused[0]).toMatchObject({ level: 50, err: 'Permissions Violation for Publish to "trackhook.dlq.default.crm.0"' });
+        expect(refused[0]!.msg).toContain("docs/nats-permissions.conf");
+      } finally {
+        delete process.env.TRACKHOOK_NATS_USER;
+        delete process.env.TRACKHOOK_NATS_PASSWORD;
       }
     });
 
