@@ -35,6 +35,18 @@ elif ! nats_ok; then
   nats_ok
 fi
 
+# The newest nats-server release line, for the tests' second pass (vitest.config.ts); not for `dev`.
+next_ok() { [ -x "$bin/nats-server-next" ] && "$bin/nats-server-next" --version | grep -q "v$NATS_SERVER_NEXT_VERSION\$"; }
+if [ "${TRACKHOOK_TOOLS:-all}" != dataplane ] && ! next_ok; then
+  command -v go >/dev/null || { echo "tools: Go >= 1.25 is needed to build nats-server v$NATS_SERVER_NEXT_VERSION for the tests" >&2; exit 1; }
+  echo "tools: building nats-server v$NATS_SERVER_NEXT_VERSION (the tests' second pass)" >&2
+  next_dir=$(mktemp -d)
+  GOBIN="$next_dir" GOFLAGS=-trimpath go install "github.com/nats-io/nats-server/v2@v$NATS_SERVER_NEXT_VERSION"
+  mv "$next_dir/nats-server" "$bin/nats-server-next"
+  rmdir "$next_dir"
+  next_ok
+fi
+
 # kube-apiserver, kubectl and etcd for the control-plane harness, helm for the chart. Built only
 # when missing (minutes on 2 cores) and cached in .tools/bin; TRACKHOOK_TOOLS=dataplane skips them.
 if [ "${TRACKHOOK_TOOLS:-all}" != dataplane ]; then

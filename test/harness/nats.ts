@@ -1,5 +1,10 @@
 // Test harness: a real nats-server per test file, on a free port with its own temporary store.
-import { mkdtempSync, rmSync } from "node:fs";
+//
+// The pinned nats-server from .tools/bin, unless TRACKHOOK_TEST_NATS_SERVER names another binary
+// and TRACKHOOK_TEST_NATS_FEATURE_FLAGS (comma-separated) turns on server feature flags: .ci/run
+// runs the NATS-facing tests a second time on the newest release line with the flags NATS means to
+// make defaults (test/harness/nats-compat.sh).
+import { existsSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { jetstream, jetstreamManager, type JetStreamClient, type JetStreamManager } from "@nats-io/jetstream";
@@ -18,9 +23,22 @@ export interface NatsHarness {
   stop(): Promise<void>;
 }
 
+/** The binary and the settings the tests' nats-servers run with (see the top of this file). */
+export function serverUnderTest(storeDir: string): { binary?: string; args: string[] } {
+  const binary = process.env.TRACKHOOK_TEST_NATS_SERVER || undefined;
+  if (binary && !existsSync(binary)) throw new Error(`TRACKHOOK_TEST_NATS_SERVER names ${binary}, which is not there: run \`npm run tools\``);
+  const flags = (process.env.TRACKHOOK_TEST_NATS_FEATURE_FLAGS ?? "").split(",").map((f) => f.trim()).filter(Boolean);
+  if (flags.length === 0) return { binary, args: [] };
+  // Feature flags have no command-line form: a config file in the server's own store directory.
+  const config = join(storeDir, "feature-flags.conf");
+  writeFileSync(config, `feature_flags {\n${flags.map((f) => `  ${f}: true\n`).join("")}}\n`);
+  return { binary, args: ["-c", config] };
+}
+
 export async function startNats(): Promise<NatsHarness> {
   const storeDir = mkdtempSync(join(tmpdir(), "trackhook-nats-"));
-  const server = await LocalNatsServer.start({ storeDir });
+  const { binary, args } = serverUnderTest(storeDir);
+  const server = await LocalNatsServer.start({ storeDir, binary, args });
   const { open, closeAll } = connections(server.url);
   const nc = await open();
   return {
@@ -58,9 +76,13 @@ export async function startNatsCluster(size = 3): Promise<NatsClusterHarness> {
   const name = randomName("c");
   const dirs = routePorts.map(() => mkdtempSync(join(tmpdir(), "trackhook-nats-cluster-")));
   const servers = await Promise.all(
-    routePorts.map((port, i) =>
-      LocalNatsServer.start({ storeDir: dirs[i]!, args: ["--cluster", `nats://127.0.0.1:${port}`, "--routes", routes, "--cluster_name", name, "--server_name", `${name}-n${i + 1}`] }),
-    ),
+    routePorts.map((port, i) => {
+      const { binary, args } = serverUnderTest(dirs[i]!);
+      return LocalNatsServer.start({
+        storeDir: dirs[i]!, binary,
+        args: [...args, "--cluster", `nats://127.0.0.1:${port}`, "--routes", routes, "--cluster_name", name, "--server_name", `${name}-n${i + 1}`],
+      });
+    }),
   );
   const urls = servers.map((s) => s.url).join(",");
   const { open, closeAll } = connections(urls);

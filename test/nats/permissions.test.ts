@@ -51,7 +51,7 @@ describe.each([
     // the file beside it: nats-server reads includes relative to the including file).
     const config = join(store, "nats.conf");
     writeFileSync(config, `${readFileSync(join(repoRoot, "docs", "nats-permissions.conf"), "utf8")}\n${serverSettings}\n`);
-    server = await LocalNatsServer.start({ storeDir: store, args: ["-c", config] });
+    server = await LocalNatsServer.start({ storeDir: store, binary: process.env.TRACKHOOK_TEST_NATS_SERVER || undefined, args: ["-c", config] });
     receiver = await startReceiver();
     destination = {
       namespace: "default", name: "crm", enabled: true, sources: ["web"], urls: [receiver.url("/crm")], headers: [],
