@@ -13,7 +13,7 @@ import {
   type CompiledConfig,
 } from "../../schema/mod.ts";
 import type { Logger } from "../logging.ts";
-import { hasMessagesOn } from "../nats/mod.ts";
+import { hasMessagesOn, isConsumerNotFound } from "../nats/mod.ts";
 import { ConfigHolder } from "./provider.ts";
 
 export const CONFIG_BUCKET = "trackhook-config";
@@ -143,6 +143,7 @@ export class KvConfigProvider extends ConfigHolder {
     const run = async () => {
       while (!this.#stopped) {
         let check: NodeJS.Timeout | undefined;
+        let probe: NodeJS.Timeout | undefined;
         try {
           const status = await kv.status();
           if (created !== undefined && status.streamInfo.created !== created) {
@@ -167,6 +168,7 @@ export class KvConfigProvider extends ConfigHolder {
             );
           }, retryMs * 5);
           check.unref();
+          probe = this.#probeWatcher(watch, () => revision);
           if (empty) {
             if (!this.#ready) this.#loaded(loaded);
             else this.#publish();
@@ -188,12 +190,45 @@ export class KvConfigProvider extends ConfigHolder {
           if (!this.#stopped) this.#log.warn({ err: (err as Error).message }, "watching the config bucket failed; retrying");
         } finally {
           clearInterval(check);
+          clearInterval(probe);
         }
         if (!this.#stopped) await sleep(retryMs);
       }
     };
     void run();
     await initialLoad;
+  }
+
+  /**
+   * Looks at the watch's consumer every WATCHER_PROBE_MS and stops the watch (which #follow then
+   * starts again, from the next revision) once the consumer is gone or twice did not answer.
+   *
+   * Why: a watch's consumer lives on one NATS node. When that node dies, nats.js notices only
+   * after two missed heartbeats of 30 s, so this replica went on with its old config for 60-90 s
+   * without a word: a rotated write key refused, a changed webhook URL ignored.
+   */
+  #probeWatcher(watch: KvWatch, revision: () => number): NodeJS.Timeout | undefined {
+    const consumer = watcherConsumer(watch);
+    if (!consumer) return undefined; // a nats.js without it: test/nats/node-loss.test.ts says so
+    let failures = 0;
+    let probing = false;
+    const timer = setInterval(() => {
+      if (probing) return;
+      probing = true;
+      consumer.info().then(
+        () => void (failures = 0),
+        (err: unknown) => {
+          if (!isConsumerNotFound(err) && ++failures < 2) return;
+          this.#log.warn(
+            { err: (err as Error).message, revision: revision() },
+            "the config watch lost its NATS consumer (its NATS node lost?); watching again from the next revision",
+          );
+          watch.stop();
+        },
+      ).finally(() => (probing = false));
+    }, WATCHER_PROBE_MS);
+    timer.unref();
+    return timer;
   }
 
   #loaded(resolve: () => void): void {
@@ -248,6 +283,20 @@ export class KvConfigProvider extends ConfigHolder {
     this.#stopped = true;
     this.#stopWatch();
   }
+}
+
+/** How often a config watch's consumer is looked at (#probeWatcher). */
+const WATCHER_PROBE_MS = 5_000;
+
+type KvWatch = Awaited<ReturnType<KV["watch"]>>;
+
+/**
+ * The consumer behind a KV watch: nats.js keeps it as the iterator's `_data`, outside its public
+ * types. Its info() asks for the consumer as it is now (nats.js renames it when it remakes it).
+ */
+function watcherConsumer(watch: KvWatch): { info(): Promise<unknown> } | undefined {
+  const consumer = (watch as { _data?: { info?: unknown } })._data;
+  return typeof consumer?.info === "function" ? (consumer as { info(): Promise<unknown> }) : undefined;
 }
 
 async function openWhenCreated(nc: NatsConnection, log: Logger, retryMs: number, stopped: () => boolean): Promise<KV> {

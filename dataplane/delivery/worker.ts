@@ -148,6 +148,12 @@ export function pullAhead(processMaxInFlight: number, destinations: number): num
 const FINAL_ROUND_MARGIN_MS = 1_000;
 /** Idle heartbeats of a worker's pull: two missed (5 s) and it pulls again (see start()). */
 const IDLE_HEARTBEAT_MS = 2_500;
+/**
+ * How long a pull waits at the server, and nats.js's pause between checks of a consumer that does
+ * not answer after missed heartbeats (it backs off by `expires`, 30 s by default): with the
+ * default, killing the node that led a consumer stopped its delivery for 35-45 s.
+ */
+const PULL_EXPIRES_MS = 5_000;
 /** What a round that sent nothing (every URL pausing) came to, for its metrics and dead letter. */
 const URL_PAUSED: AttemptOutcome = { kind: "retry", error: "url_paused" };
 /** A last round is not scheduled sooner than this: it would retry URLs that just failed. */
@@ -245,6 +251,7 @@ export class DestinationWorker {
       // restarted, a stepdown), and nats.js pulls again only after two missed heartbeats: with
       // its default (15 s) every leader change stopped delivery for 30-45 s, silently.
       idle_heartbeat: IDLE_HEARTBEAT_MS,
+      expires: PULL_EXPIRES_MS,
     });
     this.#messages = messages;
     this.#loop = (async () => {
@@ -272,11 +279,35 @@ export class DestinationWorker {
         void work.finally(() => this.#inFlight.delete(work));
       }
     })();
+    this.#followPulls(messages);
     const watchWith = this.#watchWith;
     if (watchWith) {
       this.#watch = new ConsumerWatch(watchWith.jsm, consumerName(this.#destination.namespace, this.#destination.name), watchWith.lost, watchWith.checkMs);
       this.#watch.follow(messages);
     }
+  }
+
+  /**
+   * Says when the consumer's server stops sending heartbeats (its node lost, an election under
+   * way) and when pulling starts again: nats.js recovers by itself, but delivery waits meanwhile,
+   * and that wait must not be silent.
+   */
+  #followPulls(messages: ConsumerMessages): void {
+    let quietSince: number | undefined;
+    void (async () => {
+      for await (const status of messages.status()) {
+        if (status.type === "heartbeats_missed" && quietSince === undefined) {
+          quietSince = Date.now() - status.count * IDLE_HEARTBEAT_MS;
+          this.#log.warn(
+            { missedHeartbeats: status.count },
+            "no heartbeat from this destination's NATS consumer (its NATS node lost, or its leader being elected): delivery waits until nats.js pulls again",
+          );
+        } else if (status.type === "next" && quietSince !== undefined) {
+          this.#log.info({ quietForMs: Date.now() - quietSince }, "pulling from this destination's NATS consumer again");
+          quietSince = undefined;
+        }
+      }
+    })().catch(() => {});
   }
 
   get destination(): CompiledDestination {

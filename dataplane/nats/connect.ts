@@ -7,6 +7,10 @@ import { KeyedLogInterval } from "../ops/log-interval.ts";
 import { NatsAuthError, assertNoCredentialsInUrl, natsAuthOptions } from "./auth.ts";
 
 const WAITING_LOG_INTERVAL_MS = 10_000;
+/** See connectNats: a server that does not answer two pings in a row is left after ~9 s. */
+export const PING_INTERVAL_MS = 3_000;
+export const MAX_PINGS_OUT = 2;
+const CONNECT_TIMEOUT_MS = 5_000;
 /** An error the server reports comes once per refused operation (each ack, say): one line per kind this often. */
 const ERROR_LOG_INTERVAL_MS = 10_000;
 
@@ -67,6 +71,15 @@ export async function connectNats({ servers, name, log, component }: ConnectOpti
       // Pods may start before NATS does; keep trying instead of exiting.
       waitOnFirstConnect: true,
       reconnectTimeWait: 500,
+      // A server that stops answering but keeps its socket open (frozen, partitioned, a VM
+      // paused) is left after PING_INTERVAL_MS * (MAX_PINGS_OUT + 1), for another node of the
+      // cluster. With nats.js's defaults (2 min, 2) a review's frozen node took ingest down for
+      // 4+ minutes while the rest of the cluster was healthy.
+      pingInterval: PING_INTERVAL_MS,
+      maxPingOut: MAX_PINGS_OUT,
+      // The frozen server's kernel still accepts connections: a reconnect to it would wait for
+      // its greeting this long (nats.js: 20 s) before trying the next.
+      timeout: CONNECT_TIMEOUT_MS,
       // An Error per request for async stack traces costs ~40% of publish throughput.
       noAsyncTraces: true,
     });
