@@ -1,7 +1,7 @@
 // `trackhook attempts`: a destination's delivery attempts (every URL of every try), oldest first.
 import { readAttempts } from "../../dataplane/delivery/admin.ts";
 import type { AttemptRecord } from "../../dataplane/delivery/worker.ts";
-import { natsUrl } from "../args.ts";
+import { durationFlag, integerFlag, natsUrl } from "../args.ts";
 import { connectAdmin, qualifiedName, reportNothingFound } from "./replay.ts";
 import { table } from "./table.ts";
 import type { Command } from "./types.ts";
@@ -29,22 +29,34 @@ export const attemptsCommand: Command = {
   exitWhenDone: true,
   name: "attempts",
   summary: "Show a destination's delivery attempts: status or error, latency, response",
-  usage: `trackhook attempts --destination <namespace/name> --nats <url> [--message-id <id>] [--json]
+  usage: `trackhook attempts --destination <namespace/name> --nats <url> [--since <duration>] [--message-id <id>] [--limit <n>] [--json]
 
   --destination <ns/name>    the WebhookDestination (namespace "default" when omitted)
+  --since <duration>         only attempts made within this long (e.g. 1h, 30m); a busy
+                             destination's history holds millions
   --message-id <id>          only the attempts of this message
+  --limit <n>                at most n attempts, oldest first
   --json                     one JSON record per line instead of a table
   --nats <url>               NATS server URL(s), comma-separated (or TRACKHOOK_NATS_URL)${NATS_AUTH_HELP}`,
-  flags: { destination: { type: "string" }, "message-id": { type: "string" }, json: { type: "boolean" }, nats: { type: "string" } },
+  flags: {
+    destination: { type: "string" }, since: { type: "string" }, "message-id": { type: "string" }, limit: { type: "string" },
+    json: { type: "boolean" }, nats: { type: "string" },
+  },
   async run(values) {
     const { namespace, name } = qualifiedName("destination", values.destination);
     const url = natsUrl(values);
     const json = Boolean(values.json as unknown);
-    const messageId = values["message-id"];
+    const { "message-id": messageId, since, limit } = values;
+    const selection = {
+      namespace, destination: name,
+      ...(messageId !== undefined ? { messageId } : {}),
+      ...(since !== undefined ? { sinceMs: durationFlag("since", since) } : {}),
+      ...(limit !== undefined ? { limit: integerFlag("limit", limit, 1) } : {}),
+    };
     const nc = await connectAdmin(url, "trackhook-attempts");
     if (!nc) return;
     try {
-      const records = readAttempts(nc, { namespace, destination: name, ...(messageId !== undefined ? { messageId } : {}) });
+      const records = readAttempts(nc, selection);
       const all: AttemptRecord[] = [];
       let found = 0;
       for await (const r of records) {

@@ -288,6 +288,10 @@ export async function* readDeadLetters(nc: NatsConnection, options: DeadLetterSe
 export interface AttemptsOptions extends DestinationRef {
   /** Only the attempts of this message. */
   messageId?: string;
+  /** Only attempts recorded within this many milliseconds. */
+  sinceMs?: number;
+  /** At most this many records, oldest first. */
+  limit?: number;
 }
 
 /** The attempt records of a destination, oldest first (TRACKHOOK_ATTEMPTS keeps 7 days). */
@@ -295,14 +299,19 @@ export async function* readAttempts(nc: NatsConnection, options: AttemptsOptions
   checkName("namespace", options.namespace);
   checkName("destination", options.destination);
   if ((await streamLastSeq(await jetstreamManager(nc), ATTEMPTS_STREAM)) === undefined) return;
-  for await (const m of readStored(jetstream(nc), ATTEMPTS_STREAM, attemptsSubject(options.namespace, options.destination))) {
+  const startTime = options.sinceMs !== undefined ? new Date(Date.now() - options.sinceMs) : undefined;
+  let left = options.limit ?? Number.POSITIVE_INFINITY;
+  if (left <= 0) return;
+  for await (const m of readStored(jetstream(nc), ATTEMPTS_STREAM, attemptsSubject(options.namespace, options.destination), startTime ? { startTime } : {})) {
     let record: AttemptRecord;
     try {
       record = m.json<AttemptRecord>();
     } catch {
       continue; // not written by a worker
     }
-    if (options.messageId === undefined || record.messageId === options.messageId) yield record;
+    if (options.messageId !== undefined && record.messageId !== options.messageId) continue;
+    yield record;
+    if (--left === 0) return;
   }
 }
 

@@ -20,6 +20,14 @@ describe("admin tables", () => {
     expect(table(["TIME", "MESSAGE ID", "TYPE", "SOURCE", "REASON", "ATTEMPTS", "LAST"], [row])).toContain("\\u{202e}gnp.exe");
   });
 
+  it("lay out 200,000 rows (regression: `trackhook attempts` of a busy destination failed, Maximum call stack size exceeded)", () => {
+    const rows = Array.from({ length: 200_000 }, (_, i) => [`m-${i}`, i === 123_456 ? "the longest cell" : "ok"]);
+    const lines = table(["MESSAGE ID", "RESULT"], rows).trimEnd().split("\n");
+    expect(lines).toHaveLength(200_001);
+    expect(lines[0]).toBe("MESSAGE ID  RESULT");
+    expect(lines.at(-1)).toBe("m-199999    ok");
+  });
+
   it("--json and tail lines escape them as JSON does, so they parse to the same value", () => {
     const value = { messageId: hostile, emoji: "\u{1F389}", tag: "\u{E0041}" };
     const line = jsonLine(value);

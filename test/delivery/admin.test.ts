@@ -322,6 +322,17 @@ describe("attempt history", () => {
     expect(json.status).toBe(0);
     expect(json.stdout.trimEnd().split("\n").map((l) => JSON.parse(l) as AttemptRecord)).toEqual(records);
 
+    // --limit takes the oldest; --since only the recent ones.
+    expect(await collect(readAttempts(env.nc, { namespace: "default", destination: "flaky-hook", messageId: "replay-1", limit: 1 }))).toEqual(records.slice(0, 1));
+    const limited = cli("attempts", "--destination", "flaky-hook", "--message-id", "replay-1", "--limit", "1", "--json");
+    expect(limited.stdout.trimEnd().split("\n").map((l) => JSON.parse(l) as AttemptRecord)).toEqual(records.slice(0, 1));
+    const lastAt = Date.parse(records.at(-1)!.at);
+    await sleep(Math.max(0, lastAt + 1500 - Date.now()));
+    expect(await collect(readAttempts(env.nc, { namespace: "default", destination: "flaky-hook", sinceMs: 1000 }))).toEqual([]);
+    const recent = await collect(readAttempts(env.nc, { namespace: "default", destination: "flaky-hook", sinceMs: Date.now() - Date.parse(records[0]!.at) + 60_000 }));
+    expect(recent.filter((r) => r.messageId === "replay-1")).toEqual(records);
+    expect(cli("attempts", "--destination", "flaky-hook", "--since", "soon").stderr).toMatch(/--since/);
+
     const none = cli("attempts", "--destination", "flaky-hook", "--message-id", "never-sent");
     expect(none.status).toBe(0);
     expect(none.stdout).toBe("");
