@@ -26,4 +26,8 @@ if (major < 22 || (major === 22 && minor < 19)) {
   );
   process.exit(2);
 }
+// Name lookups (getaddrinfo) run on libuv's thread pool, 4 threads by default, which file and
+// crypto work share: webhook hostnames whose DNS never answers could hold every thread
+// (dataplane/delivery/dns-cache.ts). Set before anything uses the pool; a value given wins.
+process.env.UV_THREADPOOL_SIZE ??= "32";
 await import("./run.ts");

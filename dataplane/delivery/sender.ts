@@ -7,7 +7,8 @@ import { performance } from "node:perf_hooks";
 import type { IncomingHttpHeaders } from "node:http";
 import { Agent, type Dispatcher } from "undici";
 import { classifyStatus, type AttemptOutcome, type DeliveryErrorCode } from "./outcome.ts";
-import { checkUrlHost, guardedLookup, PrivateAddressError } from "./ssrf.ts";
+import { DnsCache } from "./dns-cache.ts";
+import { checkUrlHost, guardLookup, PrivateAddressError } from "./ssrf.ts";
 
 export interface SenderOptions {
   allowPrivateNetworks: boolean;
@@ -49,12 +50,15 @@ export class WebhookSender {
   constructor(options: SenderOptions) {
     this.#allowPrivateNetworks = options.allowPrivateNetworks;
     this.#userAgent = options.userAgent;
+    const dns = new DnsCache();
     this.#agent = new Agent({
       ...(options.connections !== undefined ? { connections: options.connections } : {}),
       connect: {
-        // The guard judges the addresses actually dialled, so a name that re-resolves to a private
-        // address between config check and send (DNS rebinding) is still refused.
-        ...(options.allowPrivateNetworks ? {} : { lookup: guardedLookup }),
+        // Names are looked up through one cache per sender (one tenant's slow DNS must not hold
+        // up the others: dns-cache.ts). The guard judges the addresses actually dialled, so a
+        // name that re-resolves to a private address between config check and send (DNS
+        // rebinding) is still refused.
+        lookup: options.allowPrivateNetworks ? dns.lookupFunction : guardLookup(dns.lookupFunction),
         // Node's `ca` replaces the trusted roots; keep the defaults so an extra CA only adds trust.
         ...(options.ca !== undefined ? { ca: [...getCACertificates("default"), options.ca] } : {}),
       },

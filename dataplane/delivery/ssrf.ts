@@ -3,7 +3,7 @@
 // IPv4, IPv6 and IPv4-mapped IPv6 form. The check runs on the addresses DNS returns for the
 // connection being made (see guardedLookup), so a name that resolves differently later (DNS
 // rebinding) cannot slip through, and on IP literals before dialling.
-import { lookup as dnsLookup } from "node:dns";
+import { lookup as dnsLookup, type LookupAddress } from "node:dns";
 import { BlockList, isIP, type LookupFunction } from "node:net";
 
 const FORBIDDEN = new BlockList();
@@ -43,19 +43,26 @@ export class PrivateAddressError extends Error {
 }
 
 /**
- * A dns.lookup for the HTTP client's connect(): resolves as usual, then refuses the connection
- * when any resolved address is forbidden (one bad record is enough to be an attack).
+ * A lookup for the HTTP client's connect() that resolves with `lookup` (the system's by default,
+ * the sender's DnsCache in delivery), then refuses the connection when any resolved address is
+ * forbidden (one bad record is enough to be an attack).
  */
-export const guardedLookup: LookupFunction = (hostname, options, callback) => {
-  dnsLookup(hostname, { ...options, all: true }, (err, addresses) => {
-    if (err) return callback(err, []);
-    const bad = addresses.find((a) => isForbiddenAddress(a.address));
-    if (bad) return callback(new PrivateAddressError(hostname, bad.address) as NodeJS.ErrnoException, []);
-    if (options.all) return callback(null, addresses);
-    const [first] = addresses;
-    return callback(null, first!.address, first!.family);
-  });
-};
+export function guardLookup(lookup: LookupFunction = dnsLookup as LookupFunction): LookupFunction {
+  return (hostname, options, callback) => {
+    lookup(hostname, { ...options, all: true }, (err, resolved) => {
+      if (err) return callback(err, []);
+      const addresses = resolved as unknown as LookupAddress[];
+      const bad = addresses.find((a) => isForbiddenAddress(a.address));
+      if (bad) return callback(new PrivateAddressError(hostname, bad.address) as NodeJS.ErrnoException, []);
+      if (options.all) return callback(null, addresses);
+      const [first] = addresses;
+      return callback(null, first!.address, first!.family);
+    });
+  };
+}
+
+/** guardLookup over the system's resolver. */
+export const guardedLookup: LookupFunction = guardLookup();
 
 /** Checks a URL whose host is an IP literal (which no lookup sees); names are checked at connect time. */
 export function checkUrlHost(url: URL): void {

@@ -1,0 +1,99 @@
+// Name lookups for webhook connections, shared and remembered, so that one tenant's slow DNS
+// cannot hold up another tenant's deliveries.
+//
+// Why: dns.lookup() runs getaddrinfo on libuv's thread pool (4 threads by default). A review
+// gave one destination five hostnames whose DNS server never answered (10 s per lookup): its
+// 100 messages in flight took every thread, a healthy destination's lookup of a name in
+// /etc/hosts waited 22 s behind them, and two healthy destinations beside it stopped for 17
+// minutes. The 5 s request deadline ends the request, not its lookup. Here a name has at most one
+// lookup in flight, whatever the number of messages; an answer is kept for ANSWER_TTL_MS; and
+// once a name has been resolved, its last answer is used while a fresh one is looked up, so a
+// destination that worked never waits for the pool again. (The CLI also enlarges the pool: see
+// cli/main.ts.) The addresses are still judged on every connection by the SSRF guard.
+import { lookup as dnsLookup, type LookupAddress } from "node:dns";
+import type { LookupFunction } from "node:net";
+
+/** How long an answer is used before it is looked up again (served meanwhile). */
+export const ANSWER_TTL_MS = 30_000;
+/** How long a failed lookup is answered with its error before it is tried again. */
+export const FAILURE_TTL_MS = 5_000;
+/** Names remembered at most; past it the cache starts over (destinations name a few each). */
+const MAX_NAMES = 10_000;
+
+type Lookup = (hostname: string, callback: (err: NodeJS.ErrnoException | null, addresses: LookupAddress[]) => void) => void;
+
+interface Entry {
+  at: number;
+  addresses?: LookupAddress[];
+  error?: NodeJS.ErrnoException;
+  /** Callers waiting for the lookup in flight (a first one, or a failed name tried again). */
+  waiting?: Array<(err: NodeJS.ErrnoException | null, addresses: LookupAddress[]) => void>;
+  refreshing?: boolean;
+}
+
+const systemLookup: Lookup = (hostname, callback) => dnsLookup(hostname, { all: true, family: 0 }, callback);
+
+export class DnsCache {
+  readonly #lookup: Lookup;
+  readonly #now: () => number;
+  readonly #entries = new Map<string, Entry>();
+
+  /** @param lookup the resolver (tests give a fake one); the system's getaddrinfo by default. */
+  constructor(lookup: Lookup = systemLookup, now: () => number = Date.now) {
+    this.#lookup = lookup;
+    this.#now = now;
+  }
+
+  /** Every address of a name (IPv4 and IPv6), from the cache when it can. */
+  resolve(hostname: string, callback: (err: NodeJS.ErrnoException | null, addresses: LookupAddress[]) => void): void {
+    const key = hostname.toLowerCase();
+    const entry = this.#entries.get(key);
+    const now = this.#now();
+    if (entry?.addresses) {
+      if (now - entry.at >= ANSWER_TTL_MS && !entry.refreshing) this.#refresh(key, entry);
+      return callback(null, entry.addresses);
+    }
+    if (entry?.waiting) return void entry.waiting.push(callback);
+    if (entry?.error && now - entry.at < FAILURE_TTL_MS) return callback(entry.error, []);
+    if (this.#entries.size >= MAX_NAMES) this.#entries.clear();
+    const fresh: Entry = { at: now, waiting: [callback] };
+    this.#entries.set(key, fresh);
+    this.#lookup(hostname, (err, addresses) => {
+      const waiting = fresh.waiting ?? [];
+      delete fresh.waiting;
+      fresh.at = this.#now();
+      if (err || addresses.length === 0) fresh.error = err ?? notFound(hostname);
+      else fresh.addresses = addresses;
+      for (const waiter of waiting) waiter(fresh.error ?? null, fresh.addresses ?? []);
+    });
+  }
+
+  /** A node:net lookup function over the cache, for undici's connect(). */
+  readonly lookupFunction: LookupFunction = (hostname, options, callback) => {
+    this.resolve(hostname, (err, all) => {
+      if (err) return callback(err, []);
+      const addresses = options.family === 4 || options.family === 6 ? all.filter((a) => a.family === options.family) : all;
+      if (addresses.length === 0) return callback(notFound(hostname), []);
+      if (options.all) return callback(null, addresses);
+      return callback(null, addresses[0]!.address, addresses[0]!.family);
+    });
+  };
+
+  /** Looks a known name up again in the background; its last answer serves meanwhile. */
+  #refresh(key: string, entry: Entry): void {
+    entry.refreshing = true;
+    this.#lookup(key, (err, addresses) => {
+      entry.refreshing = false;
+      entry.at = this.#now();
+      if (this.#entries.get(key) !== entry) return;
+      if (!err && addresses.length > 0) entry.addresses = addresses;
+      // Gone from DNS: say so from now on, as a fresh lookup would. A failing DNS server
+      // (EAI_AGAIN, a timeout) is no news about the name: its last answer goes on serving.
+      else if (!err || err.code === "ENOTFOUND" || err.code === "ENODATA") this.#entries.set(key, { at: entry.at, error: err ?? notFound(key) });
+    });
+  }
+}
+
+function notFound(hostname: string): NodeJS.ErrnoException {
+  return Object.assign(new Error(`getaddrinfo ENOTFOUND ${hostname}`), { code: "ENOTFOUND", hostname }) as NodeJS.ErrnoException;
+}

@@ -1,0 +1,110 @@
+// One tenant's slow DNS must not hold up another's deliveries (regression: a destination whose five
+// hostnames' DNS never answered took every thread of libuv's pool, and two healthy destinations
+// beside it delivered nothing for 17 minutes). The resolver here is a fake one (pure logic);
+// test/delivery/sender.test.ts and ssrf.test.ts send through the real one.
+import type { LookupAddress } from "node:dns";
+import { describe, expect, it } from "vitest";
+import { ANSWER_TTL_MS, DnsCache, FAILURE_TTL_MS } from "../../dataplane/delivery/dns-cache.ts";
+import { guardLookup } from "../../dataplane/delivery/ssrf.ts";
+
+type Callback = (err: NodeJS.ErrnoException | null, addresses: LookupAddress[]) => void;
+
+/** A resolver whose lookups the test answers by hand, and a clock the test moves. */
+function fakeDns() {
+  const pending: Array<{ hostname: string; answer: Callback }> = [];
+  let now = 1_000_000;
+  const cache = new DnsCache((hostname, answer) => void pending.push({ hostname, answer }), () => now);
+  const resolve = (hostname: string) =>
+    new Promise<{ err: NodeJS.ErrnoException | null; addresses: LookupAddress[] }>((done) => cache.resolve(hostname, (err, addresses) => done({ err, addresses })));
+  const answer = (hostname: string, result: LookupAddress[] | NodeJS.ErrnoException) => {
+    for (const p of pending.filter((q) => q.hostname === hostname)) {
+      pending.splice(pending.indexOf(p), 1);
+      if (Array.isArray(result)) p.answer(null, result);
+      else p.answer(result, []);
+    }
+  };
+  return { cache, pending, resolve, answer, tick: (ms: number) => void (now += ms) };
+}
+
+const A = [{ address: "93.184.216.34", family: 4 }];
+const B = [{ address: "151.101.1.69", family: 4 }];
+const error = (code: string) => Object.assign(new Error(code), { code }) as NodeJS.ErrnoException;
+
+describe("DnsCache", () => {
+  it("looks a name up once however many connections wait for it", async () => {
+    const dns = fakeDns();
+    const waiting = Array.from({ length: 100 }, () => dns.resolve("hooks.example.com"));
+    expect(dns.pending).toHaveLength(1);
+    dns.answer("hooks.example.com", A);
+    for (const r of await Promise.all(waiting)) expect(r).toEqual({ err: null, addresses: A });
+  });
+
+  it("answers a name it resolved without waiting, and looks it up again in the background after the TTL", async () => {
+    const dns = fakeDns();
+    const first = dns.resolve("Hooks.Example.com");
+    dns.answer("Hooks.Example.com", A);
+    await first;
+    expect((await dns.resolve("hooks.example.com")).addresses).toEqual(A);
+    expect(dns.pending).toHaveLength(0);
+    dns.tick(ANSWER_TTL_MS);
+    // Past the TTL the old answer serves at once while a fresh lookup runs: a slow resolver never
+    // holds up a destination that worked.
+    expect((await dns.resolve("hooks.example.com")).addresses).toEqual(A);
+    expect((await dns.resolve("hooks.example.com")).addresses).toEqual(A);
+    expect(dns.pending).toHaveLength(1);
+    dns.answer("hooks.example.com", B);
+    expect((await dns.resolve("hooks.example.com")).addresses).toEqual(B);
+  });
+
+  it("a name gone from DNS fails after its refresh; a DNS server failing keeps the last answer", async () => {
+    const dns = fakeDns();
+    const first = dns.resolve("gone.example.com");
+    dns.answer("gone.example.com", A);
+    await first;
+    dns.tick(ANSWER_TTL_MS);
+    await dns.resolve("gone.example.com");
+    dns.answer("gone.example.com", error("EAI_AGAIN"));
+    expect((await dns.resolve("gone.example.com")).addresses).toEqual(A);
+    dns.tick(ANSWER_TTL_MS);
+    await dns.resolve("gone.example.com");
+    dns.answer("gone.example.com", error("ENOTFOUND"));
+    expect((await dns.resolve("gone.example.com")).err?.code).toBe("ENOTFOUND");
+  });
+
+  it("a failed lookup is answered with its error for a while, then tried again", async () => {
+    const dns = fakeDns();
+    const first = dns.resolve("slow.example.com");
+    dns.answer("slow.example.com", error("EAI_AGAIN"));
+    expect((await first).err?.code).toBe("EAI_AGAIN");
+    expect((await dns.resolve("slow.example.com")).err?.code).toBe("EAI_AGAIN");
+    expect(dns.pending).toHaveLength(0);
+    dns.tick(FAILURE_TTL_MS);
+    const again = dns.resolve("slow.example.com");
+    expect(dns.pending).toHaveLength(1);
+    dns.answer("slow.example.com", A);
+    expect((await again).addresses).toEqual(A);
+  });
+
+  it("a name whose lookup hangs does not hold up another name", async () => {
+    const dns = fakeDns();
+    const hung = Array.from({ length: 500 }, () => dns.resolve("never.example.com"));
+    const other = dns.resolve("healthy.example.com");
+    expect(dns.pending.map((p) => p.hostname)).toEqual(["never.example.com", "healthy.example.com"]);
+    dns.answer("healthy.example.com", A);
+    expect((await other).addresses).toEqual(A);
+    dns.answer("never.example.com", error("EAI_AGAIN"));
+    await Promise.all(hung);
+  });
+
+  it("gives undici's connect one address or all of them, of the family asked for, through the SSRF guard", async () => {
+    const both = [{ address: "2001:4860::1", family: 6 }, ...A];
+    const cache = new DnsCache((_, answer) => answer(null, both));
+    const lookup = (hostname: string, options: { family?: number; all?: boolean }) =>
+      new Promise<unknown[]>((done) => cache.lookupFunction(hostname, options as never, (...args: unknown[]) => done(args)));
+    expect(await lookup("x.example.com", { all: true })).toEqual([null, both]);
+    expect(await lookup("x.example.com", { family: 4 })).toEqual([null, "93.184.216.34", 4]);
+    const guarded = new DnsCache((_, answer) => answer(null, [...A, { address: "10.0.0.1", family: 4 }]));
+    const [err] = await new Promise<unknown[]>((done) => guardLookup(guarded.lookupFunction)("rebind.example.com", {}, (...args: unknown[]) => done(args)));
+    expect((err as Error).message).toMatch(/resolves to 10\.0\.0\.1, a private or reserved address/);
+  });
+});
