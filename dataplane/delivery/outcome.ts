@@ -18,25 +18,36 @@ export type DeliveryErrorCode =
   /** No request: every URL was pausing (Retry-After, or not answering) for the whole window. */
   | "url_paused";
 
-/** Retry-After is honoured within these bounds: a receiver cannot stall us for hours, nor make us hammer it. */
-export const RETRY_AFTER_BOUNDS_MS = { min: 1_000, max: 15 * 60_000 } as const;
+/**
+ * Retry-After is honoured within these bounds: a receiver cannot stall us for hours, nor make us
+ * hammer it. The least is the first backoff step: a receiver answering "Retry-After: 1" to
+ * everything had each message sent once a second for its whole retry window.
+ */
+export const RETRY_AFTER_BOUNDS_MS = { min: 5_000, max: 15 * 60_000 } as const;
 
-/** 2xx delivers. 408, 429 and 5xx are worth retrying; any other status (all 3xx: redirects are never followed) fails that URL for good. */
+/**
+ * 2xx delivers. 408, 429 and 5xx are worth retrying; any other status (all 3xx: redirects are
+ * never followed; a status past 599, which HTTP does not define) fails that URL for good.
+ */
 export function classifyStatus(status: number, retryAfter?: string | null, now = Date.now()): AttemptOutcome {
   if (status >= 200 && status < 300) return { kind: "delivered", status };
-  if (status === 408 || status === 429 || status >= 500) {
+  if (status === 408 || status === 429 || (status >= 500 && status < 600)) {
     const retryAfterMs = parseRetryAfter(retryAfter, now);
     return retryAfterMs === undefined ? { kind: "retry", status } : { kind: "retry", status, retryAfterMs };
   }
   return { kind: "permanent", status };
 }
 
-/** Seconds or an HTTP date, clamped to RETRY_AFTER_BOUNDS_MS; undefined when absent or unreadable. */
+/**
+ * Seconds or an HTTP date, clamped to RETRY_AFTER_BOUNDS_MS; undefined when absent, unreadable,
+ * zero or past ("now" asks for no pause: the backoff applies, as without one). Only the forms of
+ * RFC 9110 are read: a number of seconds, digits only, or a date starting with its day's name.
+ */
 export function parseRetryAfter(value: string | null | undefined, now = Date.now()): number | undefined {
   if (!value) return undefined;
   const text = value.trim();
-  const ms = /^\d+$/.test(text) ? Number(text) * 1000 : Date.parse(text) - now;
-  if (!Number.isFinite(ms)) return undefined;
+  const ms = /^\d+$/.test(text) ? Number(text) * 1000 : /^[A-Za-z]{3}/.test(text) ? Date.parse(text) - now : NaN;
+  if (!Number.isFinite(ms) || ms <= 0) return undefined;
   return Math.min(RETRY_AFTER_BOUNDS_MS.max, Math.max(RETRY_AFTER_BOUNDS_MS.min, ms));
 }
 

@@ -163,6 +163,7 @@ const ROUND_SWEEP_MS = 60_000;
 
 /** At most one "webhook timed out" line per destination this often. */
 const TIMEOUT_LOG_INTERVAL_MS = 10_000;
+const RETRY_AFTER_LOG_INTERVAL_MS = 60_000;
 
 interface RoundState {
   dead: Set<string>;
@@ -205,6 +206,7 @@ export class DestinationWorker {
   readonly #timeoutLog = new LogInterval(TIMEOUT_LOG_INTERVAL_MS);
   /** One "moved to the dead-letter queue" line per reason per TIMEOUT_LOG_INTERVAL_MS at most. */
   readonly #deadLetterLog = new KeyedLogInterval(TIMEOUT_LOG_INTERVAL_MS);
+  readonly #retryAfterLog = new KeyedLogInterval(RETRY_AFTER_LOG_INTERVAL_MS);
   readonly #attemptsSubject: string;
   readonly #replaySubject: string;
   /** The destination's own headers, names lower-cased once. */
@@ -533,8 +535,11 @@ export class DestinationWorker {
     for (const r of results) {
       const change = this.#pauses.note(r.url, r.outcome, sentAt, now);
       if (change?.kind === "paused") {
+        // A receiver may ask for a short pause on every answer: said once a minute per URL.
+        const held = change.reason === "retry_after" ? this.#retryAfterLog.pass(r.url, now) : 0;
+        if (held === undefined) continue;
         this.#log.warn(
-          { url: this.#shownUrl(r.url), reason: change.reason, pauseMs: change.forMs },
+          { url: this.#shownUrl(r.url), reason: change.reason, pauseMs: change.forMs, ...(held > 0 ? { morePausesSinceLastLine: held } : {}) },
           change.reason === "retry_after"
             ? "webhook URL asked for a pause (Retry-After): no message is sent to it until it ends"
             : "webhook URL is not answering: no message is sent to it for a while, then one tries it again (the destination's other URLs go on)",

@@ -115,16 +115,21 @@ describe("attempt records", () => {
 describe("classifying an answer", () => {
   it.each([200, 201, 204, 299])("%i delivers", (status) => expect(classifyStatus(status).kind).toBe("delivered"));
   it.each([408, 429, 500, 502, 503, 504])("%i is retried", (status) => expect(classifyStatus(status).kind).toBe("retry"));
-  it.each([301, 302, 307, 308, 400, 401, 403, 404, 410, 422])("%i fails that URL for good (redirects are not followed)", (status) =>
+  it.each([301, 302, 307, 308, 400, 401, 403, 404, 410, 422, 600, 999])("%i fails that URL for good (redirects are not followed; 600+ was retried as a 5xx)", (status) =>
     expect(classifyStatus(status).kind).toBe("permanent"));
 
   it("honours Retry-After in seconds or as a date, within bounds", () => {
     const now = Date.parse("2026-01-01T00:00:00Z");
     expect(parseRetryAfter("30", now)).toBe(30_000);
     expect(parseRetryAfter("Thu, 01 Jan 2026 00:02:00 GMT", now)).toBe(120_000);
-    expect(parseRetryAfter("0", now)).toBe(RETRY_AFTER_BOUNDS_MS.min);
+    // At least the first backoff step (regression: "1" was a 1 s pause, and a receiver answering
+    // it to everything had each message sent every second for its whole retry window).
+    expect(parseRetryAfter("1", now)).toBe(5_000);
+    expect(RETRY_AFTER_BOUNDS_MS.min).toBe(5_000);
     expect(parseRetryAfter("86400", now)).toBe(RETRY_AFTER_BOUNDS_MS.max);
     expect(parseRetryAfter("soon", now)).toBeUndefined();
+    // "Now", a past date and what RFC 9110 does not allow ask for no pause: the backoff applies.
+    for (const value of ["0", "Sat, 01 Jan 2000 00:00:00 GMT", "-5", "1.5", "2026-01-01T00:05:00Z"]) expect(parseRetryAfter(value, now), value).toBeUndefined();
     expect(classifyStatus(429, "30", now)).toEqual({ kind: "retry", status: 429, retryAfterMs: 30_000 });
   });
 });
