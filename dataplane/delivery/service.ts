@@ -34,6 +34,8 @@ export interface DeliveryServiceDeps {
   consumerRemovalGraceMs?: number;
   /** How often each destination's consumer is checked for, to recreate one deleted under delivery. */
   consumerCheckMs?: number;
+  /** When a message whose dead letter was refused comes back (tests shorten it). */
+  deadLetterRetryMs?: number;
 }
 
 /** A destination that could not start is tried again after this, doubling up to the maximum. */
@@ -251,6 +253,7 @@ export class DeliveryService {
       nc, sender, log, metrics, share, turn: this.#turn, streamMaxAgeMs: this.#streamMaxAgeMs, jsm: this.#jsm, pullAhead: this.#pullAhead,
       onConsumerLost: (last) => this.#recover(key, worker, last),
       ...(this.#deps.consumerCheckMs ? { consumerCheckMs: this.#deps.consumerCheckMs } : {}),
+      ...(this.#deps.deadLetterRetryMs ? { deadLetterRetryMs: this.#deps.deadLetterRetryMs } : {}),
     });
     await worker.start().catch((err: unknown) => {
       share.close();

@@ -111,6 +111,8 @@ export interface DestinationWorkerDeps {
   streamMaxAgeMs?: number;
   /** How often the consumer is checked for (ConsumerWatch; tests shorten it). */
   consumerCheckMs?: number;
+  /** When a message whose dead letter was refused comes back (tests shorten it). */
+  deadLetterRetryMs?: number;
   /** Checks the consumer with it; without one, the consumer is not watched. */
   jsm?: JetStreamManager;
   /** Hears (once) that the consumer is gone from under this worker. */
@@ -164,6 +166,8 @@ const ROUND_SWEEP_MS = 60_000;
 /** At most one "webhook timed out" line per destination this often. */
 const TIMEOUT_LOG_INTERVAL_MS = 10_000;
 const RETRY_AFTER_LOG_INTERVAL_MS = 60_000;
+/** A message whose dead letter was refused comes back this much later. */
+const DEAD_LETTER_RETRY_MS = 60_000;
 
 interface RoundState {
   dead: Set<string>;
@@ -207,6 +211,10 @@ export class DestinationWorker {
   /** One "moved to the dead-letter queue" line per reason per TIMEOUT_LOG_INTERVAL_MS at most. */
   readonly #deadLetterLog = new KeyedLogInterval(TIMEOUT_LOG_INTERVAL_MS);
   readonly #retryAfterLog = new KeyedLogInterval(RETRY_AFTER_LOG_INTERVAL_MS);
+  readonly #deadLetterRefusedLog = new LogInterval(TIMEOUT_LOG_INTERVAL_MS);
+  readonly #deadLetterRetryMs: number;
+  /** When the dead-letter stream last refused one of this destination's messages. */
+  #deadLetterRefusedAt = -Infinity;
   readonly #attemptsSubject: string;
   readonly #replaySubject: string;
   /** The destination's own headers, names lower-cased once. */
@@ -241,6 +249,7 @@ export class DestinationWorker {
     this.#redactedUrls = new Map(destination.urls.map((url) => [url, redactUrl(url)]));
     this.#signingKeys = destination.sharedSecret ? signingKeys(destination.sharedSecret) : undefined;
     this.#log = deps.log.child({ destination: this.#label });
+    this.#deadLetterRetryMs = deps.deadLetterRetryMs ?? DEAD_LETTER_RETRY_MS;
     this.#watchWith = deps.jsm && deps.onConsumerLost ? { jsm: deps.jsm, lost: deps.onConsumerLost, checkMs: deps.consumerCheckMs } : undefined;
   }
 
@@ -363,7 +372,12 @@ export class DestinationWorker {
     // before), nor when the stream is about to drop it. A backlog behind a receiver that fails
     // slowly reaches the consumer only as slots free: sent once each, its oldest messages expired
     // from the stream unseen. Dead-lettered at once instead, the backlog drains at NATS speed.
-    if (now >= deadline && (info.deliveryCount > 1 || now - storedAt >= this.#lastChanceAgeMs)) {
+    // While the dead-letter stream refuses them, though, such messages come back every minute and
+    // hold the consumer's slots (ack pending): each is sent once more first, so a receiver that
+    // answers again gets them, and the destination's other messages, instead of nothing until
+    // someone makes room (found by a review: 0 requests to a receiver back for 150 s).
+    const lastChance = now >= deadline && now - this.#deadLetterRefusedAt < 2 * this.#deadLetterRetryMs;
+    if (now >= deadline && !lastChance && (info.deliveryCount > 1 || now - storedAt >= this.#lastChanceAgeMs)) {
       await this.#deadLetter(m, "retry_window_exhausted", info.deliveryCount);
       return;
     }
@@ -381,7 +395,8 @@ export class DestinationWorker {
       if (urls.length === 0) {
         // Redelivered before any URL's pause ended (another replica's nak, or a pause of the
         // URL's own): wait on, without an attempt.
-        await this.#retryOrGiveUp(m, round, info.deliveryCount, deadline, undefined);
+        if (lastChance) await this.#deadLetter(m, "retry_window_exhausted", info.deliveryCount, round?.last);
+        else await this.#retryOrGiveUp(m, round, info.deliveryCount, deadline, undefined);
         return;
       }
     }
@@ -409,6 +424,10 @@ export class DestinationWorker {
     const outcome = combine(results.map((r) => r.outcome));
     if (outcome.kind === "delivered") {
       this.#rounds.delete(m.seq);
+      return;
+    }
+    if (lastChance) {
+      await this.#deadLetter(m, "retry_window_exhausted", attempt, outcome);
       return;
     }
     await this.#retryOrGiveUp(m, this.#remember(m.seq, round, results, outcome, deadline), attempt, deadline, results);
@@ -601,13 +620,21 @@ export class DestinationWorker {
       const full = /maximum (bytes|messages)/i.test(message);
       this.#metrics.countDelivery(this.#label, "dead_letter_failed", full ? "dead_letter_stream_full" : "dead_letter_not_stored");
       const ageMs = Date.now() - m.info.timestampNanos / 1e6;
-      this.#log.error(
-        { err: message, seq: m.seq, messageId: messageIdOf(m), reason, ...(Number.isFinite(this.#streamMaxAgeMs) ? { droppedFromStreamInSeconds: Math.round((this.#streamMaxAgeMs - ageMs) / 1000) } : {}) },
-        full
-          ? "dead letter refused: TRACKHOOK_DLQ is full (--stream-max-bytes of deliver); the message is tried again in a minute and is lost if the events stream drops it first: make room (replay or purge dead letters) or raise the limit"
-          : "dead letter not stored; the message is tried again in a minute",
-      );
-      m.nak(60_000);
+      this.#deadLetterRefusedAt = Date.now();
+      // Every message of the destination comes here while the stream is full: a line every 10 s.
+      const held = this.#deadLetterRefusedLog.pass();
+      if (held !== undefined) {
+        this.#log.error(
+          {
+            err: message, seq: m.seq, messageId: messageIdOf(m), reason, moreRefusedSinceLastLine: held,
+            ...(Number.isFinite(this.#streamMaxAgeMs) ? { droppedFromStreamInSeconds: Math.round((this.#streamMaxAgeMs - ageMs) / 1000) } : {}),
+          },
+          full
+            ? "dead letter refused: TRACKHOOK_DLQ is full (--stream-max-bytes of deliver); the message is sent once more and dead-lettered again in a minute, and is lost if the events stream drops it first: make room (replay or purge dead letters) or raise the limit"
+            : "dead letter not stored; the message is sent once more and dead-lettered again in a minute",
+        );
+      }
+      m.nak(this.#deadLetterRetryMs);
       return;
     }
     this.#rounds.delete(m.seq);

@@ -9,6 +9,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { ConfigHolder, FileConfigProvider, compileConfig } from "../../dataplane/config/mod.ts";
 import { DeliveryMetrics, DeliveryService, DestinationWorker, WebhookSender } from "../../dataplane/delivery/mod.ts";
+import { readDeadLetters } from "../../dataplane/delivery/admin.ts";
 import { createLogger, type Logger } from "../../dataplane/logging.ts";
 import { ATTEMPTS_STREAM, DLQ_STREAM, EVENTS_STREAM, ensureStream, eventsStreamConfig, type SideStreamSettings } from "../../dataplane/nats/mod.ts";
 import { DEFAULT_STREAM } from "../harness/ingest.ts";
@@ -29,7 +30,7 @@ afterAll(async () => {
   await nats?.stop();
 });
 
-function configOf(destinations: Array<{ name: string; url: string; timeout?: string; maxInFlight?: number }>) {
+function configOf(destinations: Array<{ name: string; url: string; timeout?: string; maxInFlight?: number; retryWindow?: string }>) {
   return compileConfig(
     [
       ...destinations.flatMap((d) => [
@@ -37,7 +38,10 @@ function configOf(destinations: Array<{ name: string; url: string; timeout?: str
         { apiVersion: "trackhook.io/v1alpha1", kind: "Source", metadata: { name: d.name }, spec: { writeKeySecretRef: { name: `${d.name}-key`, key: "writeKey" } } },
         {
           apiVersion: "trackhook.io/v1alpha1", kind: "WebhookDestination", metadata: { name: d.name },
-          spec: { sources: [d.name], urls: [d.url], ...(d.timeout ? { timeout: d.timeout } : {}), ...(d.maxInFlight ? { maxInFlight: d.maxInFlight } : {}) },
+          spec: {
+            sources: [d.name], urls: [d.url], ...(d.timeout ? { timeout: d.timeout } : {}), ...(d.maxInFlight ? { maxInFlight: d.maxInFlight } : {}),
+            ...(d.retryWindow ? { retryWindow: d.retryWindow } : {}),
+          },
         },
       ]),
     ].map((body, i) => ({ origin: `doc ${i + 1}`, body })),
@@ -46,7 +50,10 @@ function configOf(destinations: Array<{ name: string; url: string; timeout?: str
 
 const start = async (
   config: ConfigHolder,
-  options: { maxInFlight?: number; consumerRemovalGraceMs?: number; consumerCheckMs?: number; on?: NatsHarness; log?: Logger; metrics?: DeliveryMetrics; dlqStream?: SideStreamSettings } = {},
+  options: {
+    maxInFlight?: number; consumerRemovalGraceMs?: number; consumerCheckMs?: number; deadLetterRetryMs?: number;
+    on?: NatsHarness; log?: Logger; metrics?: DeliveryMetrics; dlqStream?: SideStreamSettings;
+  } = {},
 ) =>
   DeliveryService.start({
     nc: await (options.on ?? nats).connect(), config, sender,
@@ -54,6 +61,7 @@ const start = async (
     consumerRemovalGraceMs: options.consumerRemovalGraceMs ?? 0,
     ...(options.maxInFlight ? { maxInFlight: options.maxInFlight } : {}),
     ...(options.consumerCheckMs ? { consumerCheckMs: options.consumerCheckMs } : {}),
+    ...(options.deadLetterRetryMs ? { deadLetterRetryMs: options.deadLetterRetryMs } : {}),
     ...(options.dlqStream ? { dlqStream: options.dlqStream } : {}),
   });
 
@@ -326,6 +334,44 @@ describe("delivery service", () => {
       expect(line.messageId).toMatch(/^l-\d+-x+$/);
       expect(line.reason).toBe("permanent_failure");
       expect(line.droppedFromStreamInSeconds).toBeGreaterThan(3500);
+    } finally {
+      await service.stop();
+      await ownReceiver.close();
+      await own.stop();
+    }
+  });
+
+  it("a receiver that answers again while the dead-letter stream is full gets the messages waiting for it (found by a review: 0 requests in 150 s, the slots held by dead letters refused)", async () => {
+    const own = await startNats();
+    const ownReceiver = await startReceiver();
+    let up = false;
+    ownReceiver.on("/nu", (_req, _n, res) => void res.writeHead(up ? 200 : 503).end(up ? "ok" : "down"));
+    await ensureStream(own.jsm, eventsStreamConfig(DEFAULT_STREAM));
+    const metrics = new DeliveryMetrics({ defaultMetrics: false });
+    const refused = async () =>
+      (await metrics.registry.getSingleMetric("trackhook_delivery_messages_total")!.get()).values.find((v) => v.labels.outcome === "dead_letter_failed")?.value ?? 0;
+    const service = await start(new ConfigHolder(configOf([{ name: "nu", url: ownReceiver.url("/nu"), retryWindow: "2s" }])), {
+      on: own, metrics, dlqStream: { maxBytes: 2048, replicas: 1 }, deadLetterRetryMs: 1000,
+    });
+    try {
+      const publish = publishTo("nu", own);
+      const ids = Array.from({ length: 20 }, (_, i) => `nu-${i}-${"x".repeat(200)}`);
+      for (const id of ids) await publish(id);
+      await expect.poll(refused, { timeout: 15_000 }).toBeGreaterThan(0);
+      const before = ownReceiver.requests("/nu").length;
+      up = true;
+      // Every message is either delivered or in the (full) dead-letter stream.
+      const received = () => new Set(ownReceiver.requests("/nu").slice(before).map((r) => (JSON.parse(r.body.toString()) as { messageId: string }).messageId));
+      const deadLettered = async () => {
+        const ids = new Set<string | undefined>();
+        for await (const d of readDeadLetters(own.nc, { namespace: "default", destination: "nu" })) ids.add(d.messageId);
+        return ids;
+      };
+      await expect.poll(async () => {
+        const dead = await deadLettered();
+        return ids.filter((id) => !received().has(id) && !dead.has(id)).length;
+      }, { timeout: 20_000, interval: 250 }).toBe(0);
+      expect(received().size).toBeGreaterThan(0);
     } finally {
       await service.stop();
       await ownReceiver.close();
