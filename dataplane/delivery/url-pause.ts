@@ -30,6 +30,8 @@ interface UrlState {
   opened: number;
   /** When the current pause began: results of attempts sent before it say nothing new. */
   since: number;
+  /** The answer or error that paused the URL, for a dead letter whose last round sent nothing. */
+  cause?: AttemptOutcome;
 }
 
 export type PauseChange =
@@ -61,6 +63,11 @@ export class UrlPauses {
     return state && state.until > now ? state.until : 0;
   }
 
+  /** What paused the URL (its last failure while paused), if it is or was paused. */
+  causeOf(url: string): AttemptOutcome | undefined {
+    return this.#urls.get(url)?.cause;
+  }
+
   /**
    * Whether a round may send to the URL now. Once a breaker's pause ends, one round is let
    * through to probe it, and the others wait for the probe's result.
@@ -89,6 +96,7 @@ export class UrlPauses {
       // Only the probe (sent after the pause began) fails while open: it reopens for twice as long.
       if (!open && ++s.unreachable < this.#options.threshold) return undefined;
       const forMs = Math.min(this.#options.maxMs, this.#options.baseMs * 2 ** s.opened);
+      s.cause = outcome;
       s.opened++;
       s.until = now + forMs;
       s.since = now;
@@ -99,7 +107,7 @@ export class UrlPauses {
       if (outcome.kind === "retry" && outcome.retryAfterMs !== undefined) {
         // Concurrent rounds may each bring a Retry-After: the pause is told once.
         const already = state !== undefined && state.until > now && !open;
-        this.#urls.set(url, { until: Math.max(now + outcome.retryAfterMs, already ? state.until : 0), unreachable: 0, opened: 0, since: now });
+        this.#urls.set(url, { until: Math.max(now + outcome.retryAfterMs, already ? state.until : 0), unreachable: 0, opened: 0, since: now, cause: outcome });
         return already ? undefined : { kind: "paused", reason: "retry_after", forMs: outcome.retryAfterMs };
       }
       if (state && (state.until <= now || open)) this.#urls.delete(url);

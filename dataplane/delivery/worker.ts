@@ -442,7 +442,8 @@ export class DestinationWorker {
   async #retryOrGiveUp(m: JsMsg, round: RoundState | undefined, attempt: number, deadline: number, results: SendResult[] | undefined): Promise<void> {
     const now = Date.now();
     const live = this.#destination.urls.filter((url) => !round?.dead.has(url));
-    const last = round?.last ?? (results ? combine(results.map((r) => r.outcome)) : URL_PAUSED);
+    // A round that sent nothing (every URL pausing) names what paused them, not only "url_paused".
+    const last = round?.last ?? (results ? combine(results.map((r) => r.outcome)) : this.#pauseCause(live));
     if (live.length === 0) {
       await this.#deadLetter(m, "permanent_failure", attempt, last);
       return;
@@ -546,6 +547,15 @@ export class DestinationWorker {
         }
       });
     }
+  }
+
+  /** What paused the first of these URLs that was paused by something, else url_paused. */
+  #pauseCause(urls: string[]): AttemptOutcome {
+    for (const url of urls) {
+      const cause = this.#pauses.causeOf(url);
+      if (cause) return cause;
+    }
+    return URL_PAUSED;
   }
 
   /** Lets the destination's URL pauses learn from a round; logs a URL's pause beginning and ending. */

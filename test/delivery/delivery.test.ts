@@ -7,6 +7,7 @@ import { mkdtempSync, readFileSync } from "node:fs";
 import { createServer as createHttpsServer } from "node:https";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
+import { createServer, type AddressInfo } from "node:net";
 import { describe, expect, it } from "vitest";
 import { ATTEMPTS_STREAM, DLQ_STREAM } from "../../dataplane/nats/mod.ts";
 import { basic, post } from "../harness/ingest.ts";
@@ -362,6 +363,22 @@ describe("review regressions", () => {
     expect(Date.now() - started).toBeLessThan(8_000);
     expect(env.receiver.requests("/dead-backup").length).toBeLessThan(60);
     expect(env.logs().some((l) => l.destination === "default/backup" && String(l.msg).startsWith("webhook URL is not answering"))).toBe(true);
+  });
+
+  it("a message dead-lettered while its URL was paused names what paused it (found by a review: tens of thousands said only url_paused for a receiver refusing connections)", async () => {
+    const closed = await new Promise<number>((resolve) => {
+      const probe = createServer().listen(0, "127.0.0.1", () => {
+        const { port } = probe.address() as AddressInfo;
+        probe.close(() => resolve(port));
+      });
+    });
+    const key = await addDestination("pausecause", { urls: [`http://127.0.0.1:${closed}/`], timeout: "1s", maxInFlight: 20, retryWindow: "3s" });
+    const batch = Array.from({ length: 20 }, (_, i) => ({ type: "track", userId: "u1", event: "Refused", messageId: `pausecause-${i}` }));
+    await send(key, "/v1/batch", { batch });
+    await expect.poll(async () => (await deadLetters("pausecause")).length, { timeout: 20_000, interval: 200 }).toBe(20);
+    const letters = await deadLetters("pausecause");
+    // Some were tried and refused; the rest only waited out the breaker's pause: all say why.
+    expect(new Set(letters.map((l) => l.lastError))).toEqual(new Set(["connection_refused"]));
   });
 
   it("a receiver down for a moment gets every message soon after it answers again (regression: the rounds in flight at the outage paused it for 5 minutes)", async () => {

@@ -44,7 +44,7 @@ export interface DeliveryHarness {
   /** What the delivery service logged so far, as parsed JSON lines. */
   logs(): Array<Record<string, unknown>>;
   /** The dead letters of destination `default/<name>`, oldest first. */
-  deadLetters(name: string): Promise<Array<{ reason?: string; lastStatus?: string; body: Record<string, unknown> }>>;
+  deadLetters(name: string): Promise<Array<{ reason?: string; lastStatus?: string; lastError?: string; body: Record<string, unknown> }>>;
 }
 
 export function useDelivery(options: { retireAfterMs?: number } = {}): DeliveryHarness {
@@ -103,7 +103,10 @@ export function useDelivery(options: { retireAfterMs?: number } = {}): DeliveryH
       const out = [];
       for (let seq = info.state.first_seq; seq <= info.state.last_seq && info.state.messages > 0; seq++) {
         const m = await nats!.jsm.streams.getMessage(DLQ_STREAM, { seq }).catch(() => null);
-        if (m && m.subject === subject) out.push({ reason: m.header?.get("Trackhook-Reason"), lastStatus: m.header?.get("Trackhook-Last-Status") || undefined, body: m.json<Record<string, unknown>>() });
+        if (m && m.subject === subject) out.push({
+          reason: m.header?.get("Trackhook-Reason"), lastStatus: m.header?.get("Trackhook-Last-Status") || undefined,
+          lastError: m.header?.get("Trackhook-Last-Error") || undefined, body: m.json<Record<string, unknown>>(),
+        });
       }
       return out;
     },
