@@ -4,7 +4,8 @@
 // are applied with a server-side dry run by test/kube/chart.test.ts.
 import { execFile } from "node:child_process";
 import { createHash } from "node:crypto";
-import { readFileSync, readdirSync } from "node:fs";
+import { mkdtempSync, readFileSync, readdirSync, rmSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { promisify } from "node:util";
 import { beforeAll, describe, expect, it } from "vitest";
@@ -567,6 +568,30 @@ describe("rendered manifests", () => {
     expect(await notes(restricted)).toContain("set networkPolicy.ingestMetricsFrom");
     expect(await notes(restricted, "networkPolicy.ingestMetricsFrom[0].namespaceSelector.matchLabels.name=monitoring")).not.toContain("ingestMetricsFrom");
     expect(await notes()).not.toContain("ingestMetricsFrom");
+  });
+
+  it("mounts extra volumes where asked, as docs/receiving-webhooks.md does to trust a private CA", async () => {
+    const dir = mkdtempSync(join(tmpdir(), "trackhook-chart-ca-"));
+    const values = join(dir, "values.yaml");
+    writeFileSync(values, `delivery:
+  extraEnv:
+    - { name: NODE_EXTRA_CA_CERTS, value: /etc/trackhook/ca/ca.crt }
+  extraVolumes:
+    - { name: private-ca, configMap: { name: private-ca } }
+  extraVolumeMounts:
+    - { name: private-ca, mountPath: /etc/trackhook/ca, readOnly: true }
+`);
+    try {
+      const docs = await render({ valuesFiles: [values] });
+      const pod = deploymentOf(docs, "delivery").spec.template.spec;
+      expect(pod.volumes).toContainEqual({ name: "private-ca", configMap: { name: "private-ca" } });
+      expect(pod.containers[0].volumeMounts).toContainEqual({ name: "private-ca", mountPath: "/etc/trackhook/ca", readOnly: true });
+      expect(pod.containers[0].env).toContainEqual({ name: "NODE_EXTRA_CA_CERTS", value: "/etc/trackhook/ca/ca.crt" });
+      // The other components are left as they were.
+      expect(JSON.stringify(deploymentOf(docs, "ingest").spec.template.spec)).not.toContain("private-ca");
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
   });
 
   it("the README's helm install command renders (its --set values pass the schema)", async () => {

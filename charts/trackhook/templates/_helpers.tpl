@@ -240,6 +240,9 @@ volumes:
   {{- with include "trackhook.natsVolumes" (dict "root" .root "component" .component) | trim }}
   {{- . | nindent 2 }}
   {{- end }}
+  {{- with .values.extraVolumes }}
+  {{- toYaml . | nindent 2 }}
+  {{- end }}
 {{- end }}
 
 {{/* Probes on a component's ops endpoints. Every component serves /healthz at once and says
@@ -282,6 +285,9 @@ volumeMounts:
     mountPath: /tmp
   {{- with include "trackhook.natsVolumeMounts" (dict "root" .root "component" .component) | trim }}
   {{- . | nindent 2 }}
+  {{- end }}
+  {{- with .values.extraVolumeMounts }}
+  {{- toYaml . | nindent 2 }}
   {{- end }}
 {{- end }}
 
