@@ -122,6 +122,23 @@ describe("delivery service", () => {
     }
   });
 
+  it("says how many messages a removed consumer had not delivered (found by a review: a destination disabled past the grace lost 3,548 without a number)", async () => {
+    const { log, lines } = capturedLog("info");
+    const config = new ConfigHolder(configOf([{ name: "omicron", url: receiver.url("/omicron") }]));
+    const service = await start(config, { consumerRemovalGraceMs: 1_000, log });
+    try {
+      config.set({ sources: [], destinations: [] });
+      const publish = publishTo("omicron");
+      for (const id of ["o-1", "o-2", "o-3"]) await publish(id);
+      await expect.poll(consumers, { timeout: 10_000 }).not.toContain("dest_default_omicron");
+      const line = lines.map((l) => JSON.parse(l) as Record<string, unknown>).find((l) => String(l.msg).startsWith("removed consumers"));
+      expect(line).toMatchObject({ level: 40, undelivered: { dest_default_omicron: 3 } });
+      expect(receiver.requests("/omicron")).toHaveLength(0);
+    } finally {
+      await service.stop();
+    }
+  });
+
   it("recreates a consumer deleted under delivery, from its last acknowledged message, and delivers what was stored meanwhile (regression: pulling stopped silently, and a restart skipped those messages)", async () => {
     const config = new ConfigHolder(configOf([{ name: "delta", url: receiver.url("/delta") }]));
     const service = await start(config, { consumerRemovalGraceMs: 0, consumerCheckMs: 500 });
