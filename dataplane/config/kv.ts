@@ -13,7 +13,7 @@ import {
   type CompiledConfig,
 } from "../../schema/mod.ts";
 import type { Logger } from "../logging.ts";
-import { hasMessagesOn, isConsumerNotFound } from "../nats/mod.ts";
+import { hasMessagesOn } from "../nats/mod.ts";
 import { ConfigHolder } from "./provider.ts";
 
 export const CONFIG_BUCKET = "trackhook-config";
@@ -201,7 +201,7 @@ export class KvConfigProvider extends ConfigHolder {
 
   /**
    * Looks at the watch's consumer every WATCHER_PROBE_MS and stops the watch (which #follow then
-   * starts again, from the next revision) once the consumer is gone or twice did not answer.
+   * starts again, from the next revision) once it is missing or silent at two looks in a row.
    *
    * Why: a watch's consumer lives on one NATS node. When that node dies, nats.js notices only
    * after two missed heartbeats of 30 s, so this replica went on with its old config for 60-90 s
@@ -218,7 +218,8 @@ export class KvConfigProvider extends ConfigHolder {
       consumer.info().then(
         () => void (failures = 0),
         (err: unknown) => {
-          if (!isConsumerNotFound(err) && ++failures < 2) return;
+          // Twice, even "not found": nats.js remaking the consumer renames it a moment before it exists.
+          if (++failures < 2) return;
           this.#log.warn(
             { err: (err as Error).message, revision: revision() },
             "the config watch lost its NATS consumer (its NATS node lost?); watching again from the next revision",

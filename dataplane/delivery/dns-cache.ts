@@ -10,7 +10,7 @@
 // once a name has been resolved, its last answer is used while a fresh one is looked up, so a
 // destination that worked never waits for the pool again. (The CLI also enlarges the pool: see
 // cli/main.ts.) The addresses are still judged on every connection by the SSRF guard.
-import { lookup as dnsLookup, type LookupAddress } from "node:dns";
+import { ADDRCONFIG, lookup as dnsLookup, type LookupAddress } from "node:dns";
 import type { LookupFunction } from "node:net";
 
 /** How long an answer is used before it is looked up again (served meanwhile). */
@@ -31,14 +31,20 @@ interface Entry {
   refreshing?: boolean;
 }
 
-const systemLookup: Lookup = (hostname, callback) => dnsLookup(hostname, { all: true, family: 0 }, callback);
+/**
+ * The system's getaddrinfo, with the ADDRCONFIG hint node:net gives it: on a pod without IPv6 an
+ * AAAA record is left out, or Node's happy eyeballs would give up the IPv4 connection after 250 ms
+ * for an IPv6 one that cannot work.
+ */
+const systemLookup: Lookup = (hostname, callback) =>
+  dnsLookup(hostname, { all: true, family: 0, hints: process.platform === "win32" ? 0 : ADDRCONFIG }, callback);
 
 export class DnsCache {
   readonly #lookup: Lookup;
   readonly #now: () => number;
   readonly #entries = new Map<string, Entry>();
 
-  /** @param lookup the resolver (tests give a fake one); the system's getaddrinfo by default. */
+  /** @param lookup the resolver (tests give a fake one); the system's getaddrinfo (systemLookup) by default. */
   constructor(lookup: Lookup = systemLookup, now: () => number = Date.now) {
     this.#lookup = lookup;
     this.#now = now;

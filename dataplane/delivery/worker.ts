@@ -378,7 +378,7 @@ export class DestinationWorker {
     // someone makes room (found by a review: 0 requests to a receiver back for 150 s).
     const lastChance = now >= deadline && now - this.#deadLetterRefusedAt < 2 * this.#deadLetterRetryMs;
     if (now >= deadline && !lastChance && (info.deliveryCount > 1 || now - storedAt >= this.#lastChanceAgeMs)) {
-      await this.#deadLetter(m, "retry_window_exhausted", info.deliveryCount);
+      await this.#deadLetter(m, "retry_window_exhausted", info.deliveryCount, this.#rounds.get(m.seq)?.last);
       return;
     }
     if (!routesTo(message, this.#destination.name)) {
@@ -395,7 +395,7 @@ export class DestinationWorker {
       if (urls.length === 0) {
         // Redelivered before any URL's pause ended (another replica's nak, or a pause of the
         // URL's own): wait on, without an attempt.
-        if (lastChance) await this.#deadLetter(m, "retry_window_exhausted", info.deliveryCount, round?.last);
+        if (lastChance) await this.#deadLetter(m, "retry_window_exhausted", info.deliveryCount, round?.last ?? this.#pauseCause(this.#destination.urls));
         else await this.#retryOrGiveUp(m, round, info.deliveryCount, deadline, undefined);
         return;
       }

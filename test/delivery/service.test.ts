@@ -368,7 +368,8 @@ describe("delivery service", () => {
     const refused = async () =>
       (await metrics.registry.getSingleMetric("trackhook_delivery_messages_total")!.get()).values.find((v) => v.labels.outcome === "dead_letter_failed")?.value ?? 0;
     const service = await start(new ConfigHolder(configOf([{ name: "nu", url: ownReceiver.url("/nu"), retryWindow: "2s" }])), {
-      on: own, metrics, dlqStream: { maxBytes: 2048, replicas: 1 }, deadLetterRetryMs: 1000,
+      // Longer than the window: a refused message comes back past it, where the last chance is.
+      on: own, metrics, dlqStream: { maxBytes: 2048, replicas: 1 }, deadLetterRetryMs: 3000,
     });
     try {
       const publish = publishTo("nu", own);

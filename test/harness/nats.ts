@@ -1,9 +1,9 @@
 // Test harness: a real nats-server per test file, on a free port with its own temporary store.
 //
 // The pinned nats-server from .tools/bin, unless TRACKHOOK_TEST_NATS_SERVER names another binary
-// and TRACKHOOK_TEST_NATS_FEATURE_FLAGS (comma-separated) turns on server feature flags: .ci/run
-// runs the NATS-facing tests a second time on the newest release line with the flags NATS means to
-// make defaults (test/harness/nats-compat.sh).
+// and TRACKHOOK_TEST_NATS_FEATURE_FLAGS (comma-separated) turns on server feature flags: the vitest
+// project "nats-next" (vitest.config.ts) runs the NATS-facing tests a second time on the newest
+// release line with the flags NATS means to make defaults.
 import { existsSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";

@@ -54,8 +54,9 @@ describe("losing a NATS node", () => {
     const frozenAt = Date.now();
     let n = 0;
     await expect.poll(() => store(`during-${n++}`).then(() => true, () => false), { timeout: 40_000, interval: 200 }).toBe(true);
-    // Two pings unanswered (3 s apart) and a reconnect, maybe a stream leader election.
-    expect(Date.now() - frozenAt).toBeLessThan(20_000);
+    // Two pings unanswered (3 s apart), a reconnect (maybe a 5 s try of the frozen node first),
+    // maybe a stream leader election: ~9-17 s; the old client was still failing at 40 s.
+    expect(Date.now() - frozenAt).toBeLessThan(30_000);
   }, 60_000);
 
   it("a config watch whose consumer's node is killed follows changes again within seconds, and says so (regression: 60-90 s of old config)", async () => {
@@ -63,10 +64,12 @@ describe("losing a NATS node", () => {
     const writer = new ConfigWriter(await ensureConfigBucket(cluster.nc, { replicas: 3 }));
     const source = (name: string) => ({ namespace: "default", name, enabled: true, writeKeySha256: sha256Hex(name) });
     await writer.put(sourceKey("default", "a"), source("a"));
-    // Three watches from a client of the first node; their consumers spread over the cluster.
+    // Watches from a client of the first node, until one's consumer sits on another node (JetStream
+    // places each watch's consumer on a node of the bucket's; ~45% of them on the client's own).
     const nc = await connectTo(cluster.servers[0]!.url);
     const watchers: Array<{ provider: KvConfigProvider; consumers: string[] }> = [];
-    for (let i = 0; i < 3; i++) {
+    let victim: { index: number; watcher: (typeof watchers)[number] } | undefined;
+    while (!victim && watchers.length < 12) {
       const kv = await new Kvm(nc).open(CONFIG_BUCKET);
       const consumers: string[] = [];
       const watch = kv.watch.bind(kv);
@@ -79,12 +82,11 @@ describe("losing a NATS node", () => {
       const provider = await KvConfigProvider.start(nc, log, { part: "sources", kv });
       cleanups.push(() => provider.close());
       watchers.push({ provider, consumers });
-    }
-    let victim: { index: number; watcher: (typeof watchers)[number] } | undefined;
-    for await (const c of cluster.jsm.consumers.list(`KV_${CONFIG_BUCKET}`)) {
-      const index = nodeIndex(c.cluster!.leader!);
-      const watcher = watchers.find((w) => w.consumers.includes(c.name));
-      if (index !== 0 && watcher) victim = { index, watcher };
+      for await (const c of cluster.jsm.consumers.list(`KV_${CONFIG_BUCKET}`)) {
+        const index = nodeIndex(c.cluster!.leader!);
+        const watcher = watchers.find((w) => w.consumers.includes(c.name));
+        if (index !== 0 && watcher) victim = { index, watcher };
+      }
     }
     expect(victim, "a watch's consumer on a node other than the client's").toBeDefined();
     await cluster.servers[victim!.index]!.kill("SIGKILL");
@@ -92,7 +94,9 @@ describe("losing a NATS node", () => {
     // The bucket elects a leader if it has to; then a Source is added.
     await expect.poll(() => writer.put(sourceKey("default", "b"), source("b")).then(() => true, () => false), { timeout: 20_000, interval: 500 }).toBe(true);
     await expect.poll(() => victim!.watcher.provider.current().sources.some((s) => s.name === "b"), { timeout: 60_000, interval: 200 }).toBe(true);
-    expect(Date.now() - killedAt).toBeLessThan(25_000);
+    // Two looks 5 s apart that find it missing or silent (each may wait 5 s), a restart: the old
+    // code took 60-90 s.
+    expect(Date.now() - killedAt).toBeLessThan(35_000);
     expect(said("the config watch lost its NATS consumer").length).toBeGreaterThan(0);
     // Every watch has it, none lost the entry it had.
     for (const { provider } of watchers) expect(provider.current().sources.map((s) => s.name).sort()).toEqual(["a", "b"]);
