@@ -34,12 +34,12 @@ export async function startIngest(args: {
   extraRegistries?: Registry[];
 }): Promise<RunningIngest> {
   const jsm = await jetstreamManager(args.nc);
-  const events = { config: eventsStreamConfig(args.stream), keep: keptSettings(args.stream.defaulted) };
+  const events = eventsStreamConfig(args.stream);
   await ensureStream(
     jsm,
-    events.config,
+    events,
     (changes) => args.log.warn({ stream: EVENTS_STREAM, changes }, "changing the events stream's settings to this process's flags (durations in ns; a shorter max_age drops older messages at once)"),
-    events.keep,
+    keptSettings(args.stream.defaulted),
   );
   const app = await buildIngestApp({ nc: args.nc, config: args.config, logger: args.log, ...(args.extraRegistries ? { extraRegistries: args.extraRegistries } : {}) }, args.options);
   const address = await listenOrExplain(app, args.host, args.port);

@@ -20,14 +20,15 @@ export const FAILURE_TTL_MS = 5_000;
 /** Names remembered at most; past it the cache starts over (destinations name a few each). */
 const MAX_NAMES = 10_000;
 
-type Lookup = (hostname: string, callback: (err: NodeJS.ErrnoException | null, addresses: LookupAddress[]) => void) => void;
+type Answer = (err: NodeJS.ErrnoException | null, addresses: LookupAddress[]) => void;
+type Lookup = (hostname: string, callback: Answer) => void;
 
 interface Entry {
   at: number;
   addresses?: LookupAddress[];
   error?: NodeJS.ErrnoException;
   /** Callers waiting for the lookup in flight (a first one, or a failed name tried again). */
-  waiting?: Array<(err: NodeJS.ErrnoException | null, addresses: LookupAddress[]) => void>;
+  waiting?: Answer[];
   refreshing?: boolean;
 }
 
@@ -51,7 +52,7 @@ export class DnsCache {
   }
 
   /** Every address of a name (IPv4 and IPv6), from the cache when it can. */
-  resolve(hostname: string, callback: (err: NodeJS.ErrnoException | null, addresses: LookupAddress[]) => void): void {
+  resolve(hostname: string, callback: Answer): void {
     const key = hostname.toLowerCase();
     const entry = this.#entries.get(key);
     const now = this.#now();

@@ -3,7 +3,7 @@
 export { routesTo } from "./routing.ts";
 export { webhookBody, xSignature, standardWebhookHeaders, type DeliverableMessage } from "./payload.ts";
 export { classifyStatus, parseRetryAfter, combine, backoffMs, RETRY_AFTER_BOUNDS_MS, type AttemptOutcome, type DeliveryErrorCode } from "./outcome.ts";
-export { isForbiddenAddress, guardedLookup, checkUrlHost, urlReachesOnlyPrivate, PrivateAddressError } from "./ssrf.ts";
+export { isForbiddenAddress, guardLookup, checkUrlHost, urlReachesOnlyPrivate, PrivateAddressError } from "./ssrf.ts";
 export { WebhookSender, type SenderOptions, type SendRequest, type SendResult } from "./sender.ts";
 export { DeliveryService, DEFAULT_PROCESS_MAX_IN_FLIGHT, type DeliveryServiceDeps } from "./service.ts";
 export { DeliverySlots, SlotShare } from "./limit.ts";

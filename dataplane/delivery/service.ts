@@ -99,7 +99,7 @@ export class DeliveryService {
     }
     const events = await waitForEventsStream(jsm, deps.log);
     const service = new DeliveryService(deps, jsm);
-    service.#guard = new StreamGuard(deps.nc, jsm, sideStreams, deps.log);
+    service.#guard = new StreamGuard(deps.nc, jsm, sideStreams.map((s) => s.config), deps.log);
     if (events.config.max_age > 0) service.#streamMaxAgeMs = events.config.max_age / 1e6;
     deps.metrics.readBacklogFrom(() => service.backlog());
     deps.metrics.readDestinationsFrom(() => [...service.#wanted.values()].map((key) => ({ destination: key, running: service.#workers.has(key) })));

@@ -1,7 +1,7 @@
 // Refuses webhook URLs that reach into the operator's own network: loopback, private, link-local
 // (cloud metadata lives at 169.254.169.254), CGNAT, multicast, reserved and unspecified ranges, in
 // IPv4, IPv6 and IPv4-mapped IPv6 form. The check runs on the addresses DNS returns for the
-// connection being made (see guardedLookup), so a name that resolves differently later (DNS
+// connection being made (see guardLookup), so a name that resolves differently later (DNS
 // rebinding) cannot slip through, and on IP literals before dialling.
 import { lookup as dnsLookup, type LookupAddress } from "node:dns";
 import { BlockList, isIP, type LookupFunction } from "node:net";
@@ -61,9 +61,6 @@ export function guardLookup(lookup: LookupFunction = dnsLookup as LookupFunction
   };
 }
 
-/** guardLookup over the system's resolver. */
-export const guardedLookup: LookupFunction = guardLookup();
-
 /** Checks a URL whose host is an IP literal (which no lookup sees); names are checked at connect time. */
 export function checkUrlHost(url: URL): void {
   const host = bareHost(url);
@@ -79,7 +76,7 @@ const CLUSTER_SUFFIXES = [".svc", ".svc.cluster.local", ".cluster.local", ".loca
 /**
  * Whether a URL can only reach a private address, as far as its text tells: a private, loopback
  * or link-local IP literal, localhost, or a cluster-internal name. Other names are judged when
- * connecting (guardedLookup).
+ * connecting (guardLookup).
  */
 export function urlReachesOnlyPrivate(url: URL): boolean {
   const host = bareHost(url).toLowerCase().replace(/\.$/, "");

@@ -8,8 +8,8 @@ import { NatsAuthError, assertNoCredentialsInUrl, natsAuthOptions } from "./auth
 
 const WAITING_LOG_INTERVAL_MS = 10_000;
 /** See connectNats: a server that does not answer two pings in a row is left after ~9 s. */
-export const PING_INTERVAL_MS = 3_000;
-export const MAX_PINGS_OUT = 2;
+const PING_INTERVAL_MS = 3_000;
+const MAX_PINGS_OUT = 2;
 const CONNECT_TIMEOUT_MS = 5_000;
 /** An error the server reports comes once per refused operation (each ack, say): one line per kind this often. */
 const ERROR_LOG_INTERVAL_MS = 10_000;

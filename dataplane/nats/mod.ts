@@ -9,4 +9,4 @@ export { msgIdHeader, InvalidMsgIdError } from "./publish-wire.ts";
 export { LocalNatsServer, NatsServerNotFoundError, findNatsServer, type LocalNatsServerOptions } from "./local-server.ts";
 export { NATS_AUTH_ENV, NatsAuthError, assertNoCredentialsInUrl, natsAuthOptions } from "./auth.ts";
 export { streamReadiness, type Readiness } from "./stream-ready.ts";
-export { StreamGuard, STREAM_GUARD_MS, type GuardedStream } from "./stream-guard.ts";
+export { StreamGuard } from "./stream-guard.ts";

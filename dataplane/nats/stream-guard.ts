@@ -6,14 +6,12 @@ import type { JetStreamManager, StreamConfig } from "@nats-io/jetstream";
 import type { NatsConnection } from "@nats-io/transport-node";
 import type { Logger } from "../logging.ts";
 import { isNatsConnected } from "./connect.ts";
-import { isStreamNotFound } from "./streams.ts";
+import { isStreamNameInUse, isStreamNotFound } from "./streams.ts";
 
 /** How often the streams are looked at: a lost stream costs at most this much of 503s. */
-export const STREAM_GUARD_MS = 5_000;
+const STREAM_GUARD_MS = 5_000;
 
-export interface GuardedStream {
-  config: Partial<StreamConfig> & { name: string };
-}
+type GuardedStream = Partial<StreamConfig> & { name: string };
 
 export class StreamGuard {
   readonly #nc: NatsConnection;
@@ -23,6 +21,7 @@ export class StreamGuard {
   readonly #timer: NodeJS.Timeout;
   #checking: Promise<void> | undefined;
 
+  /** @param streams the configs to make them with, as ensureStream made them at start. */
   constructor(nc: NatsConnection, jsm: JetStreamManager, streams: readonly GuardedStream[], log: Logger, everyMs = STREAM_GUARD_MS) {
     this.#nc = nc;
     this.#jsm = jsm;
@@ -44,7 +43,7 @@ export class StreamGuard {
 
   async #check(): Promise<void> {
     if (!isNatsConnected(this.#nc)) return;
-    for (const { config } of this.#streams) {
+    for (const config of this.#streams) {
       try {
         await this.#jsm.streams.info(config.name);
       } catch (err) {
@@ -58,7 +57,7 @@ export class StreamGuard {
           );
         } catch (makeErr) {
           // Another replica made it first and said so: one error line per loss, not one per pod.
-          if (makeErr instanceof Error && /already in use/i.test(makeErr.message)) {
+          if (isStreamNameInUse(makeErr)) {
             this.#log.info({ stream: config.name }, "the stream was missing and another process has made it again");
           } else {
             this.#log.error({ stream: config.name, err: (makeErr as Error).message }, "the stream is missing and could not be made again; retrying");

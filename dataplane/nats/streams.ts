@@ -125,7 +125,7 @@ export async function ensureStream(
     } catch (addErr) {
       // Another process (an ingest worker, a second pod) created it first: update it instead,
       // keeping its settings as for any existing stream.
-      if (!(addErr instanceof Error && /already in use/i.test(addErr.message))) throw addErr;
+      if (!isStreamNameInUse(addErr)) throw addErr;
       config = keeping(wanted, (await jsm.streams.info(wanted.name)).config, keep);
       await jsm.streams.update(config.name, config);
     }
@@ -160,6 +160,11 @@ export function isStreamNotFound(err: unknown): boolean {
 }
 
 /** A JetStream error saying the consumer does not exist. */
+/** JetStream's answer to making a stream that another process has just made. */
+export function isStreamNameInUse(err: unknown): boolean {
+  return err instanceof Error && /already in use/i.test(err.message);
+}
+
 export function isConsumerNotFound(err: unknown): boolean {
   return err instanceof Error && (err.name === "ConsumerNotFoundError" || /consumer not found/i.test(err.message));
 }

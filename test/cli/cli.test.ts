@@ -8,7 +8,7 @@ import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { describe, expect, it } from "vitest";
 import { jetstreamManager } from "@nats-io/jetstream";
-import { connect } from "@nats-io/transport-node";
+import { connect, type NatsConnection } from "@nats-io/transport-node";
 import { LocalNatsServer, ensureStream, eventsStreamConfig } from "../../dataplane/nats/mod.ts";
 import { basic, post } from "../harness/ingest.ts";
 import { freePort } from "../harness/ports.ts";
@@ -240,6 +240,26 @@ async function ingestOn(server: LocalNatsServer, ...flags: string[]) {
   };
 }
 
+/**
+ * `trackhook ingest` (with `flags`) on a nats-server of its own (of `maxFileStore`), and a client
+ * connection to that server for the test's own doings; all stopped after `use`.
+ */
+async function withOwnIngest(
+  options: { maxFileStore?: string; flags?: string[] },
+  use: (env: { nc: NatsConnection; running: Awaited<ReturnType<typeof ingestOn>> }) => Promise<void>,
+): Promise<void> {
+  const server = await ownNats(options.maxFileStore);
+  const nc = await connect({ servers: server.url });
+  const running = await ingestOn(server, ...(options.flags ?? []));
+  try {
+    await use({ nc, running });
+  } finally {
+    await nc.close();
+    await running.stop();
+    await server.stop();
+  }
+}
+
 describe("trackhook and a NATS that comes and goes", () => {
   it("ingest started before NATS says every 10 s that it is waiting and is live but not ready meanwhile (found by a review: nothing listened, so probes restarted it), starts when NATS comes, and a second ingest with another --stream-max-age logs the change it makes", async () => {
     const port = await freePort();
@@ -285,20 +305,13 @@ describe("trackhook and a NATS that comes and goes", () => {
   }, 60_000);
 
   it("ingest makes the events stream again when it is lost (deleted, or NATS lost its store), saying what was lost (regression: 503 to everything until restarted)", async () => {
-    const server = await ownNats();
-    const nc = await connect({ servers: server.url });
-    const running = await ingestOn(server);
-    try {
+    await withOwnIngest({}, async ({ nc, running }) => {
       expect((await running.track()).status).toBe(200);
       await (await jetstreamManager(nc)).streams.delete("TRACKHOOK_EVENTS");
       expect((await running.track()).status).toBe(503);
       await running.ingest.waitFor(/"stream":"TRACKHOOK_EVENTS".*"msg":"the stream was missing \(deleted, or nats-server lost its store\) and is made again; what it held is gone/, 15_000);
       expect((await running.track()).status).toBe(200);
-    } finally {
-      await nc.close();
-      await running.stop();
-      await server.stop();
-    }
+    });
   }, 60_000);
 
   it("a stream that does not fit NATS's storage is a clear error naming the stream and the fix (regression: a JetStream stack trace, crash-looping)", async () => {
@@ -318,10 +331,7 @@ describe("trackhook and a NATS that comes and goes", () => {
   }, 30_000);
 
   it("NATS out of JetStream storage (another stream filled it) is 503 storage_full, not storage_unavailable (regression: looked like an outage)", async () => {
-    const server = await ownNats("20MB");
-    const nc = await connect({ servers: server.url });
-    const running = await ingestOn(server, "--stream-max-bytes", "8MiB");
-    try {
+    await withOwnIngest({ maxFileStore: "20MB", flags: ["--stream-max-bytes", "8MiB"] }, async ({ nc, running }) => {
       const jsm = await jetstreamManager(nc);
       await jsm.streams.add({ name: "FILLER", subjects: ["filler.>"] }); // no max_bytes: takes what is free
       const js = jsm.jetstream();
@@ -333,11 +343,7 @@ describe("trackhook and a NATS that comes and goes", () => {
       const res = await running.track();
       expect(res.status).toBe(503);
       expect(res.json).toMatchObject({ code: "storage_full" });
-    } finally {
-      await nc.close();
-      await running.stop();
-      await server.stop();
-    }
+    });
   }, 60_000);
 
   it("tail on a NATS no ingest has used says so (regression: a stack trace), and ends with exit 1 when NATS is gone for good (regression: it looked like a clean end)", async () => {

@@ -3,7 +3,7 @@
 import { createServer, type Server } from "node:http";
 import { Agent, request } from "undici";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { checkUrlHost, guardedLookup, isForbiddenAddress } from "../../dataplane/delivery/ssrf.ts";
+import { checkUrlHost, guardLookup, isForbiddenAddress } from "../../dataplane/delivery/ssrf.ts";
 
 describe("forbidden addresses", () => {
   it.each([
@@ -44,7 +44,7 @@ describe("guarded DNS lookup on a real connection", () => {
   afterAll(() => new Promise<void>((resolve) => server.close(() => resolve())));
 
   it("refuses a name that resolves to loopback, and no request reaches the server", async () => {
-    const agent = new Agent({ connect: { lookup: guardedLookup } });
+    const agent = new Agent({ connect: { lookup: guardLookup() } });
     const err = await request(`http://localhost:${port}/hook`, { dispatcher: agent, method: "POST", body: "{}" }).catch((e: Error) => e);
     expect(err).toBeInstanceOf(Error);
     expect(String((err as Error & { cause?: Error }).cause ?? err)).toMatch(/private or reserved address/);
