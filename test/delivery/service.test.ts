@@ -128,6 +128,8 @@ describe("delivery service", () => {
     const service = await start(config, { consumerRemovalGraceMs: 1_000, log });
     try {
       config.set({ sources: [], destinations: [] });
+      // Stored once its worker has stopped: none of them is delivered, all wait in the consumer.
+      await expect.poll(() => service.destinations).toEqual([]);
       const publish = publishTo("omicron");
       for (const id of ["o-1", "o-2", "o-3"]) await publish(id);
       await expect.poll(consumers, { timeout: 10_000 }).not.toContain("dest_default_omicron");
