@@ -169,6 +169,16 @@ describe("several URLs, retries and dead letters", () => {
     expect(paused[1]!.at - paused[0]!.at).toBeLessThan(10_000);
   });
 
+  it("a receiver asking for a pause on every answer is logged once a minute, not at every pause (found by a review: a line a second)", async () => {
+    env.receiver.on("/pause-always", answer(429, { "retry-after": "5" }));
+    const key = await addDestination("pausealways", { urls: [env.receiver.url("/pause-always")], maxInFlight: 5 });
+    for (let i = 0; i < 5; i++) await send(key, "/v1/track", { userId: "u1", event: "Slow down", messageId: `pause-always-${i}` });
+    // Paused 5 s at a time: at least a second pause within 12 s, each with its own 429s.
+    await expect.poll(() => env.receiver.requests("/pause-always").length, { timeout: 15_000, interval: 200 }).toBeGreaterThanOrEqual(6);
+    const told = env.logs().filter((l) => l.destination === "default/pausealways" && String(l.msg).startsWith("webhook URL asked for a pause"));
+    expect(told).toHaveLength(1);
+  });
+
   it("a Retry-After past the end of the window dead-letters at once, with the last status (no pointless last round)", async () => {
     env.receiver.on("/pause-long", answer(429, { "retry-after": "60" }));
     const key = await addDestination("pauselong", { urls: [env.receiver.url("/pause-long")], retryWindow: "10s" });

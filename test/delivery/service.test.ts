@@ -349,6 +349,8 @@ describe("delivery service", () => {
       await expect.poll(() => sample("trackhook_delivery_messages_total", { outcome: "dead_letter_failed", reason: "dead_letter_stream_full" }), { timeout: 15_000 }).toBeGreaterThan(0);
       expect(await sample("trackhook_dead_letter_stream_max_bytes", { stream: "TRACKHOOK_DLQ" })).toBe(2048);
       expect(await sample("trackhook_dead_letter_stream_bytes", { stream: "TRACKHOOK_DLQ" })).toBeGreaterThan(1024);
+      // One line for the lot (every message is refused within the first 10 s), not one each.
+      expect(lines.filter((l) => l.includes("TRACKHOOK_DLQ is full"))).toHaveLength(1);
       const line = JSON.parse(lines.find((l) => l.includes("TRACKHOOK_DLQ is full"))!) as Record<string, unknown>;
       expect(line.messageId).toMatch(/^l-\d+-x+$/);
       expect(line.reason).toBe("permanent_failure");
