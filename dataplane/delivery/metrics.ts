@@ -13,12 +13,27 @@ export interface DeliveryBacklog {
   /** Delivered to the worker and not yet acked, retries waiting included. */
   inFlight: number;
   deadLetters: number;
+  /** Age of the oldest message not yet delivered or dead-lettered (0: none waits; undefined: unknown). */
+  oldestAgeSeconds: number | undefined;
 }
 
 /** What a scrape reads from JetStream: per destination, and how full the dead-letter stream is. */
 export interface DeliveryBacklogs {
   destinations: DeliveryBacklog[];
   deadLetterStream?: StreamUse;
+}
+
+/** A webhook URL no message is sent to for now (redacted, as logs show it), and why. */
+export interface PausedUrl {
+  url: string;
+  reason: "unreachable" | "retry_after";
+}
+
+/** What the per-destination gauges read from the delivery service at scrape time. */
+export interface DestinationState {
+  destination: string;
+  running: boolean;
+  pausedUrls: PausedUrl[];
 }
 
 /** The labels for the usual classes, built once. */
@@ -64,7 +79,7 @@ export class DeliveryMetrics {
   readonly #retirement: LabelRetirement;
 
   #backlog: () => Promise<DeliveryBacklogs> = async () => ({ destinations: [] });
-  #destinations: () => Array<{ destination: string; running: boolean }> = () => [];
+  #destinations: () => DestinationState[] = () => [];
 
   countDeleteNotification(destination: string, outcome: "delivered" | "dead_lettered"): void {
     this.#deleteNotifications.inc({ destination, outcome });
@@ -100,7 +115,7 @@ export class DeliveryMetrics {
       (reading ??= this.#backlog()
         .catch((): DeliveryBacklogs => ({ destinations: [] }))
         .finally(() => (reading = undefined)));
-    const gauge = (name: string, help: string, pick: (b: DeliveryBacklog) => number) =>
+    const gauge = (name: string, help: string, pick: (b: DeliveryBacklog) => number | undefined) =>
       new Gauge({
         name,
         help,
@@ -108,7 +123,10 @@ export class DeliveryMetrics {
         registers: [this.registry],
         async collect() {
           this.reset();
-          for (const b of (await readBacklog()).destinations) this.set({ destination: b.destination }, pick(b));
+          for (const b of (await readBacklog()).destinations) {
+            const value = pick(b);
+            if (value !== undefined) this.set({ destination: b.destination }, value);
+          }
         },
       });
     // A full dead-letter stream refuses dead letters: such messages stay in delivery, retried each
@@ -122,6 +140,9 @@ export class DeliveryMetrics {
     });
     gauge("trackhook_delivery_consumer_pending_messages", "Messages not yet handed to delivery, per destination (consumer lag)", (b) => b.pending);
     gauge("trackhook_delivery_in_flight_messages", "Messages in delivery or waiting for a retry, per destination", (b) => b.inFlight);
+    // Lag in messages depends on the traffic; this is what a receiver's users feel, and what the
+    // retry window (then the stream's max_age) is measured against.
+    gauge("trackhook_delivery_oldest_message_age_seconds", "Age of the oldest message not yet delivered or dead-lettered, per destination (0 when none waits)", (b) => b.oldestAgeSeconds);
     gauge("trackhook_delivery_dead_letters", "Messages in the dead-letter queue, per destination", (b) => b.deadLetters);
     const destinations = () => this.#destinations();
     new Gauge({
@@ -134,10 +155,22 @@ export class DeliveryMetrics {
         for (const d of destinations()) this.set({ destination: d.destination }, d.running ? 1 : 0);
       },
     });
+    // A destination with one of its URLs dead still delivers through the others: nothing dead-
+    // letters, and without this nobody hears that a receiver has been down for hours.
+    new Gauge({
+      name: "trackhook_delivery_url_paused",
+      help: "1 per webhook URL (redacted) that no message is sent to for now, by reason: unreachable (no answer; probed now and then) or retry_after (the receiver asked)",
+      labelNames: ["destination", "url", "reason"] as const,
+      registers: [this.registry],
+      collect() {
+        this.reset();
+        for (const d of destinations()) for (const p of d.pausedUrls) this.set({ destination: d.destination, url: p.url, reason: p.reason }, 1);
+      },
+    });
   }
 
   /** Where the destination gauge reads from at scrape time (the delivery service). */
-  readDestinationsFrom(source: () => Array<{ destination: string; running: boolean }>): void {
+  readDestinationsFrom(source: () => DestinationState[]): void {
     this.#destinations = source;
   }
 

@@ -1,7 +1,7 @@
 // Runs delivery for every enabled destination of the config in force, and follows config changes
 // live: a destination added starts, one changed restarts with its new settings, one disabled or
 // removed stops and loses its consumer (nothing is delivered for it afterwards).
-import { jetstreamManager, type JetStreamManager, type StreamInfo } from "@nats-io/jetstream";
+import { jetstreamManager, type ConsumerInfo, type JetStreamManager, type MsgRequest, type StreamInfo } from "@nats-io/jetstream";
 import type { NatsConnection } from "@nats-io/transport-node";
 import type { CompiledConfig, CompiledDestination } from "../../schema/mod.ts";
 import type { ConfigProvider } from "../config/mod.ts";
@@ -102,7 +102,13 @@ export class DeliveryService {
     service.#guard = new StreamGuard(deps.nc, jsm, sideStreams.map((s) => s.config), deps.log);
     if (events.config.max_age > 0) service.#streamMaxAgeMs = events.config.max_age / 1e6;
     deps.metrics.readBacklogFrom(() => service.backlog());
-    deps.metrics.readDestinationsFrom(() => [...service.#wanted.values()].map((key) => ({ destination: key, running: service.#workers.has(key) })));
+    deps.metrics.readDestinationsFrom(() => {
+      const now = Date.now();
+      return [...service.#wanted.values()].map((key) => {
+        const worker = service.#workers.get(key);
+        return { destination: key, running: worker !== undefined, pausedUrls: worker?.pausedUrls(now) ?? [] };
+      });
+    });
     // A destination that cannot start is logged and left out; the others run.
     await service.apply(deps.config.current()).catch(() => {});
     service.#unsubscribe = deps.config.subscribe((config) => {
@@ -129,13 +135,34 @@ export class DeliveryService {
     const read = await Promise.allSettled(
       [...this.#workers.values()].map(async ({ destination: d }) => {
         const info = await this.#jsm.consumers.info(EVENTS_STREAM, consumerName(d.namespace, d.name));
-        return { destination: `${d.namespace}/${d.name}`, pending: info.num_pending, inFlight: info.num_ack_pending, deadLetters: perSubject[dlqSubject(d.namespace, d.name)] ?? 0 };
+        return {
+          destination: `${d.namespace}/${d.name}`, pending: info.num_pending, inFlight: info.num_ack_pending, deadLetters: perSubject[dlqSubject(d.namespace, d.name)] ?? 0,
+          oldestAgeSeconds: info.num_pending + info.num_ack_pending > 0 ? await this.#oldestAgeSeconds(info) : 0,
+        };
       }),
     );
     return {
       destinations: read.flatMap((r) => (r.status === "fulfilled" ? [r.value] : [])),
       ...(dlq ? { deadLetterStream: { bytes: dlq.state.bytes, maxBytes: dlq.config.max_bytes } } : {}),
     };
+  }
+
+  /**
+   * How long ago the oldest message the consumer has not acked was stored: the first message of
+   * its subjects after its ack floor (every one below the floor is acked, and the floor stops
+   * at the first that is not). One stream read per filter subject; undefined when NATS cannot tell.
+   */
+  async #oldestAgeSeconds(info: ConsumerInfo): Promise<number | undefined> {
+    const filters = info.config.filter_subjects ?? (info.config.filter_subject ? [info.config.filter_subject] : []);
+    const seq = info.ack_floor.stream_seq + 1;
+    const firsts = await Promise.all(
+      // STREAM.MSG.GET takes next_by_subj with seq (the first match at or after it); nats.js types
+      // it for direct gets only, which the stream does not allow.
+      filters.map((subject) => this.#jsm.streams.getMessage(EVENTS_STREAM, { seq, next_by_subj: subject } as unknown as MsgRequest).catch(() => null)),
+    );
+    let oldest: Date | undefined;
+    for (const m of firsts) if (m && (oldest === undefined || m.time < oldest)) oldest = m.time;
+    return oldest === undefined ? undefined : Math.max(0, (Date.now() - oldest.getTime()) / 1000);
   }
 
   /** Ready while JetStream answers. */

@@ -63,6 +63,17 @@ export class UrlPauses {
     return state && state.until > now ? state.until : 0;
   }
 
+  /**
+   * The URLs no message is sent to now, and why: a Retry-After until it ends, a breaker until a
+   * probe gets an answer (its probe in flight included). For the gauge a scrape reads.
+   */
+  *paused(now: number): Generator<{ url: string; reason: "unreachable" | "retry_after" }> {
+    for (const [url, state] of this.#urls) {
+      if (state.unreachable >= this.#options.threshold) yield { url, reason: "unreachable" };
+      else if (state.until > now) yield { url, reason: "retry_after" };
+    }
+  }
+
   /** What paused the URL (its last failure while paused), if it is or was paused. */
   causeOf(url: string): AttemptOutcome | undefined {
     return this.#urls.get(url)?.cause;

@@ -12,7 +12,7 @@ import { EVENTS_STREAM, attemptsSubject, consumerName, dlqSubject, replaySubject
 import { type AttemptOutcome, backoffMs, combine, nextRoundDelayMs } from "./outcome.ts";
 import { signingKeys, standardWebhookHeaders, webhookBody, xSignature, type DeliverableMessage, type SigningKeys } from "./payload.ts";
 import { routesTo } from "./routing.ts";
-import type { DeliveryMetrics } from "./metrics.ts";
+import type { DeliveryMetrics, PausedUrl } from "./metrics.ts";
 import { ConsumerWatch, type ConsumerPosition } from "./consumer-watch.ts";
 import type { SlotShare } from "./limit.ts";
 import type { SendRequest, SendResult } from "./sender.ts";
@@ -589,6 +589,12 @@ export class DestinationWorker {
       this.#sources.set(subject, source);
     }
     return source;
+  }
+
+  /** The destination's URLs no message is sent to now (as logs show them), and why. */
+  pausedUrls(now = Date.now()): PausedUrl[] {
+    if (this.#pauses.empty) return [];
+    return [...this.#pauses.paused(now)].map(({ url, reason }) => ({ url: this.#shownUrl(url), reason }));
   }
 
   /** A URL as records and logs show it (redacted). */

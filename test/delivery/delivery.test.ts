@@ -373,6 +373,10 @@ describe("review regressions", () => {
     expect(Date.now() - started).toBeLessThan(8_000);
     expect(env.receiver.requests("/dead-backup").length).toBeLessThan(60);
     expect(env.logs().some((l) => l.destination === "default/backup" && String(l.msg).startsWith("webhook URL is not answering"))).toBe(true);
+    // Nothing dead-letters while the other URL answers: the gauge is what tells someone.
+    const metrics = await env.metrics.registry.metrics();
+    expect(metrics).toContain(`trackhook_delivery_url_paused{destination="default/backup",url="${env.receiver.url("/dead-backup")}",reason="unreachable"} 1`);
+    expect(metrics).not.toContain(`trackhook_delivery_url_paused{destination="default/backup",url="${env.receiver.url("/backup-ok")}"`);
   });
 
   it("a message dead-lettered while its URL was paused names what paused it (found by a review: tens of thousands said only url_paused for a receiver refusing connections)", async () => {
@@ -415,10 +419,13 @@ describe("review regressions", () => {
     for (let i = 2; i <= 4; i++) await send(key, "/v1/track", { userId: "u1", event: "Next", messageId: `ra-${i}` });
     await new Promise((r) => setTimeout(r, 1_500));
     expect(env.receiver.requests("/ra-3s")).toHaveLength(1);
+    const paused = `trackhook_delivery_url_paused{destination="default/ratelimited",url="${env.receiver.url("/ra-3s")}",reason="retry_after"} 1`;
+    expect(await env.metrics.registry.metrics()).toContain(paused);
     const all = await env.receiver.waitFor("/ra-3s", 5, 15_000);
     for (const r of all.slice(1)) expect(r.at - first!.at).toBeGreaterThanOrEqual(3_000);
     const delivered = new Set(all.slice(1).map((r) => JSON.parse(r.body.toString()).messageId));
     expect(delivered).toEqual(new Set(["ra-1", "ra-2", "ra-3", "ra-4"]));
+    expect(await env.metrics.registry.metrics()).not.toContain(paused);
   });
 
   it("a disabled destination is sent nothing more, even what it had buffered", async () => {
@@ -485,5 +492,32 @@ describe("observability", () => {
     expect(text).toMatch(/trackhook_delivery_dead_letters\{destination="default\/gone"\} 1/);
     expect(text).toMatch(/trackhook_delivery_consumer_pending_messages\{destination="default\/kinds"\} 0/);
     expect(text).toMatch(/trackhook_delivery_attempt_duration_seconds_count\{destination="default\/kinds"\} 6/);
+    expect(text).toMatch(/trackhook_delivery_oldest_message_age_seconds\{destination="default\/kinds"\} 0\n/);
+  });
+
+  it("the oldest-message gauge tells how long a destination's oldest message not yet acked has waited, whichever of its sources it came from; 0 once none waits", async () => {
+    let stuck = true;
+    env.receiver.on("/aged", (req, _n, res) => {
+      const { messageId } = JSON.parse(req.body.toString()) as { messageId: string };
+      res.writeHead(messageId === "aged-old" && stuck ? 503 : 200).end();
+    });
+    const first = env.addSource("aged-a");
+    const second = env.addSource("aged-b");
+    await env.setDestination("aged", { sources: ["aged-a", "aged-b"], urls: [env.receiver.url("/aged")] });
+    await send(second, "/v1/track", { userId: "u1", event: "Old", messageId: "aged-old" });
+    await env.receiver.waitFor("/aged", 1);
+    await new Promise((r) => setTimeout(r, 2_000));
+    // Later messages of the other source are delivered and acked past it: the oldest stays the stuck one.
+    for (let i = 0; i < 5; i++) await send(first, "/v1/track", { userId: "u1", event: "New", messageId: `aged-new-${i}` });
+    await env.receiver.waitFor("/aged", 6);
+    const age = async () => {
+      const found = /trackhook_delivery_oldest_message_age_seconds\{destination="default\/aged"\} (\S+)/.exec(await env.metrics.registry.metrics());
+      return found ? Number(found[1]) : undefined;
+    };
+    const waited = await age();
+    expect(waited).toBeGreaterThanOrEqual(2);
+    expect(waited).toBeLessThan(10);
+    stuck = false; // its retry, ~5 s after the 503, is delivered
+    await expect.poll(age, { timeout: 15_000, interval: 250 }).toBe(0);
   });
 });

@@ -158,15 +158,25 @@ describe("backoff", () => {
 });
 
 describe("delivery metrics", () => {
-  it("one scrape reads the backlog from JetStream once for its five gauges", async () => {
+  it("one scrape reads the backlog from JetStream once for its six gauges", async () => {
     const metrics = new DeliveryMetrics({ defaultMetrics: false });
     let reads = 0;
     metrics.readBacklogFrom(async () => {
       reads++;
-      return { destinations: [{ destination: "shop/crm", pending: 3, inFlight: 2, deadLetters: 1 }], deadLetterStream: { bytes: 900, maxBytes: 1000 } };
+      return {
+        destinations: [
+          { destination: "shop/crm", pending: 3, inFlight: 2, deadLetters: 1, oldestAgeSeconds: 12.5 },
+          // NATS could not tell its oldest message: no figure rather than a wrong one.
+          { destination: "shop/erp", pending: 1, inFlight: 0, deadLetters: 0, oldestAgeSeconds: undefined },
+        ],
+        deadLetterStream: { bytes: 900, maxBytes: 1000 },
+      };
     });
     const text = await metrics.registry.metrics();
     expect(reads).toBe(1);
+    expect(text).toContain('trackhook_delivery_oldest_message_age_seconds{destination="shop/crm"} 12.5');
+    expect(text).not.toContain('trackhook_delivery_oldest_message_age_seconds{destination="shop/erp"}');
+    expect(text).toContain('trackhook_delivery_consumer_pending_messages{destination="shop/erp"} 1');
     expect(text).toContain('trackhook_delivery_consumer_pending_messages{destination="shop/crm"} 3');
     expect(text).toContain('trackhook_delivery_in_flight_messages{destination="shop/crm"} 2');
     expect(text).toContain('trackhook_delivery_dead_letters{destination="shop/crm"} 1');

@@ -75,4 +75,21 @@ describe("UrlPauses", () => {
     for (let i = 0; i < 5; i++) pauses.note(URL, { kind: "retry", error: "tls_verification_failed" }, 0, 0);
     expect(pauses.claim(URL, 1, PROBE_MS)).toBe(true);
   });
+
+  it("paused() lists the URLs nothing is sent to now, and why: a breaker until its probe gets an answer, a Retry-After until it ends", () => {
+    const pauses = new UrlPauses(options);
+    const OTHER = "https://hooks.example/b";
+    const list = (now: number) => [...pauses.paused(now)];
+    pauses.note(URL, timeout, 0, 0);
+    pauses.note(URL, timeout, 0, 0);
+    expect(list(0)).toEqual([]); // not yet at the threshold
+    pauses.note(URL, timeout, 0, 0);
+    pauses.note(OTHER, { kind: "retry", status: 503, retryAfterMs: 10_000 }, 0, 0);
+    expect(list(500)).toEqual([{ url: URL, reason: "unreachable" }, { url: OTHER, reason: "retry_after" }]);
+    // The breaker's pause is over and its probe is out: still paused. The Retry-After has ended.
+    expect(pauses.claim(URL, 10_001, PROBE_MS)).toBe(true);
+    expect(list(10_001)).toEqual([{ url: URL, reason: "unreachable" }]);
+    pauses.note(URL, ok, 10_001, 10_050);
+    expect(list(10_050)).toEqual([]);
+  });
 });
