@@ -86,8 +86,11 @@ ${SELECTION_HELP}
     const url = natsUrl(values);
     const nc = await connectAdmin(url, "trackhook-replay");
     if (!nc) return;
+    // A long replay says how far it has got, every few seconds (on stderr: stdout keeps the result).
+    let moved = 0;
+    const progress = setInterval(() => process.stderr.write(`replaying to ${namespace}/${name}: ${count(moved, "message")} so far\n`), PROGRESS_EVERY_MS);
     try {
-      const { replayed } = await replayDeadLetters(nc, selection);
+      const { replayed } = await replayDeadLetters(nc, { ...selection, onProgress: (n) => (moved = n) });
       process.stdout.write(`replayed ${count(replayed, "message")} to ${namespace}/${name}\n`);
       if (replayed === 0 && selection.messageId !== undefined) {
         process.stderr.write(`no dead letter of message ${selection.messageId}${selection.sinceMs !== undefined ? " in that time" : ""}: \`trackhook dead-letters --destination ${namespace}/${name}\` lists them\n`);
@@ -99,9 +102,12 @@ ${SELECTION_HELP}
         fail(err.message);
       } else throw err;
     } finally {
+      clearInterval(progress);
       await nc.close();
     }
   },
 };
+
+const PROGRESS_EVERY_MS = 5_000;
 
 const count = (n: number, noun: string) => `${n} ${noun}${n === 1 ? "" : "s"}`;
