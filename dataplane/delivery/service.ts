@@ -13,6 +13,9 @@ import { DestinationWorker, changeOf, pullAhead, type WebhookSending } from "./w
 import type { ConsumerPosition } from "./consumer-watch.ts";
 import { DeliverySlots } from "./limit.ts";
 
+/** How long a scrape waits for JetStream's figures; what comes later is left out of that scrape. */
+const BACKLOG_READ_BUDGET_MS = 3_000;
+
 /** Default process-wide bound on messages in delivery, across all destinations. */
 export const DEFAULT_PROCESS_MAX_IN_FLIGHT = 1000;
 
@@ -129,22 +132,34 @@ export class DeliveryService {
    */
   async backlog(): Promise<DeliveryBacklogs> {
     if (!isNatsConnected(this.#deps.nc)) return { destinations: [] };
-    // A missing dead-letter stream (made again by the guard) must not blank every lag gauge.
-    const dlq = await this.#jsm.streams.info(DLQ_STREAM, { subjects_filter: DLQ_SUBJECTS }).catch(() => undefined);
-    const perSubject = (dlq?.state.subjects ?? {}) as Record<string, number>;
-    const read = await Promise.allSettled(
-      [...this.#workers.values()].map(async ({ destination: d }) => {
-        const info = await this.#jsm.consumers.info(EVENTS_STREAM, consumerName(d.namespace, d.name));
-        return {
-          destination: `${d.namespace}/${d.name}`, pending: info.num_pending, inFlight: info.num_ack_pending, deadLetters: perSubject[dlqSubject(d.namespace, d.name)] ?? 0,
-          oldestAgeSeconds: info.num_pending + info.num_ack_pending > 0 ? await this.#oldestAgeSeconds(info) : 0,
-        };
-      }),
-    );
-    return {
-      destinations: read.flatMap((r) => (r.status === "fulfilled" ? [r.value] : [])),
-      ...(dlq ? { deadLetterStream: { bytes: dlq.state.bytes, maxBytes: dlq.config.max_bytes } } : {}),
-    };
+    // What has not answered within the budget is left out of this scrape: a NATS node that hangs
+    // (the client notices within ~9 s) made every read wait out its 5 s timeout, one after
+    // another, and the chart's 10 s scrape timeout then lost every metric of the pod.
+    let timer: NodeJS.Timeout | undefined;
+    const budget = new Promise<undefined>((resolve) => (timer = setTimeout(() => resolve(undefined), BACKLOG_READ_BUDGET_MS)));
+    const inBudget = <T>(read: Promise<T>): Promise<T | undefined> => Promise.race([read.catch(() => undefined), budget]);
+    try {
+      // A missing dead-letter stream (made again by the guard) must not blank every lag gauge.
+      const dlqRead = inBudget(this.#jsm.streams.info(DLQ_STREAM, { subjects_filter: DLQ_SUBJECTS }));
+      const read = await Promise.all(
+        [...this.#workers.values()].map(async ({ destination: d }) => {
+          const info = await inBudget(this.#jsm.consumers.info(EVENTS_STREAM, consumerName(d.namespace, d.name)));
+          if (!info) return undefined;
+          const waiting = info.num_pending + info.num_ack_pending > 0;
+          return { key: dlqSubject(d.namespace, d.name), destination: `${d.namespace}/${d.name}`, info, oldestAgeSeconds: waiting ? await inBudget(this.#oldestAgeSeconds(info)) : 0 };
+        }),
+      );
+      const dlq = await dlqRead;
+      const perSubject = (dlq?.state.subjects ?? {}) as Record<string, number>;
+      return {
+        destinations: read.flatMap((r) =>
+          r ? [{ destination: r.destination, pending: r.info.num_pending, inFlight: r.info.num_ack_pending, deadLetters: perSubject[r.key] ?? 0, oldestAgeSeconds: r.oldestAgeSeconds }] : [],
+        ),
+        ...(dlq ? { deadLetterStream: { bytes: dlq.state.bytes, maxBytes: dlq.config.max_bytes } } : {}),
+      };
+    } finally {
+      clearTimeout(timer);
+    }
   }
 
   /**

@@ -362,6 +362,31 @@ describe("delivery service", () => {
     }
   });
 
+  it("a scrape while NATS hangs answers within its budget, leaving out what JetStream did not tell in time (found by a review: each read waited out its timeout in turn, past the chart's 10 s scrape timeout)", { timeout: 60_000 }, async () => {
+    const own = await startNats();
+    await ensureStream(own.jsm, eventsStreamConfig(DEFAULT_STREAM));
+    const metrics = new DeliveryMetrics({ defaultMetrics: false });
+    const service = await start(new ConfigHolder(configOf([{ name: "frozen", url: receiver.url("/frozen") }])), { on: own, metrics });
+    const pid = own.server.pid!;
+    try {
+      await publishTo("frozen", own)("f-1");
+      await receiver.waitFor("/frozen", 1);
+      expect(await metrics.registry.metrics()).toContain('trackhook_delivery_consumer_pending_messages{destination="default/frozen"} 0');
+      process.kill(pid, "SIGSTOP"); // a paused VM, a partition: TCP stays up, nothing answers
+      const started = Date.now();
+      const text = await metrics.registry.metrics();
+      expect(Date.now() - started).toBeLessThan(4_500);
+      expect(text).toContain("trackhook_delivery_destination_up"); // the scrape itself is whole
+      expect(text).not.toContain('trackhook_delivery_consumer_pending_messages{destination="default/frozen"}');
+      process.kill(pid, "SIGCONT");
+      await expect.poll(async () => await metrics.registry.metrics(), { timeout: 20_000, interval: 500 }).toContain('trackhook_delivery_consumer_pending_messages{destination="default/frozen"} 0');
+    } finally {
+      process.kill(pid, "SIGCONT");
+      await service.stop();
+      await own.stop();
+    }
+  });
+
   it("a receiver that answers again while the dead-letter stream is full gets the messages waiting for it (found by a review: 0 requests in 150 s, the slots held by dead letters refused)", async () => {
     const own = await startNats();
     const ownReceiver = await startReceiver();
