@@ -578,7 +578,7 @@ async function main(): Promise<void> {
     const ceilingUs = round((sum(ceilings.map((c) => ((c.cpu.bench ?? NaN) / 100) * c.seconds)) * 1e6) / sum(ceilings.map((c) => c.result.sent)), 1);
     const last = drains[drains.length - 1]!;
     log(`    in sum: C ${fmt(ceilingRate)} requests/s, deliver ${fmt(deliveryRate)} messages/s = ${round(ratio, 3)} of the ceiling (per round: ${drains.map((d, i) => round(d.rate / ceilings[i]!.rate, 3)).join(", ")})`);
-    log(`    every round: each message arrived once ${backlogCheck ? "OK" : "MISMATCH"}; last round's consumer after: ${last.settled.pending} pending, ${last.settled.ackPending} unacknowledged, ${last.settled.redelivered} redelivered; ${fmt(last.attempts)} attempt records; DLQ ${fmt(dlq)}`);
+    log(`    every round: each message arrived once ${backlogCheck ? "OK" : "MISMATCH"}; last round's consumer after: ${last.settled.pending} pending, ${last.settled.ackPending} unacknowledged, ${last.settled.redelivered} redelivered; ${fmt(last.attempts)} messages of attempt records (a turn's records share one); DLQ ${fmt(dlq)}`);
     log(`    CPU per message: deliver ${usPerMessage("deliver")} us, nats-server ${usPerMessage("nats")} us, receiver ${usPerMessage("receiver")} us; bare undici ${ceilingUs} us per request`);
     // What a delivered message costs the machine: with every core busy all the time, delivery could
     // reach at most cores × 1e6 / that messages per second, however the work were spread.
@@ -672,7 +672,7 @@ async function main(): Promise<void> {
         cpuUsPerMessage: { deliver: usPerMessage("deliver"), nats: usPerMessage("nats"), receiver: usPerMessage("receiver") },
         rounds: drains.map((d) => ({
           perSecond: round(d.rate, 0), arrivalSeconds: round(d.arrivalSeconds, 3), published: d.pub.published, publishPerSecond: round(d.pub.perSecond, 0), publishFailures: d.pub.failures,
-          stored: d.stored, received: d.stats.count, distinct: d.stats.distinct, check: d.check, complete: d.drain.result.complete, consumer: d.settled, attemptRecords: d.attempts, cpuPct: d.drain.cpu,
+          stored: d.stored, received: d.stats.count, distinct: d.stats.distinct, check: d.check, complete: d.drain.result.complete, consumer: d.settled, attemptRecordMessages: d.attempts, cpuPct: d.drain.cpu,
         })),
       },
       latency: {

@@ -328,16 +328,30 @@ export async function* readAttempts(nc: NatsConnection, options: AttemptsOptions
   let left = options.limit ?? Number.POSITIVE_INFINITY;
   if (left <= 0) return;
   for await (const m of readStored(jetstream(nc), ATTEMPTS_STREAM, attemptsSubject(options.namespace, options.destination), startTime ? { startTime } : {})) {
-    let record: AttemptRecord;
-    try {
-      record = m.json<AttemptRecord>();
-    } catch {
-      continue; // not written by a worker
+    for (const record of attemptRecordsIn(m.string())) {
+      if (options.messageId !== undefined && record.messageId !== options.messageId) continue;
+      yield record;
+      if (--left === 0) return;
     }
-    if (options.messageId !== undefined && record.messageId !== options.messageId) continue;
-    yield record;
-    if (--left === 0) return;
   }
+}
+
+/**
+ * The records of one TRACKHOOK_ATTEMPTS message: one JSON record per line (a worker publishes a
+ * turn's records together; before 0.3 every message held one). Lines that are not a record (not
+ * written by a worker) are passed over.
+ */
+export function attemptRecordsIn(text: string): AttemptRecord[] {
+  const records: AttemptRecord[] = [];
+  for (const line of text.split("\n")) {
+    try {
+      const record: unknown = JSON.parse(line);
+      if (record !== null && typeof record === "object" && !Array.isArray(record)) records.push(record as AttemptRecord);
+    } catch {
+      // not JSON
+    }
+  }
+  return records;
 }
 
 export interface TailOptions {

@@ -168,6 +168,8 @@ const TIMEOUT_LOG_INTERVAL_MS = 10_000;
 const RETRY_AFTER_LOG_INTERVAL_MS = 60_000;
 /** A message whose dead letter was refused comes back this much later. */
 const DEAD_LETTER_RETRY_MS = 60_000;
+/** Attempt records per NATS message: ~300 bytes each (up to ~1 KB with a response), far below max_payload. */
+const RECORDS_PER_MESSAGE = 100;
 
 interface RoundState {
   dead: Set<string>;
@@ -216,6 +218,8 @@ export class DestinationWorker {
   /** When the dead-letter stream last refused one of this destination's messages. */
   #deadLetterRefusedAt = -Infinity;
   readonly #attemptsSubject: string;
+  /** Attempt records of this turn not yet published (see #publishRecords). */
+  #records: string[] = [];
   readonly #replaySubject: string;
   /** The destination's own headers, names lower-cased once. */
   #customHeaders: Record<string, string>;
@@ -536,16 +540,27 @@ export class DestinationWorker {
         outcome: o.kind, latencyMs: Math.round(r.latencyMs), at: isoTimestamp(sentAt), ...replay,
         ...(status !== undefined ? { status } : {}), ...(error ? { error } : {}), ...(r.responseSnippet ? { response: r.responseSnippet } : {}),
       };
-      // As bytes: nats.js would encode a string with TextEncoder, which allocates per call
-      // (1.3-1.8 µs for a record, against 0.2 µs for Buffer.from and its shared pool).
-      const payload = Buffer.from(JSON.stringify(record));
-      this.#turn.add(() => {
-        try {
-          this.#nc.publish(this.#attemptsSubject, payload);
-        } catch (err) {
-          this.#log.warn({ err: (err as Error).message }, "attempt record not published");
-        }
-      });
+      if (this.#records.push(JSON.stringify(record)) === 1) this.#turn.add(() => this.#publishRecords());
+    }
+  }
+
+  /**
+   * The turn's attempt records, one JSON record per line, up to RECORDS_PER_MESSAGE a message:
+   * a stream message per record cost nats-server ~5 µs of CPU each (a third of what it spent per
+   * delivered message in the benchmark), 30 to a message under 1 µs each; and in a replicated
+   * stream every message is a consensus round.
+   */
+  #publishRecords(): void {
+    const records = this.#records;
+    this.#records = [];
+    for (let i = 0; i < records.length; i += RECORDS_PER_MESSAGE) {
+      // As bytes: nats.js would encode a string with TextEncoder, which allocates per call.
+      const payload = Buffer.from(records.slice(i, i + RECORDS_PER_MESSAGE).join("\n"));
+      try {
+        this.#nc.publish(this.#attemptsSubject, payload);
+      } catch (err) {
+        this.#log.warn({ err: (err as Error).message }, "attempt records not published");
+      }
     }
   }
 

@@ -9,6 +9,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { createServer, type AddressInfo } from "node:net";
 import { describe, expect, it } from "vitest";
+import { attemptRecordsIn } from "../../dataplane/delivery/admin.ts";
 import { ATTEMPTS_STREAM, DLQ_STREAM } from "../../dataplane/nats/mod.ts";
 import { basic, post } from "../harness/ingest.ts";
 import { useDelivery, type DestinationSpec } from "../harness/delivery.ts";
@@ -36,7 +37,7 @@ async function attemptRecords(name: string): Promise<Array<Record<string, unknow
   const out = [];
   for (let seq = info.state.first_seq; seq <= info.state.last_seq && info.state.messages > 0; seq++) {
     const m = await env.nats.jsm.streams.getMessage(ATTEMPTS_STREAM, { seq }).catch(() => null);
-    if (m && m.subject === `trackhook.attempts.default.${name}`) out.push(m.json<Record<string, unknown>>());
+    if (m && m.subject === `trackhook.attempts.default.${name}`) out.push(...(attemptRecordsIn(m.string()) as unknown as Array<Record<string, unknown>>));
   }
   return out;
 }
@@ -482,6 +483,26 @@ describe("observability", () => {
   it("attempt records carry status, latency and the first bytes of the response", async () => {
     const records = await attemptRecords("gone");
     expect(records).toEqual(expect.arrayContaining([expect.objectContaining({ status: 404, outcome: "permanent", response: "nope", attempt: 1, latencyMs: expect.any(Number) })]));
+  });
+
+  it("the attempt records of one turn share a stream message, one record per line, and every attempt has its record", async () => {
+    // Held until all 50 have come, then answered at once: their results are handled in one turn or few.
+    const held: Array<() => void> = [];
+    env.receiver.on("/records", (_req, _n, res) => {
+      held.push(() => res.end("ok"));
+      if (held.length === 50) for (const answerOne of held) answerOne();
+    });
+    const key = await addDestination("records", { urls: [env.receiver.url("/records")], maxInFlight: 50 });
+    const batch = Array.from({ length: 50 }, (_, i) => ({ type: "track", userId: "u1", event: "Recorded", messageId: `rec-${i}` }));
+    await send(key, "/v1/batch", { batch });
+    await env.receiver.waitFor("/records", 50);
+    await expect.poll(async () => (await attemptRecords("records")).length, { timeout: 10_000, interval: 100 }).toBe(50);
+    const records = await attemptRecords("records");
+    expect(new Set(records.map((r) => r.messageId))).toEqual(new Set(batch.map((m) => m.messageId)));
+    expect(records.every((r) => r.status === 200 && r.outcome === "delivered")).toBe(true);
+    const info = await env.nats.jsm.streams.info(ATTEMPTS_STREAM, { subjects_filter: "trackhook.attempts.default.records" });
+    const messages = (info.state.subjects as Record<string, number> | undefined)?.["trackhook.attempts.default.records"];
+    expect(messages).toBeLessThan(25);
   });
 
   it("metrics count deliveries and attempts, and gauges read lag and dead letters from JetStream", async () => {
