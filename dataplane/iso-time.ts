@@ -29,17 +29,33 @@ function dayPrefix(day: number): string {
   return prefix;
 }
 
+// The last second formatted ("2026-01-15T10:00:00."), and the last result: the ingest formats
+// receivedAt (the same second for every request in it) and an SDK's timestamp, which
+// originalTimestamp and timestamp often share. Each string built by parts is a rope that
+// JSON.stringify must flatten again, so reusing one saves both.
+let lastSecond = NaN;
+let lastSecondPrefix = "";
+let lastMs = NaN;
+let lastText = "";
+
 /** `new Date(ms).toISOString()` for a valid time value (throws RangeError otherwise, as it does). */
 export function isoTimestamp(ms: number): string {
+  if (ms === lastMs) return lastText;
   // Before 1970, fractional or past year 9999: rare, so left to the built-in.
   if (!(ms >= 0 && ms < YEAR_10000_MS) || !Number.isInteger(ms)) return new Date(ms).toISOString();
-  const day = Math.floor(ms / DAY_MS);
-  let rest = ms - day * DAY_MS;
-  const millis = rest % 1000;
-  rest = (rest - millis) / 1000;
-  const seconds = rest % 60;
-  rest = (rest - seconds) / 60;
-  const minutes = rest % 60;
-  const hours = (rest - minutes) / 60;
-  return `${dayPrefix(day)}${TWO_DIGITS[hours]}:${TWO_DIGITS[minutes]}:${TWO_DIGITS[seconds]}.${THREE_DIGITS[millis]}Z`;
+  const millis = ms % 1000;
+  const second = (ms - millis) / 1000;
+  if (second !== lastSecond) {
+    const day = Math.floor(ms / DAY_MS);
+    let rest = second - day * (DAY_MS / 1000);
+    const seconds = rest % 60;
+    rest = (rest - seconds) / 60;
+    const minutes = rest % 60;
+    const hours = (rest - minutes) / 60;
+    lastSecondPrefix = `${dayPrefix(day)}${TWO_DIGITS[hours]}:${TWO_DIGITS[minutes]}:${TWO_DIGITS[seconds]}.`;
+    lastSecond = second;
+  }
+  lastMs = ms;
+  lastText = `${lastSecondPrefix}${THREE_DIGITS[millis]}Z`;
+  return lastText;
 }

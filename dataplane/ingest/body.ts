@@ -120,9 +120,8 @@ function drain(raw: Readable, alreadyRead: number): void {
  * limited here (JSON.parse does not recurse): the message routes refuse each message nested
  * deeper than MAX_JSON_DEPTH on its own, so one such item does not cost a batch its others.
  */
-export function parseJsonObject(body: Buffer): Record<string, unknown> {
-  let text = body.toString("utf8");
-  if (text.charCodeAt(0) === 0xfeff) text = text.slice(1);
+export function parseJsonObject(body: Buffer | string): Record<string, unknown> {
+  const text = typeof body === "string" ? body : jsonText(body);
   let parsed: unknown;
   try {
     parsed = parseJson(text);
@@ -133,21 +132,28 @@ export function parseJsonObject(body: Buffer): Record<string, unknown> {
   return parsed as Record<string, unknown>;
 }
 
+/** A body as text, without a UTF-8 BOM. */
+export function jsonText(body: Buffer): string {
+  const text = body.toString("utf8");
+  return text.charCodeAt(0) === 0xfeff ? text.slice(1) : text;
+}
+
 const QUOTE = 0x22, BACKSLASH = 0x5c, OPEN_BRACE = 0x7b, OPEN_BRACKET = 0x5b, CLOSE_BRACE = 0x7d, CLOSE_BRACKET = 0x5d;
 
 /** Whether JSON text nests objects/arrays deeper than `max`, ignoring brackets inside strings. */
-export function jsonDepthExceeds(bytes: Buffer, max: number): boolean {
-  // Fewer than `max` opening brackets cannot nest deeper than `max`; counting them with the native
-  // indexOf is far cheaper than the byte loop below, which typical messages never reach.
+export function jsonDepthExceeds(text: string, max: number): boolean {
+  // Fewer than `max` opening brackets cannot nest deeper than `max`; counting them with indexOf is
+  // far cheaper than the loop below, which typical messages never reach. (On the text, not the
+  // Buffer: Buffer's indexOf crosses into C++ on every call, ~5x the cost for a track call.)
   let opening = 0;
-  for (const bracket of [OPEN_BRACE, OPEN_BRACKET]) {
-    for (let at = bytes.indexOf(bracket); at !== -1 && opening <= max; at = bytes.indexOf(bracket, at + 1)) opening++;
+  for (const bracket of ["{", "["]) {
+    for (let at = text.indexOf(bracket); at !== -1 && opening <= max; at = text.indexOf(bracket, at + 1)) opening++;
   }
   if (opening <= max) return false;
   let depth = 0;
   let inString = false;
-  for (let i = 0; i < bytes.length; i++) {
-    const b = bytes[i];
+  for (let i = 0; i < text.length; i++) {
+    const b = text.charCodeAt(i);
     if (inString) {
       if (b === BACKSLASH) i++;
       else if (b === QUOTE) inString = false;

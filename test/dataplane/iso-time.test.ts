@@ -32,6 +32,13 @@ describe("isoTimestamp", () => {
     }
   });
 
+  it("equals toISOString for repeated instants and runs within one second (the remembered second and result)", () => {
+    const start = Date.UTC(2026, 0, 15, 10, 0, 59, 990);
+    for (const ms of [start, start, start + 1, start + 9, start + 10, start + 10, start - 1000, start + 10]) {
+      expect(isoTimestamp(ms), String(ms)).toBe(builtIn(ms));
+    }
+  });
+
   it("throws RangeError for an invalid time value, as toISOString does", () => {
     for (const ms of [NaN, Infinity, -Infinity, 8.64e15 + 1]) expect(() => isoTimestamp(ms)).toThrow(RangeError);
   });

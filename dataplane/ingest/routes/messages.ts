@@ -4,7 +4,7 @@ import type { FastifyInstance, FastifyRequest } from "fastify";
 import { describeErrors, validateBatchBody, type MessageType } from "../../../schema/mod.ts";
 import { judge, type RejectReason } from "../accept.ts";
 import { authenticate } from "../auth.ts";
-import { MAX_JSON_DEPTH, jsonDepthExceeds, nestedDeeperThan, parseJsonObject, readBoundedBody } from "../body.ts";
+import { MAX_JSON_DEPTH, jsonDepthExceeds, jsonText, nestedDeeperThan, parseJsonObject, readBoundedBody } from "../body.ts";
 import { enrich, type BatchDefaults } from "../enrich.ts";
 import { checkableField } from "../../json.ts";
 import { errors } from "../errors.ts";
@@ -73,7 +73,8 @@ async function handle(state: IngestState, request: FastifyRequest, config: Route
   const isBatch = config.endpoint === "batch";
   const limit = isBatch ? limits.batchBytes : limits.singleBytes;
   const raw = await readBoundedBody(stream, request.headers, limit, () => (isBatch ? errors.batchTooLarge(limit) : errors.requestTooLarge(limit)));
-  const body = parseJsonObject(raw);
+  const text = jsonText(raw);
+  const body = parseJsonObject(text);
   const source = authenticate(state.directory, request.headers.authorization, body.writeKey);
   const sourceId = `${source.namespace}/${source.name}`;
 
@@ -93,8 +94,8 @@ async function handle(state: IngestState, request: FastifyRequest, config: Route
     items = [body];
   }
   // Only a body deeper than MAX_JSON_DEPTH can hold a message too deep to accept; the check on
-  // its bytes is cheap, and each item is walked once only when it fails.
-  const deep = jsonDepthExceeds(raw, MAX_JSON_DEPTH) ? tooDeep(items, batch) : undefined;
+  // its text is cheap, and each item is walked once only when it fails.
+  const deep = jsonDepthExceeds(text, MAX_JSON_DEPTH) ? tooDeep(items, batch) : undefined;
   // Only a body larger than the item limit can hold an item over it. An item too deep to
   // serialise is not measured: it is not accepted below.
   if (batch && raw.length > limits.itemBytes) {
