@@ -25,6 +25,8 @@ export interface DeliveryBacklogs {
 
 /** A webhook URL no message is sent to for now (redacted, as logs show it), and why. */
 export interface PausedUrl {
+  /** Its position in the destination's `urls` (from 0). */
+  index: number;
   url: string;
   reason: "unreachable" | "retry_after";
 }
@@ -159,12 +161,12 @@ export class DeliveryMetrics {
     // letters, and without this nobody hears that a receiver has been down for hours.
     new Gauge({
       name: "trackhook_delivery_url_paused",
-      help: "1 per webhook URL (redacted) that no message is sent to for now, by reason: unreachable (no answer; probed now and then) or retry_after (the receiver asked)",
-      labelNames: ["destination", "url", "reason"] as const,
+      help: "1 per webhook URL (its position in spec.urls, and redacted) that no message is sent to for now, by reason: unreachable (no answer; the next message after the pause probes it) or retry_after (the receiver asked)",
+      labelNames: ["destination", "url_index", "url", "reason"] as const,
       registers: [this.registry],
       collect() {
         this.reset();
-        for (const d of destinations()) for (const p of d.pausedUrls) this.set({ destination: d.destination, url: p.url, reason: p.reason }, 1);
+        for (const d of destinations()) for (const p of d.pausedUrls) this.set({ destination: d.destination, url_index: String(p.index), url: p.url, reason: p.reason }, 1);
       },
     });
   }

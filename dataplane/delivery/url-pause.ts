@@ -64,13 +64,14 @@ export class UrlPauses {
   }
 
   /**
-   * The URLs no message is sent to now, and why: a Retry-After until it ends, a breaker until a
-   * probe gets an answer (its probe in flight included). For the gauge a scrape reads.
+   * The URLs no message is sent to now, and why: while a pause lasts (a breaker's probe in flight
+   * included). For the gauge a scrape reads. A breaker whose pause is over waits for the next
+   * message to probe it: with no traffic it is not known to be down, and is not listed (listed,
+   * a receiver back overnight kept its alert firing until the morning's first message).
    */
   *paused(now: number): Generator<{ url: string; reason: "unreachable" | "retry_after" }> {
     for (const [url, state] of this.#urls) {
-      if (state.unreachable >= this.#options.threshold) yield { url, reason: "unreachable" };
-      else if (state.until > now) yield { url, reason: "retry_after" };
+      if (state.until > now) yield { url, reason: state.unreachable >= this.#options.threshold ? "unreachable" : "retry_after" };
     }
   }
 

@@ -66,19 +66,28 @@ function isDeliverable(value: unknown): value is DeliverableMessage {
 
 /**
  * A URL as attempt records and logs show it: no credentials, no query string, and of the path
- * only its first segment. Tokens live in all three: Slack, Discord and Zapier put theirs in the
- * path (`hooks.slack.com/services/T…/B…/<token>`).
+ * only its first segment, and that only when it reads as a word. Tokens live in all three: Slack,
+ * Discord and Zapier put theirs in the path (`hooks.slack.com/services/T…/B…/<token>`), Make and
+ * webhook.site in its only segment (`hook.eu1.make.com/<token>`).
  */
 export function redactUrl(url: string): string {
   try {
     const parsed = new URL(url);
     const [first, ...more] = parsed.pathname.split("/").filter(Boolean);
-    const path = more.length > 0 ? `/${first}/…` : parsed.pathname;
+    const shown = first === undefined ? "/" : WORD_SEGMENT.test(first) ? `/${first}` : "/…";
+    const path = more.length > 0 && shown !== "/…" ? `${shown}/…` : shown;
     return `${parsed.origin}${path}${parsed.search ? "?…" : ""}`;
   } catch {
     return "(invalid URL)";
   }
 }
+
+/**
+ * A path segment shown as is: lowercase letters and `.`, `_`, `-`, up to 32 (`hooks`, `segment`,
+ * `webhook-in`), or up to 8 with digits too (`v1`, `api2`). A token has capitals, or digits and
+ * length (Make's are 32 lowercase letters and digits, webhook.site's UUIDs).
+ */
+const WORD_SEGMENT = /^(?:[a-z][a-z._-]{0,31}|[a-z0-9][a-z0-9._-]{0,7})$/;
 
 export interface AttemptRecord {
   destination: string;
@@ -609,7 +618,8 @@ export class DestinationWorker {
   /** The destination's URLs no message is sent to now (as logs show them), and why. */
   pausedUrls(now = Date.now()): PausedUrl[] {
     if (this.#pauses.empty) return [];
-    return [...this.#pauses.paused(now)].map(({ url, reason }) => ({ url: this.#shownUrl(url), reason }));
+    // The position tells apart URLs that redact alike (two Slack webhooks: hooks.slack.com/services/…).
+    return [...this.#pauses.paused(now)].map(({ url, reason }) => ({ index: this.#destination.urls.indexOf(url), url: this.#shownUrl(url), reason }));
   }
 
   /** A URL as records and logs show it (redacted). */

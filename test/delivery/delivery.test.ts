@@ -376,8 +376,8 @@ describe("review regressions", () => {
     expect(env.logs().some((l) => l.destination === "default/backup" && String(l.msg).startsWith("webhook URL is not answering"))).toBe(true);
     // Nothing dead-letters while the other URL answers: the gauge is what tells someone.
     const metrics = await env.metrics.registry.metrics();
-    expect(metrics).toContain(`trackhook_delivery_url_paused{destination="default/backup",url="${env.receiver.url("/dead-backup")}",reason="unreachable"} 1`);
-    expect(metrics).not.toContain(`trackhook_delivery_url_paused{destination="default/backup",url="${env.receiver.url("/backup-ok")}"`);
+    expect(metrics).toContain(`trackhook_delivery_url_paused{destination="default/backup",url_index="1",url="${env.receiver.url("/dead-backup")}",reason="unreachable"} 1`);
+    expect(metrics).not.toContain(`trackhook_delivery_url_paused{destination="default/backup",url_index="0"`);
   });
 
   it("a message dead-lettered while its URL was paused names what paused it (found by a review: tens of thousands said only url_paused for a receiver refusing connections)", async () => {
@@ -420,7 +420,7 @@ describe("review regressions", () => {
     for (let i = 2; i <= 4; i++) await send(key, "/v1/track", { userId: "u1", event: "Next", messageId: `ra-${i}` });
     await new Promise((r) => setTimeout(r, 1_500));
     expect(env.receiver.requests("/ra-3s")).toHaveLength(1);
-    const paused = `trackhook_delivery_url_paused{destination="default/ratelimited",url="${env.receiver.url("/ra-3s")}",reason="retry_after"} 1`;
+    const paused = `trackhook_delivery_url_paused{destination="default/ratelimited",url_index="0",url="${env.receiver.url("/ra-3s")}",reason="retry_after"} 1`;
     expect(await env.metrics.registry.metrics()).toContain(paused);
     const all = await env.receiver.waitFor("/ra-3s", 5, 15_000);
     for (const r of all.slice(1)) expect(r.at - first!.at).toBeGreaterThanOrEqual(3_000);

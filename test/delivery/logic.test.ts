@@ -109,6 +109,16 @@ describe("attempt records", () => {
     expect(redactUrl("https://hooks.slack.com/services/T0001/B0002/XXXXXXXXXXXXXXXXXXXXXXXX")).toBe("https://hooks.slack.com/services/…");
     expect(redactUrl("https://discord.com/api/webhooks/123/abc-token")).toBe("https://discord.com/api/…");
     expect(redactUrl("https://hooks.example.com/")).toBe("https://hooks.example.com/");
+    expect(redactUrl("https://hooks.example.com")).toBe("https://hooks.example.com/");
+    // A token as the only segment (found by a review: shown whole in logs, records and a metric label).
+    expect(redactUrl("https://hook.eu1.make.com/abcd1234secrettokenxyz")).toBe("https://hook.eu1.make.com/…");
+    expect(redactUrl("https://webhook.site/0f6c3a5e-8a4b-4c1e-9d2f-3b7a1c9e5d40")).toBe("https://webhook.site/…");
+    expect(redactUrl("https://hooks.example.com/QWErtyUIOpasDFGhjkLZXcvbnm")).toBe("https://hooks.example.com/…");
+    expect(redactUrl("https://hooks.zapier.com/hooks/catch/123456/abcdef/")).toBe("https://hooks.zapier.com/hooks/…");
+    expect(redactUrl("https://hooks.example.com/0123abcd9f/more")).toBe("https://hooks.example.com/…");
+    expect(redactUrl("https://hooks.example.com/segment-events?token=x")).toBe("https://hooks.example.com/segment-events?…");
+    expect(redactUrl("https://hooks.example.com/v1/in")).toBe("https://hooks.example.com/v1/…");
+    expect(redactUrl("https://hooks.example.com/7f3a9c21e4")).toBe("https://hooks.example.com/…");
   });
 });
 
