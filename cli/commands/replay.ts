@@ -1,7 +1,7 @@
 // `trackhook replay`: moves a destination's dead letters back for delivery to that destination only.
 // Also holds what the admin commands (replay, dead-letters, attempts, tail) share: the NATS flag and names.
 import { connect, type NatsConnection } from "@nats-io/transport-node";
-import { ReplayInterruptedError, ReplayTargetError, destinationConsumer, replayDeadLetters, type DeadLetterSelection, type DestinationRef } from "../../dataplane/delivery/admin.ts";
+import { REPLAY_IN_FLIGHT, ReplayInterruptedError, ReplayTargetError, destinationConsumer, replayDeadLetters, type DeadLetterSelection, type DestinationRef } from "../../dataplane/delivery/admin.ts";
 import { NatsAuthError, assertNoCredentialsInUrl, isAuthError, natsAuthOptions } from "../../dataplane/nats/mod.ts";
 import { DEFAULT_NAMESPACE } from "../../dataplane/config/mod.ts";
 import { isDnsLabel } from "../../schema/mod.ts";
@@ -89,8 +89,19 @@ ${SELECTION_HELP}
     // A long replay says how far it has got, every few seconds (on stderr: stdout keeps the result).
     let moved = 0;
     const progress = setInterval(() => process.stderr.write(`replaying to ${namespace}/${name}: ${count(moved, "message")} so far\n`), PROGRESS_EVERY_MS);
+    // Ctrl-C lets the dead letters being moved finish, so that none is left both replayed and in
+    // the DLQ (to be delivered twice by a replay after the duplicate window), and says how many
+    // moved. A second one exits at once.
+    const stop = new AbortController();
+    const onSignal = (signal: NodeJS.Signals) => {
+      if (stop.signal.aborted) process.exit(130);
+      process.stderr.write(`${signal}: finishing the dead letters being moved; again to exit at once (up to ${REPLAY_IN_FLIGHT} may then be both replayed and still in the DLQ)\n`);
+      stop.abort(new Error(`stopped by ${signal}; the rest are still in the DLQ`));
+    };
+    process.on("SIGINT", onSignal);
+    process.on("SIGTERM", onSignal);
     try {
-      const { replayed } = await replayDeadLetters(nc, { ...selection, onProgress: (n) => (moved = n) });
+      const { replayed } = await replayDeadLetters(nc, { ...selection, onProgress: (n) => (moved = n), signal: stop.signal });
       process.stdout.write(`replayed ${count(replayed, "message")} to ${namespace}/${name}\n`);
       if (replayed === 0 && selection.messageId !== undefined) {
         process.stderr.write(`no dead letter of message ${selection.messageId}${selection.sinceMs !== undefined ? " in that time" : ""}: \`trackhook dead-letters --destination ${namespace}/${name}\` lists them\n`);
@@ -102,6 +113,8 @@ ${SELECTION_HELP}
         fail(err.message);
       } else throw err;
     } finally {
+      process.off("SIGINT", onSignal);
+      process.off("SIGTERM", onSignal);
       clearInterval(progress);
       await nc.close();
     }

@@ -115,7 +115,14 @@ async function streamLastSeq(jsm: JetStreamManager, stream: string): Promise<num
  * dead letter, so two replays racing (or a retry after a crash between publish and delete) store it
  * once within the events stream's duplicate window.
  */
-export async function replayDeadLetters(nc: NatsConnection, options: DeadLetterSelection & { onProgress?: (replayed: number) => void }): Promise<{ replayed: number }> {
+export async function replayDeadLetters(
+  nc: NatsConnection,
+  options: DeadLetterSelection & {
+    onProgress?: (replayed: number) => void;
+    /** Stops taking dead letters; those being moved finish, then ReplayInterruptedError says how many moved. */
+    signal?: AbortSignal;
+  },
+): Promise<{ replayed: number }> {
   const { namespace, destination } = options;
   checkName("namespace", namespace);
   checkName("destination", destination);
@@ -160,6 +167,10 @@ export async function replayDeadLetters(nc: NatsConnection, options: DeadLetterS
   try {
     for await (const { m } of selectDeadLetters(js, options, lastSeq)) {
       if (failure) break;
+      if (options.signal?.aborted) {
+        failure = { err: options.signal.reason };
+        break;
+      }
       const p: Promise<void> = move(m).then(
         () => void moving.delete(p),
         (err: unknown) => {
@@ -180,7 +191,7 @@ export async function replayDeadLetters(nc: NatsConnection, options: DeadLetterS
 }
 
 /** Dead letters being moved at once by a replay. */
-const REPLAY_IN_FLIGHT = 64;
+export const REPLAY_IN_FLIGHT = 64;
 
 /**
  * Removes the dead letters of the given users from the given sources (in one namespace, every

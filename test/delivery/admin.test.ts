@@ -178,6 +178,40 @@ describe("replaying dead letters", () => {
     expect(await strayConsumers()).toEqual([]);
   });
 
+  it("Ctrl-C stops `trackhook replay` after the dead letters being moved, none left both replayed and in the DLQ, and says how many moved (found by a review: up to 64 were both, and nothing was said)", async () => {
+    env.receiver.on("/stopped", answer(404));
+    const key = addSource("stop-src");
+    await addDestination("stop-hook", { source: "stop-src", urls: [env.receiver.url("/stopped")] });
+    const count = 4000;
+    for (let b = 0; b < count / 500; b++) {
+      const batch = Array.from({ length: 500 }, (_, i) => ({ type: "track", userId: "u9", event: "Stopped", messageId: `s-${b}-${i}` }));
+      expect((await post(`${env.ingest.url}/v1/batch`, { batch }, { headers: { authorization: basic(key) } })).status).toBe(200);
+    }
+    await waitForDeadLetters("stop-hook", count, 60_000);
+    env.receiver.on("/stopped", answer(200)); // the replayed are delivered, not dead-lettered again
+    const replaySubject = "trackhook.replay.default.stop-hook";
+    const copies = async () => ((await env.nats.jsm.streams.info(EVENTS_STREAM, { subjects_filter: replaySubject })).state.subjects as Record<string, number> | undefined)?.[replaySubject] ?? 0;
+
+    const child = spawn(process.execPath, [CLI, "replay", "--destination", "stop-hook", "--nats", env.nats.server.url], { cwd: root });
+    let stdout = "";
+    let stderr = "";
+    child.stdout.on("data", (c: Buffer) => (stdout += c.toString()));
+    child.stderr.on("data", (c: Buffer) => (stderr += c.toString()));
+    const exited = new Promise<number | null>((resolve) => child.once("exit", resolve));
+    await expect.poll(copies, { timeout: 20_000, interval: 10 }).toBeGreaterThan(200);
+    child.kill("SIGINT");
+    expect(await exited).toBe(1);
+    expect(stderr).toContain("SIGINT: finishing the dead letters being moved");
+    const moved = Number(/^replayed (\d+) messages to default\/stop-hook$/m.exec(stdout)?.[1]);
+    expect(moved).toBeGreaterThan(200);
+    expect(moved).toBeLessThan(count); // stopped part-way
+    expect(stderr).toMatch(new RegExp(`replay stopped after ${moved} message\\(s\\): stopped by SIGINT; the rest are still in the DLQ`));
+    // Every dead letter is in exactly one place: copied for delivery, or still in the DLQ.
+    expect(await copies()).toBe(moved);
+    expect((await deadLetters("stop-hook")).length).toBe(count - moved);
+    expect(await strayConsumers()).toEqual([]);
+  }, 120_000);
+
   it("--message-id replays that message only, however many dead letters are older", async () => {
     env.receiver.on("/pick", answer(404));
     const key = addSource("pick-src");
