@@ -85,13 +85,16 @@ ${configSourceHelp}
   --max-in-flight <n>        messages in delivery at once in this process, all destinations (default 1000)
   --stream-replicas <n>      JetStream replicas of TRACKHOOK_DLQ and TRACKHOOK_ATTEMPTS (default 1)
   --stream-max-bytes <size>  disk budget of each of those two streams (default 1GiB)
+  --dead-letters-per-destination <n>
+                             dead letters TRACKHOOK_DLQ keeps per destination; past it that
+                             destination's are refused, not everybody's (default 0: no limit)
   --port <n>                 port of /healthz, /readyz and /metrics (default 8081)
   --host <addr>              their listen address (default 0.0.0.0)
   --log-level <level>        trace, debug, info, warn, error (default info)`,
   flags: {
     ...configSourceFlags, nats: { type: "string" }, "allow-private-networks": { type: "boolean" },
     port: { type: "string" }, host: { type: "string" }, "log-level": { type: "string" }, "max-in-flight": { type: "string" },
-    "stream-replicas": { type: "string" }, "stream-max-bytes": { type: "string" },
+    "stream-replicas": { type: "string" }, "stream-max-bytes": { type: "string" }, "dead-letters-per-destination": { type: "string" },
   },
   async run(values) {
     const from = configFrom(values);
@@ -101,7 +104,8 @@ ${configSourceHelp}
     const sideStreams = {
       replicas: integerFlag("stream-replicas", values["stream-replicas"] ?? String(DEFAULT_SIDE_STREAM.replicas), 1, 5),
       maxBytes: values["stream-max-bytes"] === undefined ? DEFAULT_SIDE_STREAM.maxBytes : parseBytes("stream-max-bytes", values["stream-max-bytes"]),
-      defaulted: settingsLeftOut(values, { replicas: "stream-replicas", maxBytes: "stream-max-bytes" }),
+      maxPerDestination: integerFlag("dead-letters-per-destination", values["dead-letters-per-destination"] ?? "0", 0, 1_000_000_000),
+      defaulted: settingsLeftOut(values, { replicas: "stream-replicas", maxBytes: "stream-max-bytes", maxPerDestination: "dead-letters-per-destination" }),
     };
     const log = createLogger({ level: values["log-level"], name: "deliver" });
     const files = openConfigFiles(from, log); // invalid config fails here, before connecting

@@ -658,8 +658,10 @@ export class DestinationWorker {
       // Without a stored dead letter the message must not be acked: try again later. It stays in
       // the events stream only until its max_age: a full dead-letter stream must be seen before.
       const message = (err as Error).message;
-      const full = /maximum (bytes|messages)/i.test(message);
-      this.#metrics.countDelivery(this.#label, "dead_letter_failed", full ? "dead_letter_stream_full" : "dead_letter_not_stored");
+      // "maximum messages per subject exceeded": this destination's own limit (--dead-letters-per-destination).
+      const ownLimit = /per subject/i.test(message);
+      const full = !ownLimit && /maximum (bytes|messages)/i.test(message);
+      this.#metrics.countDelivery(this.#label, "dead_letter_failed", ownLimit ? "dead_letter_destination_full" : full ? "dead_letter_stream_full" : "dead_letter_not_stored");
       const ageMs = Date.now() - m.info.timestampNanos / 1e6;
       this.#deadLetterRefusedAt = Date.now();
       // Every message of the destination comes here while the stream is full: a line every 10 s.
@@ -670,9 +672,11 @@ export class DestinationWorker {
             err: message, seq: m.seq, messageId: messageIdOf(m), reason, moreRefusedSinceLastLine: held,
             ...(Number.isFinite(this.#streamMaxAgeMs) ? { droppedFromStreamInSeconds: Math.round((this.#streamMaxAgeMs - ageMs) / 1000) } : {}),
           },
-          full
-            ? "dead letter refused: TRACKHOOK_DLQ is full (--stream-max-bytes of deliver); the message is sent once more and dead-lettered again in a minute, and is lost if the events stream drops it first: make room (replay or purge dead letters) or raise the limit"
-            : "dead letter not stored; the message is sent once more and dead-lettered again in a minute",
+          ownLimit
+            ? "dead letter refused: this destination has as many dead letters as it may keep (--dead-letters-per-destination of deliver); the message is sent once more and dead-lettered again in a minute, and is lost if the events stream drops it first: replay or purge its dead letters, or raise the limit"
+            : full
+              ? "dead letter refused: TRACKHOOK_DLQ is full (--stream-max-bytes of deliver); the message is sent once more and dead-lettered again in a minute, and is lost if the events stream drops it first: make room (replay or purge dead letters) or raise the limit"
+              : "dead letter not stored; the message is sent once more and dead-lettered again in a minute",
         );
       }
       m.nak(this.#deadLetterRetryMs);

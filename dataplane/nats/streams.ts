@@ -20,11 +20,14 @@ export interface EventsStreamSettings {
   defaulted?: ReadonlyArray<"maxAgeMs" | "maxBytes" | "duplicateWindowMs" | "replicas">;
 }
 
-const STREAM_FIELD = { maxAgeMs: "max_age", maxBytes: "max_bytes", duplicateWindowMs: "duplicate_window", replicas: "num_replicas" } as const;
+const STREAM_FIELDS = {
+  maxAgeMs: ["max_age"], maxBytes: ["max_bytes"], duplicateWindowMs: ["duplicate_window"], replicas: ["num_replicas"],
+  maxPerDestination: ["max_msgs_per_subject", "discard_new_per_subject"],
+} as const satisfies Record<string, ReadonlyArray<keyof StreamConfig>>;
 
 /** The stream settings ensureStream leaves as they are on an existing stream. */
-export function keptSettings(defaulted: ReadonlyArray<keyof typeof STREAM_FIELD> = []): Array<keyof StreamConfig> {
-  return defaulted.map((setting) => STREAM_FIELD[setting]);
+export function keptSettings(defaulted: ReadonlyArray<keyof typeof STREAM_FIELDS> = []): Array<keyof StreamConfig> {
+  return defaulted.flatMap((setting) => STREAM_FIELDS[setting]);
 }
 
 export function eventsStreamConfig(settings: EventsStreamSettings): Partial<StreamConfig> & { name: string } {
@@ -51,12 +54,17 @@ export function eventsStreamConfig(settings: EventsStreamSettings): Partial<Stre
 export interface SideStreamSettings {
   maxBytes: number;
   replicas: number;
+  /**
+   * The DLQ only: dead letters kept per destination (0: no limit beyond maxBytes). The stream is
+   * shared, and one tenant's receiver refusing everything could otherwise fill it for all.
+   */
+  maxPerDestination?: number;
   /** As EventsStreamSettings.defaulted. */
-  defaulted?: ReadonlyArray<"maxBytes" | "replicas">;
+  defaulted?: ReadonlyArray<"maxBytes" | "replicas" | "maxPerDestination">;
 }
-export const DEFAULT_SIDE_STREAM: SideStreamSettings = { maxBytes: 1024 ** 3, replicas: 1 };
+export const DEFAULT_SIDE_STREAM: SideStreamSettings = { maxBytes: 1024 ** 3, replicas: 1, maxPerDestination: 0 };
 
-export function dlqStreamConfig({ maxBytes, replicas }: SideStreamSettings = DEFAULT_SIDE_STREAM): Partial<StreamConfig> & { name: string } {
+export function dlqStreamConfig({ maxBytes, replicas, maxPerDestination = 0 }: SideStreamSettings = DEFAULT_SIDE_STREAM): Partial<StreamConfig> & { name: string } {
   return {
     num_replicas: replicas,
     name: DLQ_STREAM,
@@ -67,6 +75,12 @@ export function dlqStreamConfig({ maxBytes, replicas }: SideStreamSettings = DEF
     max_age: nanos(14 * 24 * 3_600_000),
     max_bytes: maxBytes,
     duplicate_window: nanos(2 * 60_000),
+    // One subject per destination: at its limit, only that destination's dead letters are
+    // refused (discard new per subject), not everybody's. nats-server leaves the flag out when
+    // false: undefined, not false, or every start would see a change (and nats.js's update
+    // merges into the stream's config, so the key must be there to turn the flag off).
+    max_msgs_per_subject: maxPerDestination > 0 ? maxPerDestination : -1,
+    discard_new_per_subject: maxPerDestination > 0 ? true : (undefined as unknown as boolean),
   };
 }
 

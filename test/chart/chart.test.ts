@@ -423,10 +423,10 @@ describe("rendered manifests", () => {
     expect(args(defaults, "ingest").some((a) => a.startsWith("--cors-origins") || a.startsWith("--trusted-proxies"))).toBe(false);
     expect(args(full, "delivery")).toContain("--max-in-flight=5000");
     // The DLQ and attempts streams: replicas follow the events stream's unless set.
-    expect(args(defaults, "delivery")).toEqual(expect.arrayContaining(["--stream-replicas=1", "--stream-max-bytes=1GiB"]));
+    expect(args(defaults, "delivery")).toEqual(expect.arrayContaining(["--stream-replicas=1", "--stream-max-bytes=1GiB", "--dead-letters-per-destination=0"]));
     expect(args(token, "delivery")).toContain("--stream-replicas=3");
     expect(args(userPassword, "delivery")).toContain("--stream-replicas=2");
-    expect(args(full, "delivery")).toEqual(expect.arrayContaining(["--stream-replicas=3", "--stream-max-bytes=5GiB"]));
+    expect(args(full, "delivery")).toEqual(expect.arrayContaining(["--stream-replicas=3", "--stream-max-bytes=5GiB", "--dead-letters-per-destination=200000"]));
     expect(args(defaults, "delivery")).not.toContain("--allow-private-networks");
     expect(args(privateNetworks, "delivery")).toContain("--allow-private-networks");
     // The operator refuses destinations naming private addresses unless delivery may reach them.

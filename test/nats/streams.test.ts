@@ -1,7 +1,7 @@
 // TRACKHOOK_EVENTS is created with the settings of DESIGN.md, and updated in place when an
 // existing stream's settings differ (a new max_bytes, say), keeping its messages.
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { EVENTS_STREAM, consumerName, ensureStream, eventsStreamConfig, isConsumerNotFound, isStreamNotFound, keptSettings, type StreamSettingChange } from "../../dataplane/nats/mod.ts";
+import { DLQ_STREAM, EVENTS_STREAM, consumerName, dlqStreamConfig, ensureStream, eventsStreamConfig, isConsumerNotFound, isStreamNotFound, keptSettings, type StreamSettingChange } from "../../dataplane/nats/mod.ts";
 import { streamSettings } from "../../cli/commands/shared-flags.ts";
 import { startNats, type NatsHarness } from "../harness/nats.ts";
 import { ensureDestinationConsumer, removeDestinationConsumers } from "../../dataplane/delivery/mod.ts";
@@ -118,5 +118,29 @@ describe("destination consumers", () => {
     } finally {
       await bare.stop();
     }
+  });
+});
+
+describe("dead-letter stream", () => {
+  const side = { maxBytes: 64 * 1024 ** 2, replicas: 1 };
+  const dlq = async () => (await nats.jsm.streams.info(DLQ_STREAM)).config;
+
+  it("takes a per-destination limit, keeps it when a process is started without the flag, and drops it when asked to, saying nothing when nothing changes", async () => {
+    const told: StreamSettingChange[][] = [];
+    const ensure = (settings: Parameters<typeof dlqStreamConfig>[0]) => ensureStream(nats.jsm, dlqStreamConfig(settings), (c) => told.push(c), keptSettings(settings?.defaulted));
+    await ensure({ ...side, maxPerDestination: 0 });
+    expect(await dlq()).toMatchObject({ max_msgs_per_subject: -1 });
+    expect((await dlq()).discard_new_per_subject ?? false).toBe(false);
+    await ensure({ ...side, maxPerDestination: 0 }); // nats-server leaves the false flag out: no change seen
+    expect(told).toEqual([]);
+    await ensure({ ...side, maxPerDestination: 1000 });
+    expect(await dlq()).toMatchObject({ max_msgs_per_subject: 1000, discard_new_per_subject: true });
+    // A pod of an older manifest, without the flag: the limit stays.
+    await ensure({ ...side, maxPerDestination: 0, defaulted: ["maxPerDestination"] });
+    expect(await dlq()).toMatchObject({ max_msgs_per_subject: 1000, discard_new_per_subject: true });
+    await ensure({ ...side, maxPerDestination: 0 });
+    expect(await dlq()).toMatchObject({ max_msgs_per_subject: -1 });
+    expect((await dlq()).discard_new_per_subject ?? false).toBe(false);
+    expect(told.map((changes) => changes.map((c) => c.setting))).toEqual([["max_msgs_per_subject", "discard_new_per_subject"], ["max_msgs_per_subject", "discard_new_per_subject"]]);
   });
 });
