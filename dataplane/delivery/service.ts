@@ -13,6 +13,8 @@ import { DestinationWorker, changeOf, pullAhead, type WebhookSending } from "./w
 import type { ConsumerPosition } from "./consumer-watch.ts";
 import { DeliverySlots } from "./limit.ts";
 
+const ALL_SIDE_SETTINGS = ["maxBytes", "replicas", "maxPerDestination"] as const;
+
 /** How long a scrape waits for JetStream's figures; what comes later is left out of that scrape. */
 const BACKLOG_READ_BUDGET_MS = 3_000;
 
@@ -92,9 +94,13 @@ export class DeliveryService {
 
   static async start(deps: DeliveryServiceDeps): Promise<DeliveryService> {
     const jsm = await jetstreamManager(deps.nc);
+    // No settings given (`trackhook dev`, which has no flags for these): an existing stream keeps
+    // all of its own, as for a flag left out; `dev --nats` pointed at a shared NATS took a
+    // replicas-3 dead-letter stream down to one copy and 1 GiB.
+    const kept = (settings: SideStreamSettings | undefined) => keptSettings(settings ? settings.defaulted : ALL_SIDE_SETTINGS);
     const sideStreams = [
-      { config: dlqStreamConfig(deps.dlqStream), keep: keptSettings(deps.dlqStream?.defaulted) },
-      { config: attemptsStreamConfig(deps.attemptsStream), keep: keptSettings(deps.attemptsStream?.defaulted) },
+      { config: dlqStreamConfig(deps.dlqStream), keep: kept(deps.dlqStream) },
+      { config: attemptsStreamConfig(deps.attemptsStream), keep: kept(deps.attemptsStream) },
     ];
     for (const { config, keep } of sideStreams) {
       const said = (changes: StreamSettingChange[]) => deps.log.warn({ stream: config.name, changes }, "changing the stream's settings to this process's flags");

@@ -11,7 +11,7 @@ import { ConfigHolder, FileConfigProvider, compileConfig } from "../../dataplane
 import { DeliveryMetrics, DeliveryService, DestinationWorker, WebhookSender } from "../../dataplane/delivery/mod.ts";
 import { readDeadLetters } from "../../dataplane/delivery/admin.ts";
 import { createLogger, type Logger } from "../../dataplane/logging.ts";
-import { ATTEMPTS_STREAM, DLQ_STREAM, EVENTS_STREAM, ensureStream, eventsStreamConfig, type SideStreamSettings } from "../../dataplane/nats/mod.ts";
+import { ATTEMPTS_STREAM, DLQ_STREAM, EVENTS_STREAM, dlqStreamConfig, ensureStream, eventsStreamConfig, type SideStreamSettings } from "../../dataplane/nats/mod.ts";
 import { DEFAULT_STREAM } from "../harness/ingest.ts";
 import { startNats, type NatsHarness } from "../harness/nats.ts";
 import { answer, startReceiver, type Receiver } from "../harness/receiver.ts";
@@ -382,6 +382,47 @@ describe("delivery service", () => {
       await expect.poll(async () => await metrics.registry.metrics(), { timeout: 20_000, interval: 500 }).toContain('trackhook_delivery_consumer_pending_messages{destination="default/frozen"} 0');
     } finally {
       process.kill(pid, "SIGCONT");
+      await service.stop();
+      await own.stop();
+    }
+  });
+
+  it("with --dead-letters-per-destination, a destination at its limit has its own dead letters refused, and the others' are still stored (the stream is shared: one tenant refusing everything filled it for all)", async () => {
+    const own = await startNats();
+    const ownReceiver = await startReceiver();
+    ownReceiver.on("/hog", answer(404));
+    ownReceiver.on("/calm", answer(404));
+    await ensureStream(own.jsm, eventsStreamConfig(DEFAULT_STREAM));
+    const metrics = new DeliveryMetrics({ defaultMetrics: false });
+    const { log, lines } = capturedLog("error");
+    const config = new ConfigHolder(configOf([{ name: "hog", url: ownReceiver.url("/hog") }, { name: "calm", url: ownReceiver.url("/calm") }]));
+    const service = await start(config, { on: own, log, metrics, dlqStream: { maxBytes: 64 * 1024 ** 2, replicas: 1, maxPerDestination: 5 } });
+    const stored = async (destination: string) => ((await own.jsm.streams.info(DLQ_STREAM, { subjects_filter: `trackhook.dlq.default.${destination}` })).state.subjects as Record<string, number> | undefined)?.[`trackhook.dlq.default.${destination}`] ?? 0;
+    try {
+      for (let i = 0; i < 12; i++) await publishTo("hog", own)(`hog-${i}`);
+      const refused = () => metrics.registry.getSingleMetric("trackhook_delivery_messages_total")!.get().then((m) => m.values.find((v) => v.labels.destination === "default/hog" && v.labels.reason === "dead_letter_destination_full")?.value ?? 0);
+      await expect.poll(refused, { timeout: 15_000 }).toBeGreaterThanOrEqual(7);
+      expect(await stored("hog")).toBe(5);
+      // The other destination's dead letters are still stored.
+      for (let i = 0; i < 2; i++) await publishTo("calm", own)(`calm-${i}`);
+      await expect.poll(() => stored("calm"), { timeout: 15_000 }).toBe(2);
+      expect(lines.filter((l) => l.includes("as many dead letters as it may keep"))).toHaveLength(1);
+      expect((await own.jsm.streams.info(DLQ_STREAM)).config).toMatchObject({ max_msgs_per_subject: 5, discard_new_per_subject: true });
+    } finally {
+      await service.stop();
+      await ownReceiver.close();
+      await own.stop();
+    }
+  });
+
+  it("started without stream settings (as `trackhook dev` is), leaves an existing dead-letter stream's own settings alone (regression: `dev --nats` on a shared NATS reset them to the defaults)", async () => {
+    const own = await startNats();
+    await ensureStream(own.jsm, eventsStreamConfig(DEFAULT_STREAM));
+    await ensureStream(own.jsm, dlqStreamConfig({ maxBytes: 64 * 1024 ** 2, replicas: 1, maxPerDestination: 500 }));
+    const service = await start(new ConfigHolder(configOf([])), { on: own });
+    try {
+      expect((await own.jsm.streams.info(DLQ_STREAM)).config).toMatchObject({ max_bytes: 64 * 1024 ** 2, max_msgs_per_subject: 500, discard_new_per_subject: true });
+    } finally {
       await service.stop();
       await own.stop();
     }
