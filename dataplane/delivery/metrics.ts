@@ -38,6 +38,10 @@ export interface DestinationState {
   pausedUrls: PausedUrl[];
 }
 
+/** Why a message is dead-lettered, and why a dead letter is not stored (the alerts' series). */
+export const DEAD_LETTER_REASONS = ["permanent_failure", "retry_window_exhausted", "invalid_message"] as const;
+export const DEAD_LETTER_FAILURES = ["dead_letter_stream_full", "dead_letter_destination_full", "dead_letter_not_stored"] as const;
+
 /** The labels for the usual classes, built once. */
 const STATUS_CLASS: Record<number, string> = { 1: "1xx", 2: "2xx", 3: "3xx", 4: "4xx", 5: "5xx" };
 
@@ -95,6 +99,18 @@ export class DeliveryMetrics {
   countAttempt(destination: string, status: number | undefined, error: string | undefined, latencyMs: number): void {
     this.#attempts.add(destination, status ? (STATUS_CLASS[Math.floor(status / 100)] ?? `${Math.floor(status / 100)}xx`) : "error", error ?? "");
     this.attemptDuration.observe({ destination }, latencyMs / 1000);
+  }
+
+  /**
+   * A destination's worker started: its alerting series exist from now, at 0. Prometheus's
+   * increase() ignores a series' first sample, so a first burst of dead letters (or one erasure
+   * not delivered) that came within one scrape, on a series that did not exist before, alerted
+   * nobody.
+   */
+  destinationStarted(destination: string): void {
+    for (const reason of DEAD_LETTER_REASONS) this.#deliveries.add(destination, "dead_lettered", reason, 0);
+    for (const reason of DEAD_LETTER_FAILURES) this.#deliveries.add(destination, "dead_letter_failed", reason, 0);
+    for (const outcome of ["delivered", "dead_lettered"]) this.#deleteNotifications.inc({ destination, outcome }, 0);
   }
 
   /** The destinations delivered now: the series of one that left go `retireAfterMs` later. */

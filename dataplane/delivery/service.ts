@@ -308,6 +308,7 @@ export class DeliveryService {
       throw err;
     });
     this.#workers.set(key, worker);
+    metrics.destinationStarted(key);
     log.info({ destination: key, urls: destination.urls.length, sources: destination.sources }, "delivering");
     if (worker.retryWindowMs < destination.retryWindowMs) {
       log.error(

@@ -10,6 +10,8 @@ type Label = string | number;
 interface Cell {
   readonly labels: Record<string, string>;
   pending: number;
+  /** Whether the series has been handed to prom-client (a series added at 0 is shown at 0). */
+  shown: boolean;
 }
 
 /** A prom-client counter with three labels, counted through `add(a, b, c)`. */
@@ -25,6 +27,7 @@ export class TalliedCounter<N extends string> {
     this.counter = new Counter({ ...config, collect: drain });
   }
 
+  /** Counts; `add(a, b, c, 0)` makes the series exist at 0 (see DeliveryMetrics.destinationStarted). */
   add(a: Label, b: Label, c: Label, count = 1): void {
     let byB = this.#cells.get(a);
     if (!byB) this.#cells.set(a, (byB = new Map()));
@@ -33,7 +36,7 @@ export class TalliedCounter<N extends string> {
     let cell = byC.get(c);
     if (!cell) {
       const [na, nb, nc] = this.#names;
-      byC.set(c, (cell = { labels: { [na]: String(a), [nb]: String(b), [nc]: String(c) }, pending: 0 }));
+      byC.set(c, (cell = { labels: { [na]: String(a), [nb]: String(b), [nc]: String(c) }, pending: 0, shown: false }));
     }
     cell.pending += count;
   }
@@ -50,9 +53,10 @@ export class TalliedCounter<N extends string> {
     for (const byB of this.#cells.values()) {
       for (const byC of byB.values()) {
         for (const cell of byC.values()) {
-          if (cell.pending === 0) continue;
+          if (cell.pending === 0 && cell.shown) continue;
           counter.inc(cell.labels as Partial<Record<N, string>>, cell.pending);
           cell.pending = 0;
+          cell.shown = true;
         }
       }
     }

@@ -514,6 +514,11 @@ describe("observability", () => {
     expect(text).toMatch(/trackhook_delivery_consumer_pending_messages\{destination="default\/kinds"\} 0/);
     expect(text).toMatch(/trackhook_delivery_attempt_duration_seconds_count\{destination="default\/kinds"\} 6/);
     expect(text).toMatch(/trackhook_delivery_oldest_message_age_seconds\{destination="default\/kinds"\} 0\n/);
+    // The series the alerts take increase() of exist from the start, at 0 (found by a review: a
+    // first dead letter, or erasure not delivered, on a series made by it alerted nobody).
+    expect(text).toContain('trackhook_delivery_messages_total{destination="default/kinds",outcome="dead_lettered",reason="permanent_failure"} 0');
+    expect(text).toContain('trackhook_delivery_messages_total{destination="default/kinds",outcome="dead_letter_failed",reason="dead_letter_stream_full"} 0');
+    expect(text).toContain('trackhook_delivery_delete_notifications_total{destination="default/kinds",outcome="dead_lettered"} 0');
   });
 
   it("the oldest-message gauge tells how long a destination's oldest message not yet acked has waited, whichever of its sources it came from; 0 once none waits", async () => {

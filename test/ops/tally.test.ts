@@ -39,6 +39,14 @@ describe("TalliedCounter", () => {
     expect(await values(registry)).toEqual([{ route: "/v1/track", status: "200", code: "ok", value: 6 }]);
   });
 
+  it("a series added at 0 is shown at 0, so that Prometheus's increase() counts its first real increment", async () => {
+    const { registry, tally } = tallied();
+    tally.add("/v1/track", 503, "storage_full", 0);
+    expect(await values(registry)).toEqual([{ route: "/v1/track", status: "503", code: "storage_full", value: 0 }]);
+    tally.add("/v1/track", 503, "storage_full");
+    expect(await values(registry)).toEqual([{ route: "/v1/track", status: "503", code: "storage_full", value: 1 }]);
+  });
+
   it("is collected through a merged registry too (dev serves ingest and delivery on one /metrics)", async () => {
     const { registry, tally } = tallied();
     tally.add("/v1/page", 503, "storage_unavailable");
