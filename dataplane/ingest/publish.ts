@@ -9,7 +9,7 @@
 // one timer covers the request, and the publishes of one event-loop turn leave in one write.
 import { createInbox, type Msg, type NatsConnection, type Subscription } from "@nats-io/transport-node";
 import type { CompiledSource, StoredMessage } from "../../schema/mod.ts";
-import { TurnBatch, eventMsgId, eventSubject, inboxPrefixOf, msgIdHeader } from "../nats/mod.ts";
+import { TurnBatch, eventMsgId, eventSubject, inboxPrefixOf, msgIdHeader, natsDisconnectedForMs } from "../nats/mod.ts";
 import { errors, type IngestError } from "./errors.ts";
 import type { IngestMetrics } from "./metrics.ts";
 
@@ -37,6 +37,8 @@ export interface PublisherOptions {
 
 /** JetStream's error code for a stream at its limits with discard: new. */
 const STREAM_STORE_FAILED = 10077;
+/** Disconnected longer than this, a publish is failed at once rather than buffered. */
+const FAIL_FAST_AFTER_MS = 2_000;
 /** JetStream's "insufficient resources": the server's own storage limit reached. */
 const INSUFFICIENT_RESOURCES = 10023;
 
@@ -82,6 +84,13 @@ export class EventPublisher {
 
   /** Stores all messages; resolves with each one's outcome, or with the 503 that failed them. Never rejects. */
   publish(source: CompiledSource, messages: PreparedMessage[]): Promise<PublishResult> {
+    // Away for a while: the client would keep the messages in its buffer until the PubAck timeout
+    // (5 s), and SDKs with shorter timeouts gave up unanswered (and uncounted). A reconnect within
+    // FAIL_FAST_AFTER_MS (a NATS pod restarting) still gets its messages stored, late.
+    if (natsDisconnectedForMs(this.#nc) > FAIL_FAST_AFTER_MS) {
+      const error = errors.storageUnavailable(this.#options.retryAfterSeconds, new Error("NATS disconnected; reconnecting"));
+      return Promise.resolve({ ok: false, error, outcomes: new Array(messages.length) });
+    }
     return new Promise((resolve) => {
       const request: Request = {
         outcomes: new Array(messages.length),

@@ -117,19 +117,27 @@ function logServerError(log: Logger, lines: KeyedLogInterval, error: Error): voi
   } else log.warn({ nats: "error", err: error.message, moreLikeThisSinceLastLine: held }, "NATS reported an error");
 }
 
-/** Per followed connection, whether it is between a disconnect and the next reconnect. */
-const disconnected = new WeakMap<NatsConnection, boolean>();
+/** Per followed connection, since when (ms) it is between a disconnect and the next reconnect; 0 while connected. */
+const disconnectedSince = new WeakMap<NatsConnection, number>();
 
 /** Starts following a connection's disconnects and reconnects (once per connection). */
 function followConnection(nc: NatsConnection): void {
-  if (disconnected.has(nc)) return;
-  disconnected.set(nc, false);
+  if (disconnectedSince.has(nc)) return;
+  disconnectedSince.set(nc, 0);
   void (async () => {
     for await (const status of nc.status()) {
-      if (status.type === "disconnect") disconnected.set(nc, true);
-      else if (status.type === "reconnect") disconnected.set(nc, false);
+      if (status.type === "disconnect") disconnectedSince.set(nc, Date.now());
+      else if (status.type === "reconnect") disconnectedSince.set(nc, 0);
     }
   })();
+}
+
+/** How long the connection has been disconnected (0: connected; Infinity: closed). Followed from the first call on. */
+export function natsDisconnectedForMs(nc: NatsConnection): number {
+  followConnection(nc);
+  if (nc.isClosed()) return Infinity;
+  const since = disconnectedSince.get(nc)!;
+  return since === 0 ? 0 : Date.now() - since;
 }
 
 /**
@@ -139,7 +147,7 @@ function followConnection(nc: NatsConnection): void {
  */
 export function isNatsConnected(nc: NatsConnection): boolean {
   followConnection(nc);
-  return !nc.isClosed() && disconnected.get(nc) !== true;
+  return !nc.isClosed() && disconnectedSince.get(nc) === 0;
 }
 
 /**

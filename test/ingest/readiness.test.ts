@@ -41,6 +41,16 @@ describe("readiness", () => {
     expect(Date.now() - started, "a scrape does not wait for JetStream's timeout").toBeLessThan(500);
   });
 
+  it("answers 503 at once while NATS has been away for a while, instead of holding each request for the PubAck timeout (found by an alerts review: SDKs with short timeouts gave up, unanswered and uncounted)", async () => {
+    await new Promise((r) => setTimeout(r, 2_500)); // away for longer than a NATS pod's restart
+    const started = Date.now();
+    const res = await post(`${env.ingest.url}/v1/track`, { userId: "u", event: "While away" }, { headers: { authorization: basic(WRITE_KEY) } });
+    expect(res.status).toBe(503);
+    expect(res.json).toMatchObject({ success: false, code: "storage_unavailable" });
+    expect(res.headers.get("retry-after")).toMatch(/^\d+$/);
+    expect(Date.now() - started).toBeLessThan(1_000); // not the 5 s PubAck timeout
+  });
+
   it("is ready again once nats-server is back", async () => {
     await env.nats.server.restart();
     expect(await until("/readyz", 200)).toEqual({ status: "ready" });
@@ -66,6 +76,31 @@ describe("the log while JetStream cannot store", () => {
       expect(storage[0]).toMatchObject({ level: 50, msg: "Messages could not be stored; retry later", cause: expect.any(String), moreFailedSinceLastLine: 0 });
       expect(storage[0]).not.toHaveProperty("err");
     } finally {
+      await app.close();
+      await nats.stop();
+    }
+  });
+});
+
+describe("a client that gives up while its messages are being stored", () => {
+  it("is counted as 499 client_aborted (found by an alerts review: a request abandoned after its body was read was counted nowhere)", async () => {
+    const nats = await startNats();
+    await ensureStream(nats.jsm, eventsStreamConfig(DEFAULT_STREAM));
+    const app = await buildIngestApp({ nc: await nats.connect(), config: configFromYaml(TEST_CONFIG) }, { publishTimeoutMs: 1_000 });
+    const url = await app.listen({ host: "127.0.0.1", port: 0 });
+    const counted = async () => (await (await fetch(`${url}/metrics`)).text()).split("\n").filter((l) => l.startsWith('trackhook_ingest_requests_total{route="/v1/track"'));
+    try {
+      process.kill(nats.server.pid!, "SIGSTOP"); // the PubAck never comes; the client does not know yet
+      const gaveUp = await fetch(`${url}/v1/track`, {
+        method: "POST", headers: { "content-type": "application/json", authorization: basic(WRITE_KEY) },
+        body: JSON.stringify({ userId: "u", event: "Abandoned" }), signal: AbortSignal.timeout(300),
+      }).catch((err: Error) => err);
+      expect(gaveUp).toBeInstanceOf(Error);
+      await expect.poll(counted, { timeout: 5_000, interval: 200 }).toEqual(['trackhook_ingest_requests_total{route="/v1/track",status="499",code="client_aborted"} 1']);
+      await new Promise((r) => setTimeout(r, 1_000));
+      expect(await counted()).toEqual(['trackhook_ingest_requests_total{route="/v1/track",status="499",code="client_aborted"} 1']); // once
+    } finally {
+      process.kill(nats.server.pid!, "SIGCONT");
       await app.close();
       await nats.stop();
     }
