@@ -116,8 +116,12 @@ export async function buildIngestApp(deps: IngestAppDeps, input: IngestOptionsIn
   app.addHook("preClose", async () => {
     closing = true;
   });
-  app.addHook("onSend", (_request, reply, payload, done) => {
+  app.addHook("onSend", (request, reply, payload, done) => {
     if (closing) reply.header("connection", "close");
+    // The client went away after sending its body, while its messages were being stored: the
+    // answer is never finished, so no onResponse counts it, and onRequestAbort fires only for a
+    // request cut off mid-body. Counted here, once: the route's count never comes.
+    if (reply.raw.destroyed && !answeredByNode.has(request.raw.socket)) metrics.countRequest(request.routeOptions.url ?? "unmatched", 499, "client_aborted");
     done(null, payload);
   });
   app.addHook("onClose", async () => {
