@@ -8,15 +8,18 @@ import type { ConfigProvider } from "../config/mod.ts";
 import type { Logger } from "../logging.ts";
 import { DLQ_STREAM, DLQ_SUBJECTS, EVENTS_STREAM, TurnBatch, attemptsStreamConfig, consumerName, dlqStreamConfig, dlqSubject, ensureStream, isNatsConnected, isStreamNotFound, keptSettings, StreamGuard, streamReadiness, type Readiness, type SideStreamSettings, type StreamSettingChange } from "../nats/mod.ts";
 import { ensureDestinationConsumer, removeDestinationConsumers } from "./consumers.ts";
-import type { DeliveryBacklogs, DeliveryMetrics } from "./metrics.ts";
+import type { DeliveryBacklog, DeliveryBacklogs, DeliveryMetrics } from "./metrics.ts";
+import type { StreamUse } from "../ops/stream-gauges.ts";
 import { DestinationWorker, changeOf, pullAhead, type WebhookSending } from "./worker.ts";
 import type { ConsumerPosition } from "./consumer-watch.ts";
 import { DeliverySlots } from "./limit.ts";
 
 const ALL_SIDE_SETTINGS = ["maxBytes", "replicas", "maxPerDestination"] as const;
 
-/** How long a scrape waits for JetStream's figures; what comes later is left out of that scrape. */
+/** How long a scrape waits for JetStream's figures; what comes later is left out of that reading. */
 const BACKLOG_READ_BUDGET_MS = 3_000;
+/** How long a destination's last figures stand in for ones JetStream does not give (NATS away). */
+const BACKLOG_HOLD_MS = 10 * 60_000;
 
 /** Default process-wide bound on messages in delivery, across all destinations. */
 export const DEFAULT_PROCESS_MAX_IN_FLIGHT = 1000;
@@ -57,6 +60,9 @@ export class DeliveryService {
   readonly #deps: DeliveryServiceDeps;
   readonly #jsm: JetStreamManager;
   readonly #workers = new Map<string, DestinationWorker>();
+  /** The last figures read per destination, and of the dead-letter stream (see #withHeld). */
+  readonly #lastBacklog = new Map<string, { backlog: DeliveryBacklog; at: number }>();
+  #lastDeadLetterStream: { use: StreamUse; at: number } | undefined;
   readonly #slots: DeliverySlots;
   readonly #turn: TurnBatch;
   /** Config changes are applied one after another, never interleaved. */
@@ -137,8 +143,35 @@ export class DeliveryService {
    * destination whose consumer cannot be read (deleted under delivery) is left out alone.
    */
   async backlog(): Promise<DeliveryBacklogs> {
-    if (!isNatsConnected(this.#deps.nc)) return { destinations: [] };
-    // What has not answered within the budget is left out of this scrape: a NATS node that hangs
+    const read = isNatsConnected(this.#deps.nc) ? await this.#readBacklog() : { destinations: [] };
+    return this.#withHeld(read);
+  }
+
+  /**
+   * What JetStream did not tell this time (NATS away, or not within the budget) is the last reading,
+   * up to BACKLOG_HOLD_MS old, its oldest message older by the time since: nothing is delivered,
+   * acked or dead-lettered without NATS. Left out, the gauges vanished at each NATS blip, and the
+   * delivery alerts on them resolved (and started their `for` again) while nothing had changed.
+   */
+  #withHeld(read: DeliveryBacklogs): DeliveryBacklogs {
+    const now = Date.now();
+    const told = new Set(read.destinations.map((b) => b.destination));
+    for (const b of read.destinations) this.#lastBacklog.set(b.destination, { backlog: b, at: now });
+    if (read.deadLetterStream) this.#lastDeadLetterStream = { use: read.deadLetterStream, at: now };
+    const destinations = [...read.destinations];
+    for (const key of this.#workers.keys()) {
+      const last = this.#lastBacklog.get(key);
+      if (told.has(key) || !last || now - last.at > BACKLOG_HOLD_MS) continue;
+      const { oldestAgeSeconds } = last.backlog;
+      destinations.push({ ...last.backlog, oldestAgeSeconds: oldestAgeSeconds ? oldestAgeSeconds + (now - last.at) / 1000 : oldestAgeSeconds });
+    }
+    for (const key of this.#lastBacklog.keys()) if (!this.#workers.has(key)) this.#lastBacklog.delete(key);
+    const dlq = read.deadLetterStream ?? (this.#lastDeadLetterStream && now - this.#lastDeadLetterStream.at <= BACKLOG_HOLD_MS ? this.#lastDeadLetterStream.use : undefined);
+    return { destinations, ...(dlq ? { deadLetterStream: dlq } : {}) };
+  }
+
+  async #readBacklog(): Promise<DeliveryBacklogs> {
+    // What has not answered within the budget is left out of this reading: a NATS node that hangs
     // (the client notices within ~9 s) made every read wait out its 5 s timeout, one after
     // another, and the chart's 10 s scrape timeout then lost every metric of the pod.
     let timer: NodeJS.Timeout | undefined;
