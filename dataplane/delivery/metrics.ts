@@ -36,6 +36,8 @@ export interface DestinationState {
   destination: string;
   running: boolean;
   pausedUrls: PausedUrl[];
+  /** The retry window in force (seconds), when running. */
+  retryWindowSeconds?: number;
 }
 
 /** Why a message is dead-lettered, and why a dead letter is not stored (the alerts' series). */
@@ -171,6 +173,18 @@ export class DeliveryMetrics {
       collect() {
         this.reset();
         for (const d of destinations()) this.set({ destination: d.destination }, d.running ? 1 : 0);
+      },
+    });
+    // What the oldest message's age is measured against: a fixed age to alert at would come after
+    // the dead letters for a destination with a short window.
+    new Gauge({
+      name: "trackhook_delivery_retry_window_seconds",
+      help: "The retry window in force per destination: a message not delivered within it is dead-lettered",
+      labelNames: ["destination"] as const,
+      registers: [this.registry],
+      collect() {
+        this.reset();
+        for (const d of destinations()) if (d.retryWindowSeconds !== undefined) this.set({ destination: d.destination }, d.retryWindowSeconds);
       },
     });
     // A destination with one of its URLs dead still delivers through the others: nothing dead-

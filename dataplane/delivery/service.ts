@@ -121,7 +121,10 @@ export class DeliveryService {
       const now = Date.now();
       return [...service.#wanted.values()].map((key) => {
         const worker = service.#workers.get(key);
-        return { destination: key, running: worker !== undefined, pausedUrls: worker?.pausedUrls(now) ?? [] };
+        return {
+          destination: key, running: worker !== undefined, pausedUrls: worker?.pausedUrls(now) ?? [],
+          ...(worker ? { retryWindowSeconds: worker.retryWindowMs / 1000 } : {}),
+        };
       });
     });
     // A destination that cannot start is logged and left out; the others run.

@@ -519,6 +519,9 @@ describe("observability", () => {
     expect(text).toContain('trackhook_delivery_messages_total{destination="default/kinds",outcome="dead_lettered",reason="permanent_failure"} 0');
     expect(text).toContain('trackhook_delivery_messages_total{destination="default/kinds",outcome="dead_letter_failed",reason="dead_letter_stream_full"} 0');
     expect(text).toContain('trackhook_delivery_delete_notifications_total{destination="default/kinds",outcome="dead_lettered"} 0');
+    // What the delay alert measures the oldest message against: the window in force, here 4h cut
+    // to 90% of the test stream's 1h max_age.
+    expect(text).toContain('trackhook_delivery_retry_window_seconds{destination="default/kinds"} 3240');
   });
 
   it("the oldest-message gauge tells how long a destination's oldest message not yet acked has waited, whichever of its sources it came from; 0 once none waits", async () => {
