@@ -5,18 +5,22 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { ConfigHolder, compileConfig } from "../../dataplane/config/mod.ts";
 import { DeliveryMetrics, DeliveryService, WebhookSender } from "../../dataplane/delivery/mod.ts";
 import { createLogger } from "../../dataplane/logging.ts";
-import { DLQ_STREAM, EVENTS_STREAM, consumerName, ensureStream, eventsStreamConfig, keptSettings, streamReadiness } from "../../dataplane/nats/mod.ts";
+import { DLQ_STREAM, EVENTS_STREAM, attemptsStreamConfig, consumerName, dlqStreamConfig, ensureStream, eventsStreamConfig, keptSettings, streamReadiness } from "../../dataplane/nats/mod.ts";
 import { streamSettings } from "../../cli/commands/shared-flags.ts";
 import { jetstream, jetstreamManager } from "@nats-io/jetstream";
 import { startNatsCluster, type NatsClusterHarness } from "../harness/nats.ts";
 import { startReceiver, type Receiver } from "../harness/receiver.ts";
 
+const SIDE_STREAM = { maxBytes: 64 * 1024 ** 2, replicas: 3 };
 let cluster: NatsClusterHarness;
 let receiver: Receiver;
 const sender = new WebhookSender({ allowPrivateNetworks: true, userAgent: "test" });
 beforeAll(async () => {
   cluster = await startNatsCluster(3);
   await ensureStream(cluster.jsm, eventsStreamConfig({ ...streamSettings({ "stream-replicas": "3" }) }));
+  // Made here, with the harness's longer timeout: on a cluster just formed, beside other test
+  // files, making two R3 streams within delivery's start once took over its 5 s API timeout.
+  for (const stream of [dlqStreamConfig(SIDE_STREAM), attemptsStreamConfig(SIDE_STREAM)]) await ensureStream(cluster.jsm, stream);
   receiver = await startReceiver();
 }, 60_000);
 afterAll(async () => {
@@ -36,7 +40,7 @@ describe("on a 3-node cluster", () => {
   it("delivery goes on within seconds after its consumer's leader changes (regression: 30-45 s without a delivery)", async () => {
     const delivery = await DeliveryService.start({
       nc: await cluster.connect(), config: new ConfigHolder(config("hop")), sender, log: createLogger({ level: "silent" }),
-      metrics: new DeliveryMetrics({ defaultMetrics: false }), dlqStream: { maxBytes: 64 * 1024 ** 2, replicas: 3 }, attemptsStream: { maxBytes: 64 * 1024 ** 2, replicas: 3 },
+      metrics: new DeliveryMetrics({ defaultMetrics: false }), dlqStream: SIDE_STREAM, attemptsStream: SIDE_STREAM,
     });
     const js = jetstream(cluster.nc);
     const publish = (id: string) => js.publish("trackhook.events.default.hop.track", JSON.stringify({ type: "track", messageId: id, userId: "u", event: "e" }), { msgID: `default/hop/${id}` });
