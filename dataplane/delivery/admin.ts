@@ -166,11 +166,8 @@ export async function replayDeadLetters(
   let failure: { err: unknown } | undefined;
   try {
     for await (const { m } of selectDeadLetters(js, options, lastSeq)) {
+      if (!failure && options.signal?.aborted) failure = { err: options.signal.reason };
       if (failure) break;
-      if (options.signal?.aborted) {
-        failure = { err: options.signal.reason };
-        break;
-      }
       const p: Promise<void> = move(m).then(
         () => void moving.delete(p),
         (err: unknown) => {

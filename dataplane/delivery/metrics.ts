@@ -43,6 +43,8 @@ export interface DestinationState {
 /** Why a message is dead-lettered, and why a dead letter is not stored (the alerts' series). */
 export const DEAD_LETTER_REASONS = ["permanent_failure", "retry_window_exhausted", "invalid_message"] as const;
 export const DEAD_LETTER_FAILURES = ["dead_letter_stream_full", "dead_letter_destination_full", "dead_letter_not_stored"] as const;
+export type DeadLetterReason = (typeof DEAD_LETTER_REASONS)[number];
+export type DeadLetterFailure = (typeof DEAD_LETTER_FAILURES)[number];
 
 /** The labels for the usual classes, built once. */
 const STATUS_CLASS: Record<number, string> = { 1: "1xx", 2: "2xx", 3: "3xx", 4: "4xx", 5: "5xx" };

@@ -14,7 +14,8 @@ import { DestinationWorker, changeOf, pullAhead, type WebhookSending } from "./w
 import type { ConsumerPosition } from "./consumer-watch.ts";
 import { DeliverySlots } from "./limit.ts";
 
-const ALL_SIDE_SETTINGS = ["maxBytes", "replicas", "maxPerDestination"] as const;
+/** Every setting of a side stream: all kept when none is given (see start()). */
+const ALL_SIDE_SETTINGS: NonNullable<SideStreamSettings["defaulted"]> = ["maxBytes", "replicas", "maxPerDestination"];
 
 /** How long a scrape waits for JetStream's figures; what comes later is left out of that reading. */
 const BACKLOG_READ_BUDGET_MS = 3_000;
@@ -183,22 +184,19 @@ export class DeliveryService {
     try {
       // A missing dead-letter stream (made again by the guard) must not blank every lag gauge.
       const dlqRead = inBudget(this.#jsm.streams.info(DLQ_STREAM, { subjects_filter: DLQ_SUBJECTS }));
+      const perSubject = dlqRead.then((dlq) => (dlq?.state.subjects ?? {}) as Record<string, number>);
       const read = await Promise.all(
-        [...this.#workers.values()].map(async ({ destination: d }) => {
+        [...this.#workers.values()].map(async ({ destination: d }): Promise<DeliveryBacklog[]> => {
           const info = await inBudget(this.#jsm.consumers.info(EVENTS_STREAM, consumerName(d.namespace, d.name)));
-          if (!info) return undefined;
+          if (!info) return [];
           const waiting = info.num_pending + info.num_ack_pending > 0;
-          return { key: dlqSubject(d.namespace, d.name), destination: `${d.namespace}/${d.name}`, info, oldestAgeSeconds: waiting ? await inBudget(this.#oldestAgeSeconds(info)) : 0 };
+          const oldestAgeSeconds = waiting ? await inBudget(this.#oldestAgeSeconds(info)) : 0;
+          const deadLetters = (await perSubject)[dlqSubject(d.namespace, d.name)] ?? 0;
+          return [{ destination: `${d.namespace}/${d.name}`, pending: info.num_pending, inFlight: info.num_ack_pending, deadLetters, oldestAgeSeconds }];
         }),
       );
       const dlq = await dlqRead;
-      const perSubject = (dlq?.state.subjects ?? {}) as Record<string, number>;
-      return {
-        destinations: read.flatMap((r) =>
-          r ? [{ destination: r.destination, pending: r.info.num_pending, inFlight: r.info.num_ack_pending, deadLetters: perSubject[r.key] ?? 0, oldestAgeSeconds: r.oldestAgeSeconds }] : [],
-        ),
-        ...(dlq ? { deadLetterStream: { bytes: dlq.state.bytes, maxBytes: dlq.config.max_bytes } } : {}),
-      };
+      return { destinations: read.flat(), ...(dlq ? { deadLetterStream: { bytes: dlq.state.bytes, maxBytes: dlq.config.max_bytes } } : {}) };
     } finally {
       clearTimeout(timer);
     }

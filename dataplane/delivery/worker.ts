@@ -12,7 +12,7 @@ import { EVENTS_STREAM, attemptsSubject, consumerName, dlqSubject, replaySubject
 import { type AttemptOutcome, backoffMs, combine, nextRoundDelayMs } from "./outcome.ts";
 import { signingKeys, standardWebhookHeaders, webhookBody, xSignature, type DeliverableMessage, type SigningKeys } from "./payload.ts";
 import { routesTo } from "./routing.ts";
-import type { DeliveryMetrics, PausedUrl } from "./metrics.ts";
+import type { DeadLetterFailure, DeadLetterReason, DeliveryMetrics, PausedUrl } from "./metrics.ts";
 import { ConsumerWatch, type ConsumerPosition } from "./consumer-watch.ts";
 import type { SlotShare } from "./limit.ts";
 import type { SendRequest, SendResult } from "./sender.ts";
@@ -177,6 +177,22 @@ const TIMEOUT_LOG_INTERVAL_MS = 10_000;
 const RETRY_AFTER_LOG_INTERVAL_MS = 60_000;
 /** A message whose dead letter was refused comes back this much later. */
 const DEAD_LETTER_RETRY_MS = 60_000;
+/** Why JetStream did not store a dead letter, from its error. */
+function deadLetterFailureOf(message: string): DeadLetterFailure {
+  // "maximum messages per subject exceeded": the destination's own cap (--dead-letters-per-destination).
+  if (/per subject/i.test(message)) return "dead_letter_destination_full";
+  return /maximum (bytes|messages)/i.test(message) ? "dead_letter_stream_full" : "dead_letter_not_stored";
+}
+
+/** What the log says of a refused dead letter, by why. */
+const DEAD_LETTER_REFUSED: Record<DeadLetterFailure, string> = {
+  dead_letter_destination_full:
+    "dead letter refused: this destination has as many dead letters as it may keep (--dead-letters-per-destination of deliver); the message is sent once more and dead-lettered again in a minute, and is lost if the events stream drops it first: replay or purge its dead letters, or raise the limit",
+  dead_letter_stream_full:
+    "dead letter refused: TRACKHOOK_DLQ is full (--stream-max-bytes of deliver); the message is sent once more and dead-lettered again in a minute, and is lost if the events stream drops it first: make room (replay or purge dead letters) or raise the limit",
+  dead_letter_not_stored: "dead letter not stored; the message is sent once more and dead-lettered again in a minute",
+};
+
 /** Attempt records per NATS message: ~300 bytes each (up to ~1 KB with a response), far below max_payload. */
 const RECORDS_PER_MESSAGE = 100;
 
@@ -641,7 +657,7 @@ export class DestinationWorker {
     );
   }
 
-  async #deadLetter(m: JsMsg, reason: string, attempts: number, last?: AttemptOutcome): Promise<void> {
+  async #deadLetter(m: JsMsg, reason: DeadLetterReason, attempts: number, last?: AttemptOutcome): Promise<void> {
     const h = natsHeaders();
     h.set("Trackhook-Reason", reason);
     h.set("Trackhook-Attempts", String(attempts));
@@ -658,10 +674,8 @@ export class DestinationWorker {
       // Without a stored dead letter the message must not be acked: try again later. It stays in
       // the events stream only until its max_age: a full dead-letter stream must be seen before.
       const message = (err as Error).message;
-      // "maximum messages per subject exceeded": this destination's own limit (--dead-letters-per-destination).
-      const ownLimit = /per subject/i.test(message);
-      const full = !ownLimit && /maximum (bytes|messages)/i.test(message);
-      this.#metrics.countDelivery(this.#label, "dead_letter_failed", ownLimit ? "dead_letter_destination_full" : full ? "dead_letter_stream_full" : "dead_letter_not_stored");
+      const failure = deadLetterFailureOf(message);
+      this.#metrics.countDelivery(this.#label, "dead_letter_failed", failure);
       const ageMs = Date.now() - m.info.timestampNanos / 1e6;
       this.#deadLetterRefusedAt = Date.now();
       // Every message of the destination comes here while the stream is full: a line every 10 s.
@@ -672,11 +686,7 @@ export class DestinationWorker {
             err: message, seq: m.seq, messageId: messageIdOf(m), reason, moreRefusedSinceLastLine: held,
             ...(Number.isFinite(this.#streamMaxAgeMs) ? { droppedFromStreamInSeconds: Math.round((this.#streamMaxAgeMs - ageMs) / 1000) } : {}),
           },
-          ownLimit
-            ? "dead letter refused: this destination has as many dead letters as it may keep (--dead-letters-per-destination of deliver); the message is sent once more and dead-lettered again in a minute, and is lost if the events stream drops it first: replay or purge its dead letters, or raise the limit"
-            : full
-              ? "dead letter refused: TRACKHOOK_DLQ is full (--stream-max-bytes of deliver); the message is sent once more and dead-lettered again in a minute, and is lost if the events stream drops it first: make room (replay or purge dead letters) or raise the limit"
-              : "dead letter not stored; the message is sent once more and dead-lettered again in a minute",
+          DEAD_LETTER_REFUSED[failure],
         );
       }
       m.nak(this.#deadLetterRetryMs);

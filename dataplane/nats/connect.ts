@@ -146,8 +146,7 @@ export function natsDisconnectedForMs(nc: NatsConnection): number {
  * for a request's timeout.
  */
 export function isNatsConnected(nc: NatsConnection): boolean {
-  followConnection(nc);
-  return !nc.isClosed() && disconnectedSince.get(nc) === 0;
+  return natsDisconnectedForMs(nc) === 0;
 }
 
 /**
