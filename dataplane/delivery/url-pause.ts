@@ -18,8 +18,12 @@ export interface UrlPauseOptions {
 // run), while the backlog behind it waited too. One probe a minute is no load on a dead URL.
 export const URL_PAUSE_DEFAULTS: UrlPauseOptions = Object.freeze({ threshold: 5, baseMs: 5_000, maxMs: 60_000 });
 
-/** Errors that mean no HTTP answer came: the receiver is down or unreachable, not refusing one message. */
-const UNREACHABLE: ReadonlySet<DeliveryErrorCode> = new Set(["timeout", "connection_refused", "connection_reset", "dns_error", "network_error"]);
+/**
+ * Errors that mean no HTTP answer came: the receiver is down or unreachable, not refusing one
+ * message. A certificate that fails verification fails every message alike until it is replaced,
+ * and each would cost a TLS handshake: it pauses the URL too.
+ */
+const UNREACHABLE: ReadonlySet<DeliveryErrorCode> = new Set(["timeout", "connection_refused", "connection_reset", "dns_error", "network_error", "tls_verification_failed"]);
 
 interface UrlState {
   /** Not sent to before this (ms since the epoch). */

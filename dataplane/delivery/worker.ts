@@ -608,7 +608,12 @@ export class DestinationWorker {
         const held = change.reason === "retry_after" ? this.#retryAfterLog.pass(r.url, now) : 0;
         if (held === undefined) continue;
         this.#log.warn(
-          { url: this.#shownUrl(r.url), reason: change.reason, pauseMs: change.forMs, ...(held > 0 ? { morePausesSinceLastLine: held } : {}) },
+          {
+            url: this.#shownUrl(r.url), reason: change.reason, pauseMs: change.forMs,
+            // What "not answering" was: a timeout, a refused connection, a certificate failing verification...
+            ...("error" in r.outcome && r.outcome.error !== undefined ? { error: r.outcome.error } : {}),
+            ...(held > 0 ? { morePausesSinceLastLine: held } : {}),
+          },
           change.reason === "retry_after"
             ? "webhook URL asked for a pause (Retry-After): no message is sent to it until it ends"
             : "webhook URL is not answering: no message is sent to it for a while, then one tries it again (the destination's other URLs go on)",

@@ -477,6 +477,31 @@ describe("TLS", () => {
       https.close();
     }
   });
+
+  it("a receiver whose certificate fails verification is paused like one that does not answer (regression: every message cost a TLS handshake, for the whole retry window)", async () => {
+    const dir = mkdtempSync(join(tmpdir(), "trackhook-tls-"));
+    execFileSync("openssl", ["req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", join(dir, "key.pem"), "-out", join(dir, "cert.pem"), "-days", "1", "-subj", "/CN=localhost", "-addext", "subjectAltName=DNS:localhost,IP:127.0.0.1"], { stdio: "ignore" });
+    const https = createHttpsServer({ key: readFileSync(join(dir, "key.pem")), cert: readFileSync(join(dir, "cert.pem")) }, (_req, res) => res.end("ok"));
+    let handshakes = 0;
+    https.on("connection", () => handshakes++);
+    await new Promise<void>((resolve) => https.listen(0, "127.0.0.1", resolve));
+    try {
+      const url = `https://127.0.0.1:${(https.address() as { port: number }).port}/hook`;
+      const key = await addDestination("badcert", { urls: [url], maxInFlight: 10 });
+      const batch = Array.from({ length: 200 }, (_, i) => ({ type: "track", userId: "u1", event: "Secure?", messageId: `badcert-${i}` }));
+      await send(key, "/v1/batch", { batch });
+      const gauge = `trackhook_delivery_url_paused{destination="default/badcert",url_index="0",url="${url}",reason="unreachable"} 1`;
+      await expect.poll(async () => (await env.metrics.registry.metrics()).includes(gauge), { timeout: 10_000, interval: 100 }).toBe(true);
+      await new Promise((r) => setTimeout(r, 1_000));
+      // Unpaused, 200 messages 10 at a time would each have been tried by now.
+      expect(handshakes).toBeLessThan(40);
+      const line = env.logs().find((l) => l.destination === "default/badcert" && String(l.msg).startsWith("webhook URL is not answering"));
+      expect(line).toMatchObject({ reason: "unreachable", error: "tls_verification_failed" });
+    } finally {
+      https.closeAllConnections();
+      https.close();
+    }
+  });
 });
 
 describe("observability", () => {

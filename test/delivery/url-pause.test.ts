@@ -69,11 +69,19 @@ describe("UrlPauses", () => {
     expect(pauses.empty).toBe(true);
   });
 
-  it("failures that are a receiver's answer about one message (a 404, a TLS error) do not pause the URL", () => {
+  it("a receiver's answer about one message (a 404) does not pause the URL", () => {
     const pauses = new UrlPauses(options);
     for (let i = 0; i < 5; i++) pauses.note(URL, { kind: "permanent", status: 404 }, 0, 0);
-    for (let i = 0; i < 5; i++) pauses.note(URL, { kind: "retry", error: "tls_verification_failed" }, 0, 0);
     expect(pauses.claim(URL, 1, PROBE_MS)).toBe(true);
+  });
+
+  it("a certificate failing verification pauses the URL as no answer does: it fails every message alike until it is replaced", () => {
+    const pauses = new UrlPauses(options);
+    const tls: AttemptOutcome = { kind: "retry", error: "tls_verification_failed" };
+    pauses.note(URL, tls, 0, 0);
+    pauses.note(URL, tls, 0, 0);
+    expect(pauses.note(URL, tls, 0, 0)).toEqual({ kind: "paused", reason: "unreachable", forMs: 1_000 });
+    expect(pauses.claim(URL, 1, PROBE_MS)).toBe(false);
   });
 
   it("paused() lists the URLs nothing is sent to now, and why, while their pause lasts (a breaker's probe in flight included)", () => {
