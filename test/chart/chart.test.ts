@@ -146,6 +146,11 @@ describe("chart metadata and values", () => {
       // The operator exits on a resync under 10s: the pod would crash-loop.
       refused({ "operator.resync": "5s" }, /resync/),
       refused({ "operator.resync": "500ms" }, /resync/),
+      // The operator exits on a lease under 2s.
+      refused({ "operator.leaderElection.leaseDuration": "1s" }, /leaseDuration/),
+      refused({ "operator.leaderElection.leaseDuration": "1500ms" }, /leaseDuration/),
+      // Found by a review: the operator's ClusterRole, which reads Secrets, was bound to "default".
+      refused({ "operator.serviceAccount.create": "false" }, /operator\.serviceAccount\.name/),
     ]);
   });
 });
@@ -480,7 +485,8 @@ describe("rendered manifests", () => {
       }
       for (const hpa of ofKind(docs, "HorizontalPodAutoscaler")) {
         const target = byName(docs, "Deployment", hpa.spec.scaleTargetRef.name);
-        expect(target.spec.replicas, `${variant}: ${describeManifest(target)} leaves replicas to its HPA`).toBeUndefined();
+        // Without a cluster to look up the live count in: the HPA's least (test/kube/chart.test.ts has the rest).
+        expect(target.spec.replicas, `${variant}: ${describeManifest(target)} starts at its HPA's minReplicas`).toBe(hpa.spec.minReplicas);
         expect(hpa.spec.minReplicas).toBeLessThanOrEqual(hpa.spec.maxReplicas);
       }
       for (const ingress of ofKind(docs, "Ingress")) {
@@ -550,6 +556,10 @@ describe("rendered manifests", () => {
     expect(notes).toContain("create secret generic website-write-key");
     expect(notes).toContain("port-forward svc/th-test-trackhook-ingest 8080:80");
     expect(notes).toMatch(/curl -u "\$KEY:" "\$URL\/v1\/track"/);
+    expect(notes).not.toContain("trackhook.io/secret=true");
+    // Found by a review: with requireSecretLabel the Source never became Ready.
+    const labelled = await helm(["install", "th-test", chartDir, "--namespace", "trackhook", "--dry-run=client", "--set", "operator.requireSecretLabel=true"]);
+    expect(labelled.stdout.slice(labelled.stdout.indexOf("NOTES:"))).toContain("label secret website-write-key trackhook.io/secret=true");
   });
 
   it("renders values kept from an older release (helm upgrade --reuse-values: no metrics.prometheusRule; regression: nil pointer)", async () => {

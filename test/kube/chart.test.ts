@@ -208,6 +208,29 @@ describe("the chart on a real API server", () => {
     expect(wrong.map(({ check, answer }) => `${check[0].split(":").at(-1)} ${check[1].join(" ")}: ${answer}, expected ${check[2]}`)).toEqual([]);
   });
 
+  it("turning an HPA on, and upgrading after it scaled, keep the running pods (found by a review: the Deployment went to 1 replica)", async () => {
+    const scaled = await cluster.randomNamespace("chart-hpa");
+    const hpaRelease = "th-hpa";
+    // Without the operator: no cluster-scoped objects to clash with the other release's.
+    const upgrade = async (verb: "install" | "upgrade", set: Record<string, string>) => {
+      const result = await helm([verb, hpaRelease, chartDir, "--namespace", scaled, ...(verb === "upgrade" ? ["--reuse-values"] : []), ...Object.entries(set).flatMap(([k, v]) => ["--set", `${k}=${v}`])], { kubeconfig: cluster.kubeconfigPath });
+      expect(result.code, result.stderr).toBe(0);
+    };
+    const replicas = async (component: string) => Number(await cluster.kubectlOk(["get", "deployment", `${hpaRelease}-trackhook-${component}`, "-n", scaled, "-o", "jsonpath={.spec.replicas}"]));
+    try {
+      await upgrade("install", { "operator.enabled": "false", "ingest.replicas": "3", "delivery.replicas": "2" });
+      expect([await replicas("ingest"), await replicas("delivery")]).toEqual([3, 2]);
+      await upgrade("upgrade", { "ingest.autoscaling.enabled": "true", "ingest.autoscaling.minReplicas": "2", "delivery.autoscaling.enabled": "true", "delivery.autoscaling.minReplicas": "4" });
+      expect([await replicas("ingest"), await replicas("delivery")]).toEqual([3, 4]); // the live count, at least minReplicas
+      // What the HPA would do, then an unrelated upgrade.
+      await cluster.kubectlOk(["scale", "deployment", `${hpaRelease}-trackhook-ingest`, "-n", scaled, "--replicas=7"]);
+      await upgrade("upgrade", { logLevel: "debug" });
+      expect(await replicas("ingest")).toBe(7);
+    } finally {
+      await helm(["uninstall", hpaRelease, "--namespace", scaled, "--wait=false"], { kubeconfig: cluster.kubeconfigPath });
+    }
+  });
+
   it("the kind e2e's receiver, Secrets, Source and WebhookDestination pass a server-side dry run", async () => {
     const kind = join(repoRoot, "test", "e2e", "kind");
     const secrets = [

@@ -60,7 +60,24 @@ app.kubernetes.io/part-of: trackhook
 {{- if .Values.operator.serviceAccount.create }}
 {{- default (include "trackhook.componentName" (dict "root" . "component" "operator")) .Values.operator.serviceAccount.name }}
 {{- else }}
-{{- default "default" .Values.operator.serviceAccount.name }}
+{{- /* Not "default": the operator's ClusterRole reads Secrets, and every pod without a ServiceAccount of its own runs as "default". */}}
+{{- required "operator.serviceAccount.name: name the operator's existing ServiceAccount when operator.serviceAccount.create is false" .Values.operator.serviceAccount.name }}
+{{- end }}
+{{- end }}
+
+{{/*
+A Deployment's replicas: the value's, or with an HPA the live count (at least minReplicas).
+Left out, as charts often do for an HPA, the API server would set 1 whenever a release stops
+rendering it: turning autoscaling on took a running Deployment down to 1 pod until the HPA acted.
+Without a cluster (helm template, --dry-run=client) lookup finds nothing: minReplicas.
+*/}}
+{{- define "trackhook.replicas" -}}
+{{- $values := .values }}
+{{- if not $values.autoscaling.enabled }}
+replicas: {{ $values.replicas }}
+{{- else }}
+{{- $live := lookup "apps/v1" "Deployment" .root.Release.Namespace (include "trackhook.componentName" (dict "root" .root "component" .component)) }}
+replicas: {{ max (int $values.autoscaling.minReplicas) (int (dig "spec" "replicas" 0 $live)) }}
 {{- end }}
 {{- end }}
 
