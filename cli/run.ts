@@ -50,8 +50,17 @@ async function main(argv: string[]): Promise<void> {
   const command = COMMANDS.find((c) => c.name === name);
   if (!command) throw new UsageError(`unknown command "${name}"\n\n${help()}`);
   let values: Record<string, string | boolean | undefined>;
+  const options: Command["flags"] = { ...command.flags, help: { type: "boolean", short: "h" } };
   try {
-    ({ values } = parseArgs({ args: rest, options: { ...command.flags, help: { type: "boolean", short: "h" } }, strict: true }));
+    const parsed = parseArgs({ args: rest, options, strict: true, tokens: true });
+    values = parsed.values as typeof values; // arrays only for `multiple` flags, which their commands read as such
+    // parseArgs keeps the last of a repeated flag: `--source a --source b` silently did b only.
+    const seen = new Set<string>();
+    for (const token of parsed.tokens) {
+      if (token.kind !== "option" || options[token.name]?.multiple) continue;
+      if (seen.has(token.name)) throw new Error(`--${token.name} was given more than once; it takes one value${token.name === "source" ? " (run the command once per source)" : ""}`);
+      seen.add(token.name);
+    }
   } catch (err) {
     throw new UsageError(`${(err as Error).message}\n\nUsage: ${command.usage}`);
   }

@@ -54,6 +54,13 @@ describe("trackhook CLI", () => {
     expect(bad.stderr).toContain("--colour");
   });
 
+  it("a flag that takes one value, given twice, is a usage error (found by a review: delete-user --source a --source b notified b only)", () => {
+    const twice = run("delete-user", "--config", "examples", "--source", "default/website", "--source", "default/app", "--user-id", "u1", "--user-id", "u2", "--nats", "nats://127.0.0.1:1");
+    expect(twice.status).toBe(2);
+    expect(twice.stderr).toContain("--source was given more than once; it takes one value (run the command once per source)");
+    expect(run("replay", "--destination", "a", "--destination", "b", "--nats", "nats://127.0.0.1:1").stderr).toContain("--destination was given more than once");
+  });
+
   it("an invalid flag value is a usage error before anything connects", () => {
     const result = run("ingest", "--config", "examples", "--nats", "nats://127.0.0.1:1", "--trusted-proxies", "10.0.0.0/8,not-an-ip");
     expect(result.status).toBe(2);
