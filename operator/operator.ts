@@ -8,7 +8,7 @@ import type { NatsConnection } from "@nats-io/transport-node";
 import { ConfigWriter, KvConfigProvider, ensureConfigBucket, parseConfigKey, secretNamesOf } from "../dataplane/config/mod.ts";
 import { removeDestinationConsumers } from "../dataplane/delivery/mod.ts";
 import type { Logger } from "../dataplane/logging.ts";
-import { EVENTS_STREAM, parseConsumerName } from "../dataplane/nats/mod.ts";
+import { EVENTS_STREAM, parseConsumerName, patiently } from "../dataplane/nats/mod.ts";
 import { GROUP, VERSION, type SourceDocument, type WebhookDestinationDocument } from "../schema/mod.ts";
 import { readyOf } from "./conditions.ts";
 import { EventRecorder } from "./events.ts";
@@ -127,7 +127,7 @@ export class Operator {
   }
 
   async #startControllers(): Promise<void> {
-    const kv = await ensureConfigBucket(this.#nc, { replicas: this.#options.configReplicas }, this.#log);
+    const kv = await patiently("making the config bucket", () => ensureConfigBucket(this.#nc, { replicas: this.#options.configReplicas }, this.#log), this.#log);
     const jsm = await jetstreamManager(this.#nc);
     const { kc, custom } = this.#kube;
     const ns = this.#options.watchNamespace;

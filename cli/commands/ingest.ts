@@ -8,7 +8,7 @@ import { buildIngestApp, type IngestOptionsInput } from "../../dataplane/ingest/
 import { errors } from "../../dataplane/ingest/errors.ts";
 import { OPS_PATHS, buildOpsServer } from "../../dataplane/ops/server.ts";
 import { createLogger, type Logger } from "../../dataplane/logging.ts";
-import { EVENTS_STREAM, StreamGuard, connectNats, ensureStream, eventsStreamConfig, keptSettings, natsConnectedGauge, type EventsStreamSettings } from "../../dataplane/nats/mod.ts";
+import { EVENTS_STREAM, StreamGuard, connectNats, ensureStream, eventsStreamConfig, keptSettings, natsConnectedGauge, patiently, type EventsStreamSettings } from "../../dataplane/nats/mod.ts";
 import { integerFlag, listenOrExplain, natsUrl } from "../args.ts";
 import { onShutdown } from "../shutdown.ts";
 import { configFrom, configSourceFlags, configSourceHelp, openConfig, openConfigFiles } from "./config-source.ts";
@@ -35,12 +35,12 @@ export async function startIngest(args: {
 }): Promise<RunningIngest> {
   const jsm = await jetstreamManager(args.nc);
   const events = eventsStreamConfig(args.stream);
-  await ensureStream(
+  await patiently(`making stream ${EVENTS_STREAM}`, () => ensureStream(
     jsm,
     events,
     (changes) => args.log.warn({ stream: EVENTS_STREAM, changes }, "changing the events stream's settings to this process's flags (durations in ns; a shorter max_age drops older messages at once)"),
     keptSettings(args.stream.defaulted),
-  );
+  ), args.log);
   const app = await buildIngestApp({ nc: args.nc, config: args.config, logger: args.log, ...(args.extraRegistries ? { extraRegistries: args.extraRegistries } : {}) }, args.options);
   const address = await listenOrExplain(app, args.host, args.port);
   const guard = new StreamGuard(args.nc, jsm, [events], args.log);

@@ -6,7 +6,7 @@ import type { NatsConnection } from "@nats-io/transport-node";
 import type { CompiledConfig, CompiledDestination } from "../../schema/mod.ts";
 import type { ConfigProvider } from "../config/mod.ts";
 import type { Logger } from "../logging.ts";
-import { DLQ_STREAM, DLQ_SUBJECTS, EVENTS_STREAM, TurnBatch, attemptsStreamConfig, consumerName, dlqStreamConfig, dlqSubject, ensureStream, isNatsConnected, isStreamNotFound, keptSettings, StreamGuard, streamReadiness, type Readiness, type SideStreamSettings, type StreamSettingChange } from "../nats/mod.ts";
+import { DLQ_STREAM, DLQ_SUBJECTS, EVENTS_STREAM, TurnBatch, attemptsStreamConfig, consumerName, dlqStreamConfig, dlqSubject, ensureStream, isNatsConnected, isStreamNotFound, keptSettings, patiently, StreamGuard, streamReadiness, type Readiness, type SideStreamSettings, type StreamSettingChange } from "../nats/mod.ts";
 import { ensureDestinationConsumer, removeDestinationConsumers } from "./consumers.ts";
 import type { DeliveryBacklog, DeliveryBacklogs, DeliveryMetrics } from "./metrics.ts";
 import type { StreamUse } from "../ops/stream-gauges.ts";
@@ -111,9 +111,9 @@ export class DeliveryService {
     ];
     for (const { config, keep } of sideStreams) {
       const said = (changes: StreamSettingChange[]) => deps.log.warn({ stream: config.name, changes }, "changing the stream's settings to this process's flags");
-      await ensureStream(jsm, config, said, keep);
+      await patiently(`making stream ${config.name}`, () => ensureStream(jsm, config, said, keep), deps.log);
     }
-    const events = await waitForEventsStream(jsm, deps.log);
+    const events = await patiently(`reading stream ${EVENTS_STREAM}`, () => waitForEventsStream(jsm, deps.log), deps.log);
     const service = new DeliveryService(deps, jsm);
     service.#guard = new StreamGuard(deps.nc, jsm, sideStreams.map((s) => s.config), deps.log);
     if (events.config.max_age > 0) service.#streamMaxAgeMs = events.config.max_age / 1e6;

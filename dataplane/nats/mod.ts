@@ -10,3 +10,4 @@ export { LocalNatsServer, NatsServerNotFoundError, findNatsServer, type LocalNat
 export { NATS_AUTH_ENV, NatsAuthError, assertNoCredentialsInUrl, natsAuthOptions } from "./auth.ts";
 export { streamReadiness, type Readiness } from "./stream-ready.ts";
 export { StreamGuard } from "./stream-guard.ts";
+export { patiently, isSlowJetStream, START_PATIENCE_MS } from "./api-patience.ts";

@@ -1,0 +1,32 @@
+// JetStream API calls made at a process's start, tried again while JetStream is slow to answer.
+//
+// In a NATS cluster just formed, or electing a leader, creating an R3 stream may take longer than
+// the client's API timeout (5 s). A process that exited on that went into a crash loop on a fresh
+// install, each restart a little later (Kubernetes' back-off), though the next try would have done.
+
+/** How long start-up calls are tried again for, before the error is the process's. */
+export const START_PATIENCE_MS = 60_000;
+
+/** A request with no answer in time, or none yet from a JetStream that is starting or electing. */
+export function isSlowJetStream(err: unknown): boolean {
+  for (let e = err; e instanceof Error; e = e.cause) {
+    if (e.name === "TimeoutError" || e.name === "NoRespondersError") return true;
+    // "JetStream system temporarily unavailable": a cluster without a meta leader.
+    if (e.name === "JetStreamApiError" && (e as Error & { code?: unknown }).code === 10008) return true;
+  }
+  return false;
+}
+
+/** `call()`, tried again every 2 s while JetStream is slow (once said in the log), for up to `patienceMs`. */
+export async function patiently<T>(what: string, call: () => Promise<T>, log: { warn(fields: object, msg: string): void }, patienceMs = START_PATIENCE_MS): Promise<T> {
+  const giveUpAt = Date.now() + patienceMs;
+  for (let tries = 1; ; tries++) {
+    try {
+      return await call();
+    } catch (err) {
+      if (!isSlowJetStream(err) || Date.now() >= giveUpAt) throw err;
+      if (tries === 1) log.warn({ err: (err as Error).message, givingUpInMs: giveUpAt - Date.now() }, `${what}: JetStream did not answer in time (in a NATS cluster, a leader election or a new replicated stream takes a few seconds); trying again`);
+      await new Promise((r) => setTimeout(r, 2_000));
+    }
+  }
+}
