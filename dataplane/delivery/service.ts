@@ -41,6 +41,8 @@ export interface DeliveryServiceDeps {
    * deliver, in case the destination comes back (0: removed at once). Default CONSUMER_REMOVAL_GRACE_MS.
    */
   consumerRemovalGraceMs?: number;
+  /** Between tries at removing such a consumer while NATS does not let it (tests shorten it). Default 30 s. */
+  consumerRemovalRetryMs?: number;
   /** How often each destination's consumer is checked for, to recreate one deleted under delivery. */
   consumerCheckMs?: number;
   /** When a message whose dead letter was refused comes back (tests shorten it). */
@@ -297,22 +299,32 @@ export class DeliveryService {
     if (graceMs === 0) {
       await this.#removeConsumers(removed);
     } else if (removed.length > 0) {
-      for (const name of removed) {
-        const timer = setTimeout(() => {
-          this.#removals.delete(name);
-          // In line with config changes: one that brought the destination back has the last word.
-          this.#applying = this.#applying
-            .catch(() => {})
-            .then(() => (this.#wanted.has(name) ? undefined : this.#removeConsumers([name])))
-            // Still in #managed: the next config change schedules its removal again.
-            .catch((err: unknown) => log.warn({ err: (err as Error).message, consumer: name }, "the consumer of a destination no longer enabled could not be removed; tried again at the next config change"));
-        }, graceMs);
-        timer.unref();
-        this.#removals.set(name, timer);
-      }
+      for (const name of removed) this.#scheduleRemoval(name, graceMs);
       log.info({ consumers: removed, removedInSeconds: Math.round(graceMs / 1000) }, "destinations no longer enabled: nothing more is sent to them; their consumers, with the messages still to deliver, are kept in case they come back, then removed");
     }
     if (failed.length > 0) throw new Error(`destinations not started: ${failed.join(", ")}`);
+  }
+
+  /**
+   * Removes a consumer of a destination no longer enabled in `afterMs`, unless the destination is
+   * back by then; tried again every consumerRemovalRetryMs while NATS does not let it (a soak test saw
+   * one kept for good, with its pending growing, when NATS was away at the one-minute mark).
+   */
+  #scheduleRemoval(name: string, afterMs: number): void {
+    const timer = setTimeout(() => {
+      this.#removals.delete(name);
+      // In line with config changes: one that brought the destination back has the last word.
+      this.#applying = this.#applying
+        .catch(() => {})
+        .then(() => (this.#wanted.has(name) ? undefined : this.#removeConsumers([name])))
+        .catch((err: unknown) => {
+          const retryMs = this.#deps.consumerRemovalRetryMs ?? 30_000;
+          this.#deps.log.warn({ err: (err as Error).message, consumer: name, retryInSeconds: retryMs / 1000 }, "the consumer of a destination no longer enabled could not be removed; trying again");
+          if (!this.#stopped && !this.#wanted.has(name) && !this.#removals.has(name)) this.#scheduleRemoval(name, retryMs);
+        });
+    }, afterMs);
+    timer.unref();
+    this.#removals.set(name, timer);
   }
 
   /** Applies the latest config again after a pause that doubles while starts keep failing. */

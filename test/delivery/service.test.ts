@@ -51,7 +51,7 @@ function configOf(destinations: Array<{ name: string; url: string; timeout?: str
 const start = async (
   config: ConfigHolder,
   options: {
-    maxInFlight?: number; consumerRemovalGraceMs?: number; consumerCheckMs?: number; deadLetterRetryMs?: number;
+    maxInFlight?: number; consumerRemovalGraceMs?: number; consumerRemovalRetryMs?: number; consumerCheckMs?: number; deadLetterRetryMs?: number;
     on?: NatsHarness; log?: Logger; metrics?: DeliveryMetrics; dlqStream?: SideStreamSettings;
   } = {},
 ) =>
@@ -61,6 +61,7 @@ const start = async (
     consumerRemovalGraceMs: options.consumerRemovalGraceMs ?? 0,
     ...(options.maxInFlight ? { maxInFlight: options.maxInFlight } : {}),
     ...(options.consumerCheckMs ? { consumerCheckMs: options.consumerCheckMs } : {}),
+    ...(options.consumerRemovalRetryMs ? { consumerRemovalRetryMs: options.consumerRemovalRetryMs } : {}),
     ...(options.deadLetterRetryMs ? { deadLetterRetryMs: options.deadLetterRetryMs } : {}),
     ...(options.dlqStream ? { dlqStream: options.dlqStream } : {}),
   });
@@ -119,6 +120,29 @@ describe("delivery service", () => {
       await expect.poll(consumers, { timeout: 5_000 }).not.toContain("dest_default_gamma");
     } finally {
       await service.stop();
+    }
+  });
+
+  it("removes a removed destination's consumer once NATS lets it, when NATS did not at the end of the grace (found by a soak test: it was kept for good, its pending growing)", { timeout: 45_000 }, async () => {
+    const own = await startNats();
+    await ensureStream(own.jsm, eventsStreamConfig(DEFAULT_STREAM));
+    const { log, lines } = capturedLog("warn");
+    const config = new ConfigHolder(configOf([{ name: "kappa", url: receiver.url("/kappa") }]));
+    const service = await start(config, { on: own, consumerRemovalGraceMs: 1_000, consumerRemovalRetryMs: 1_000, log });
+    const pid = own.server.pid!;
+    const ownConsumers = async () => (await own.jsm.consumers.list(EVENTS_STREAM).next()).map((c) => c.name);
+    try {
+      config.set({ sources: [], destinations: [] });
+      await expect.poll(() => service.destinations).toEqual([]);
+      process.kill(pid, "SIGSTOP"); // away when the grace ends, and through the removal's two 5 s requests
+      await new Promise((r) => setTimeout(r, 12_000));
+      process.kill(pid, "SIGCONT");
+      await expect.poll(() => lines.some((l) => l.includes("could not be removed; trying again")), { timeout: 5_000 }).toBe(true);
+      await expect.poll(ownConsumers, { timeout: 15_000, interval: 500 }).not.toContain("dest_default_kappa");
+    } finally {
+      process.kill(pid, "SIGCONT");
+      await service.stop();
+      await own.stop();
     }
   });
 
