@@ -198,12 +198,17 @@ const RECORDS_PER_MESSAGE = 100;
 
 interface RoundState {
   dead: Set<string>;
+  /**
+   * Rounds that sent nothing, every URL pausing: they take no step of the backoff (counted, a
+   * message held through a breaker's pauses came back to a receiver up again 30 minutes later).
+   */
+  skipped: number;
   /** The last failed outcome, for a dead letter's headers when a round sends nothing. */
   last?: AttemptOutcome;
   /** The end of the message's retry window: past it the entry is of no use (see #sweepRounds). */
   expiresAt: number;
 }
-const newRoundState = (expiresAt: number): RoundState => ({ dead: new Set(), expiresAt });
+const newRoundState = (expiresAt: number): RoundState => ({ dead: new Set(), skipped: 0, expiresAt });
 
 export class DestinationWorker {
   #destination: CompiledDestination;
@@ -424,8 +429,15 @@ export class DestinationWorker {
       if (urls.length === 0) {
         // Redelivered before any URL's pause ended (another replica's nak, or a pause of the
         // URL's own): wait on, without an attempt.
-        if (lastChance) await this.#deadLetter(m, "retry_window_exhausted", info.deliveryCount, round?.last ?? this.#pauseCause(this.#destination.urls));
-        else await this.#retryOrGiveUp(m, round, info.deliveryCount, deadline, undefined);
+        if (lastChance) {
+          await this.#deadLetter(m, "retry_window_exhausted", info.deliveryCount, round?.last ?? this.#pauseCause(this.#destination.urls));
+          return;
+        }
+        const held = round ?? newRoundState(deadline);
+        held.skipped++;
+        this.#rounds.set(m.seq, held);
+        this.#sweepRounds(now);
+        await this.#retryOrGiveUp(m, held, info.deliveryCount, deadline, undefined);
         return;
       }
     }
@@ -464,9 +476,10 @@ export class DestinationWorker {
 
   /**
    * After a round without a delivery: nak for the next round, or dead-letter when no URL can
-   * still succeed within the window. Each URL still worth trying is due at the end of its pause
-   * (its Retry-After, or the breaker's), or after the backoff if it has none; the soonest decides. A round due after the window closes comes just before it instead, unless
-   * every URL would still be pausing then.
+   * still succeed within the window. A round that sent something is followed after the backoff
+   * of the rounds that did (or later, while every URL is still pausing: nextRoundDelayMs); one
+   * that sent nothing comes back when the first URL's pause ends. A round due after the window
+   * closes comes just before it instead, unless every URL would still be pausing then.
    */
   async #retryOrGiveUp(m: JsMsg, round: RoundState | undefined, attempt: number, deadline: number, results: SendResult[] | undefined): Promise<void> {
     const now = Date.now();
@@ -485,7 +498,8 @@ export class DestinationWorker {
       const at = dueAt(url);
       return at === undefined ? undefined : Math.max(0, at - now);
     });
-    let delay = nextRoundDelayMs(waits, backoffMs(attempt, remaining));
+    const backoff = results ? backoffMs(attempt - (round?.skipped ?? 0), remaining) : 0;
+    let delay = nextRoundDelayMs(waits, backoff);
     if (delay > remaining - FINAL_ROUND_MARGIN_MS) {
       delay = remaining - FINAL_ROUND_MARGIN_MS;
       // Too soon to be worth it, or every URL would still be pausing at that last round.

@@ -148,11 +148,17 @@ describe("combining URLs", () => {
   it("one delivery is enough", () => expect(combine([{ kind: "retry", status: 500 }, { kind: "delivered", status: 200 }, { kind: "permanent", status: 404 }]).kind).toBe("delivered"));
   it("retries while any URL may still succeed", () => expect(combine([{ kind: "permanent", status: 404 }, { kind: "retry", error: "timeout" }]).kind).toBe("retry"));
   it("is permanent when no URL is left retryable", () => expect(combine([{ kind: "permanent", status: 404 }, { kind: "permanent", status: 410 }])).toEqual({ kind: "permanent", status: 404 }));
-  it("the next round comes when the soonest URL is due: its Retry-After, or the backoff for a URL that sent none", () => {
-    expect(nextRoundDelayMs([60_000, 5_000], 10_000)).toBe(5_000);
+  it("the next round comes after the backoff, or when the first URL's pause ends if every URL is pausing past it", () => {
+    expect(nextRoundDelayMs([60_000, 5_000], 10_000)).toBe(10_000);
+    expect(nextRoundDelayMs([60_000, 30_000], 10_000)).toBe(30_000);
     expect(nextRoundDelayMs([60_000, undefined], 10_000)).toBe(10_000);
-    expect(nextRoundDelayMs([60_000, undefined], 90_000)).toBe(60_000);
+    expect(nextRoundDelayMs([60_000, undefined], 90_000)).toBe(90_000);
     expect(nextRoundDelayMs([], 10_000)).toBe(10_000);
+  });
+
+  it("a pause never shortens the backoff (found by a soak test: Retry-After: 7 on every answer had each message sent every 7 s; the breaker's 5 s pauses used up the backoff's steps in 90 s)", () => {
+    expect(nextRoundDelayMs([7_000], 40_000)).toBe(40_000);
+    expect(nextRoundDelayMs([5_000], 20 * 60_000)).toBe(20 * 60_000);
   });
 });
 
