@@ -1,5 +1,5 @@
 // `trackhook ingest`: the Tracking API server.
-import { jetstreamManager } from "@nats-io/jetstream";
+import { jetstreamManager, type JetStreamManager } from "@nats-io/jetstream";
 import type { NatsConnection } from "@nats-io/transport-node";
 import type { FastifyInstance } from "fastify";
 import { Registry } from "prom-client";
@@ -21,7 +21,24 @@ export interface RunningIngest {
   close(): Promise<void>;
 }
 
-/** Ensures the stream, builds the app and listens. Shared by `ingest` and `dev`. */
+/**
+ * Makes TRACKHOOK_EVENTS, or brings its settings to the flags', waiting out a JetStream slow to
+ * answer (patiently). Returns the manager the stream guard keeps using.
+ */
+export function ensureEventsStream(nc: NatsConnection, settings: EventsStreamSettings, log: Logger): Promise<JetStreamManager> {
+  return patiently(`making stream ${EVENTS_STREAM}`, async () => {
+    const jsm = await jetstreamManager(nc);
+    await ensureStream(
+      jsm,
+      eventsStreamConfig(settings),
+      (changes) => log.warn({ stream: EVENTS_STREAM, changes }, "changing the events stream's settings to this process's flags (durations in ns; a shorter max_age drops older messages at once)"),
+      keptSettings(settings.defaulted),
+    );
+    return jsm;
+  }, log);
+}
+
+/** Builds the app and listens, the events stream made (`jsm`) or made here. Shared by `ingest` and `dev`. */
 export async function startIngest(args: {
   nc: NatsConnection;
   config: ConfigProvider;
@@ -29,21 +46,16 @@ export async function startIngest(args: {
   host: string;
   port: number;
   stream: EventsStreamSettings;
+  /** The manager of an events stream already made by ensureEventsStream. */
+  jsm?: JetStreamManager;
   options: IngestOptionsInput;
   /** More registries for /metrics (dev serves delivery's too). */
   extraRegistries?: Registry[];
 }): Promise<RunningIngest> {
-  const jsm = await jetstreamManager(args.nc);
-  const events = eventsStreamConfig(args.stream);
-  await patiently(`making stream ${EVENTS_STREAM}`, () => ensureStream(
-    jsm,
-    events,
-    (changes) => args.log.warn({ stream: EVENTS_STREAM, changes }, "changing the events stream's settings to this process's flags (durations in ns; a shorter max_age drops older messages at once)"),
-    keptSettings(args.stream.defaulted),
-  ), args.log);
+  const jsm = args.jsm ?? (await ensureEventsStream(args.nc, args.stream, args.log));
   const app = await buildIngestApp({ nc: args.nc, config: args.config, logger: args.log, ...(args.extraRegistries ? { extraRegistries: args.extraRegistries } : {}) }, args.options);
   const address = await listenOrExplain(app, args.host, args.port);
-  const guard = new StreamGuard(args.nc, jsm, [events], args.log);
+  const guard = new StreamGuard(args.nc, jsm, [eventsStreamConfig(args.stream)], args.log);
   args.log.info({ address, sources: args.config.current().sources.length }, "ingest listening");
   return {
     url: address,
@@ -87,9 +99,12 @@ export const ingestCommand: Command = {
     const nc = (running.nc = await connectNats({ servers: nats, name: "trackhook-ingest", log, component: "ingest" }));
     waitingFor = "the trackhook-config bucket";
     const config = (running.config = await openConfig(files, nc, log, "sources"));
+    // Still answering /healthz meanwhile: a NATS cluster electing can take a while to make it.
+    waitingFor = `the ${EVENTS_STREAM} stream`;
+    const jsm = await ensureEventsStream(nc, stream, log);
     await waiting.close();
     running.waiting = undefined;
-    running.ingest = await startIngest({ nc, config, log, stream, options, host, port: Number(address.port) });
+    running.ingest = await startIngest({ nc, config, log, stream, jsm, options, host, port: Number(address.port) });
   },
 };
 

@@ -79,11 +79,16 @@ export function nextRoundDelayMs(waitsMs: ReadonlyArray<number | undefined>, bac
 
 /**
  * Delay before delivery attempt `attempt + 1` (attempt counts from 1): exponential from 5 s,
- * capped at 30 min, with ±20% jitter so retries of many messages do not arrive together, and
- * never past the end of the retry window.
+ * capped at 30 min, and no longer than twice what the message has waited so far (`waitedMs`,
+ * since it was stored), with ±20% jitter so retries of many messages do not arrive together,
+ * and never past the end of the retry window. On the usual schedule the steps stay within that
+ * bound (step k waits 5·2^(k-1) s, having waited 5·(2^(k-1)-1) s); it keeps the wait in step with
+ * time when the attempt count runs ahead: deliveries that a URL's pause held back without a
+ * request count as attempts on every replica (a soak test saw a message 30 minutes from its next
+ * try after 90 s).
  */
-export function backoffMs(attempt: number, remainingWindowMs: number, random: () => number = Math.random): number {
-  const base = Math.min(30 * 60_000, 5_000 * 2 ** Math.max(0, attempt - 1));
+export function backoffMs(attempt: number, remainingWindowMs: number, random: () => number = Math.random, waitedMs = Infinity): number {
+  const base = Math.min(30 * 60_000, 5_000 * 2 ** Math.max(0, attempt - 1), Math.max(5_000, 2 * waitedMs));
   const jittered = base * (0.8 + 0.4 * random());
   return Math.round(Math.max(0, Math.min(jittered, remainingWindowMs)));
 }

@@ -6,7 +6,7 @@ import type { NatsConnection } from "@nats-io/transport-node";
 import type { CompiledConfig, CompiledDestination } from "../../schema/mod.ts";
 import type { ConfigProvider } from "../config/mod.ts";
 import type { Logger } from "../logging.ts";
-import { DLQ_STREAM, DLQ_SUBJECTS, EVENTS_STREAM, TurnBatch, attemptsStreamConfig, consumerName, dlqStreamConfig, dlqSubject, ensureStream, isNatsConnected, isStreamNotFound, keptSettings, patiently, StreamGuard, streamReadiness, type Readiness, type SideStreamSettings, type StreamSettingChange } from "../nats/mod.ts";
+import { DLQ_STREAM, DLQ_SUBJECTS, EVENTS_STREAM, TurnBatch, attemptsStreamConfig, consumerName, dlqStreamConfig, dlqSubject, ensureStream, isNatsConnected, isStreamNotFound, isSlowJetStream, keptSettings, patiently, StreamGuard, streamReadiness, type Readiness, type SideStreamSettings, type StreamSettingChange } from "../nats/mod.ts";
 import { ensureDestinationConsumer, removeDestinationConsumers } from "./consumers.ts";
 import type { DeliveryBacklog, DeliveryBacklogs, DeliveryMetrics } from "./metrics.ts";
 import type { StreamUse } from "../ops/stream-gauges.ts";
@@ -41,7 +41,7 @@ export interface DeliveryServiceDeps {
    * deliver, in case the destination comes back (0: removed at once). Default CONSUMER_REMOVAL_GRACE_MS.
    */
   consumerRemovalGraceMs?: number;
-  /** Between tries at removing such a consumer while NATS does not let it (tests shorten it). Default 30 s. */
+  /** Between tries at removing such a consumer while NATS does not answer (tests shorten it). Default CONSUMER_REMOVAL_RETRY_MS. */
   consumerRemovalRetryMs?: number;
   /** How often each destination's consumer is checked for, to recreate one deleted under delivery. */
   consumerCheckMs?: number;
@@ -58,6 +58,8 @@ const START_RETRY_MAX_MS = 30_000;
  * moment, must not throw away the messages its consumer still had to deliver.
  */
 export const CONSUMER_REMOVAL_GRACE_MS = 60_000;
+/** Between tries at removing such a consumer while NATS does not answer. */
+export const CONSUMER_REMOVAL_RETRY_MS = 30_000;
 
 export class DeliveryService {
   readonly #deps: DeliveryServiceDeps;
@@ -102,7 +104,7 @@ export class DeliveryService {
   }
 
   static async start(deps: DeliveryServiceDeps): Promise<DeliveryService> {
-    const jsm = await jetstreamManager(deps.nc);
+    const jsm = await patiently("reaching JetStream", () => jetstreamManager(deps.nc), deps.log);
     // No settings given (`trackhook dev`, which has no flags for these): an existing stream keeps
     // all of its own, as for a flag left out; `dev --nats` pointed at a shared NATS took a
     // replicas-3 dead-letter stream down to one copy and 1 GiB.
@@ -115,7 +117,7 @@ export class DeliveryService {
       const said = (changes: StreamSettingChange[]) => deps.log.warn({ stream: config.name, changes }, "changing the stream's settings to this process's flags");
       await patiently(`making stream ${config.name}`, () => ensureStream(jsm, config, said, keep), deps.log);
     }
-    const events = await patiently(`reading stream ${EVENTS_STREAM}`, () => waitForEventsStream(jsm, deps.log), deps.log);
+    const events = await waitForEventsStream(jsm, deps.log);
     const service = new DeliveryService(deps, jsm);
     service.#guard = new StreamGuard(deps.nc, jsm, sideStreams.map((s) => s.config), deps.log);
     if (events.config.max_age > 0) service.#streamMaxAgeMs = events.config.max_age / 1e6;
@@ -307,7 +309,7 @@ export class DeliveryService {
 
   /**
    * Removes a consumer of a destination no longer enabled in `afterMs`, unless the destination is
-   * back by then; tried again every consumerRemovalRetryMs while NATS does not let it (a soak test saw
+   * back by then; tried again every consumerRemovalRetryMs while NATS does not answer (a soak test saw
    * one kept for good, with its pending growing, when NATS was away at the one-minute mark).
    */
   #scheduleRemoval(name: string, afterMs: number): void {
@@ -318,9 +320,14 @@ export class DeliveryService {
         .catch(() => {})
         .then(() => (this.#wanted.has(name) ? undefined : this.#removeConsumers([name])))
         .catch((err: unknown) => {
-          const retryMs = this.#deps.consumerRemovalRetryMs ?? 30_000;
-          this.#deps.log.warn({ err: (err as Error).message, consumer: name, retryInSeconds: retryMs / 1000 }, "the consumer of a destination no longer enabled could not be removed; trying again");
-          if (!this.#stopped && !this.#wanted.has(name) && !this.#removals.has(name)) this.#scheduleRemoval(name, retryMs);
+          // NATS away or slow: again soon. Anything else (a permission refused) would fail the same way.
+          const retryMs = this.#deps.consumerRemovalRetryMs ?? CONSUMER_REMOVAL_RETRY_MS;
+          const again = isSlowJetStream(err) && !this.#stopped && !this.#wanted.has(name) && !this.#removals.has(name);
+          this.#deps.log.warn(
+            { err: (err as Error).message, consumer: name, ...(again ? { retryInSeconds: retryMs / 1000 } : {}) },
+            again ? "the consumer of a destination no longer enabled could not be removed; trying again" : "the consumer of a destination no longer enabled could not be removed; tried again at the next config change",
+          );
+          if (again) this.#scheduleRemoval(name, retryMs);
         });
     }, afterMs);
     timer.unref();
@@ -449,7 +456,7 @@ export class DeliveryService {
 async function waitForEventsStream(jsm: JetStreamManager, log: Logger): Promise<StreamInfo> {
   for (let warned = false; ; warned = true) {
     try {
-      return await jsm.streams.info(EVENTS_STREAM);
+      return await patiently(`reading stream ${EVENTS_STREAM}`, () => jsm.streams.info(EVENTS_STREAM), log);
     } catch (err) {
       if (!isStreamNotFound(err)) throw err;
       if (!warned) log.warn(`waiting for stream ${EVENTS_STREAM} (the ingest creates it at start)`);

@@ -199,8 +199,8 @@ const RECORDS_PER_MESSAGE = 100;
 interface RoundState {
   dead: Set<string>;
   /**
-   * Rounds that sent nothing, every URL pausing: they take no step of the backoff (counted, a
-   * message held through a breaker's pauses came back to a receiver up again 30 minutes later).
+   * Rounds that sent nothing, every URL pausing: they take no step of the backoff. Known to this
+   * replica only (another's count as attempts); backoffMs' bound on the time waited covers those.
    */
   skipped: number;
   /** The last failed outcome, for a dead letter's headers when a round sends nothing. */
@@ -233,8 +233,8 @@ export class DestinationWorker {
   readonly #inFlight = new Set<Promise<void>>();
   /**
    * Per stream sequence, what later rounds of a message must respect: URLs that failed for good
-   * (not tried again), and the last failure. In memory only, and only for messages that have
-   * any. (A URL's Retry-After is kept for all messages, in #pauses.)
+   * (not tried again), the last failure, and the rounds a pause held back. In memory only, and
+   * only for messages that have any. (A URL's pause is kept for all messages, in #pauses.)
    */
   readonly #rounds = new Map<number, RoundState>();
   #roundsSweptAt = 0;
@@ -498,7 +498,8 @@ export class DestinationWorker {
       const at = dueAt(url);
       return at === undefined ? undefined : Math.max(0, at - now);
     });
-    const backoff = results ? backoffMs(attempt - (round?.skipped ?? 0), remaining) : 0;
+    const waited = now - (deadline - this.retryWindowMs);
+    const backoff = results ? backoffMs(attempt - (round?.skipped ?? 0), remaining, Math.random, waited) : 0;
     let delay = nextRoundDelayMs(waits, backoff);
     if (delay > remaining - FINAL_ROUND_MARGIN_MS) {
       delay = remaining - FINAL_ROUND_MARGIN_MS;
@@ -515,8 +516,8 @@ export class DestinationWorker {
   /**
    * Keeps what the next rounds must respect (URLs failed for good) and the last failure, for a
    * message with either a URL failed for good or a Retry-After (whose later rounds may send
-   * nothing while it lasts); a message that is merely retried leaves no entry. Returns the
-   * message's state.
+   * nothing while it lasts), or one already held back by a pause; a message that is merely
+   * retried leaves no entry. Returns the message's state.
    */
   #remember(seq: number, round: RoundState | undefined, results: SendResult[], outcome: AttemptOutcome, deadline: number): RoundState | undefined {
     const now = Date.now();
@@ -630,7 +631,9 @@ export class DestinationWorker {
           },
           change.reason === "retry_after"
             ? "webhook URL asked for a pause (Retry-After): no message is sent to it until it ends"
-            : "webhook URL is not answering: no message is sent to it for a while, then one tries it again (the destination's other URLs go on)",
+            : "error" in r.outcome && r.outcome.error === "tls_verification_failed"
+              ? "webhook URL's certificate fails verification: no message is sent to it for a while, then one tries it again (the destination's other URLs go on)"
+              : "webhook URL is not answering: no message is sent to it for a while, then one tries it again (the destination's other URLs go on)",
         );
       } else if (change?.kind === "resumed") {
         this.#log.info({ url: this.#shownUrl(r.url) }, "webhook URL answers again: messages are sent to it again");

@@ -10,7 +10,8 @@ export const START_PATIENCE_MS = 60_000;
 /** A request with no answer in time, or none yet from a JetStream that is starting or electing. */
 export function isSlowJetStream(err: unknown): boolean {
   for (let e = err; e instanceof Error; e = e.cause) {
-    if (e.name === "TimeoutError" || e.name === "NoRespondersError") return true;
+    // nats.js wraps "no responders" (JetStream not up yet after a restart) in JetStreamNotEnabled.
+    if (e.name === "TimeoutError" || e.name === "NoResponders") return true;
     // "JetStream system temporarily unavailable": a cluster without a meta leader.
     if (e.name === "JetStreamApiError" && (e as Error & { code?: unknown }).code === 10008) return true;
   }

@@ -149,6 +149,8 @@ describe("chart metadata and values", () => {
       // The operator exits on a lease under 2s.
       refused({ "operator.leaderElection.leaseDuration": "1s" }, /leaseDuration/),
       refused({ "operator.leaderElection.leaseDuration": "1500ms" }, /leaseDuration/),
+      refused({ "operator.leaderElection.leaseDuration": "1s500ms" }, /leaseDuration/),
+      refused({ "operator.leaderElection.leaseDuration": "0.02m" }, /leaseDuration/),
       // Found by a review: the operator's ClusterRole, which reads Secrets, was bound to "default".
       refused({ "operator.serviceAccount.create": "false" }, /operator\.serviceAccount\.name/),
     ]);
@@ -559,7 +561,9 @@ describe("rendered manifests", () => {
     expect(notes).not.toContain("trackhook.io/secret=true");
     // Found by a review: with requireSecretLabel the Source never became Ready.
     const labelled = await helm(["install", "th-test", chartDir, "--namespace", "trackhook", "--dry-run=client", "--set", "operator.requireSecretLabel=true"]);
-    expect(labelled.stdout.slice(labelled.stdout.indexOf("NOTES:"))).toContain("label secret website-write-key trackhook.io/secret=true");
+    const labelledNotes = labelled.stdout.slice(labelled.stdout.indexOf("NOTES:"));
+    expect(labelledNotes).toContain("label secret website-write-key trackhook.io/secret=true");
+    expect(labelledNotes).toContain("(sharedSecretRef, header values) trackhook.io/secret=true");
   });
 
   it("renders values kept from an older release (helm upgrade --reuse-values: no metrics.prometheusRule; regression: nil pointer)", async () => {

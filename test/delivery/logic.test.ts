@@ -171,6 +171,13 @@ describe("backoff", () => {
     expect(backoffMs(20, Infinity, () => 0.5)).toBe(30 * 60_000);
   });
   it("never waits past the end of the retry window", () => expect(backoffMs(10, 1_234, () => 0.5)).toBe(1_234));
+  it("waits no longer than twice what the message has waited so far, at least 5 s (found by a review: rounds held back by a pause count as attempts on other replicas)", () => {
+    expect(backoffMs(11, Infinity, () => 0.5, 90_000)).toBe(180_000); // not 30 minutes
+    expect(backoffMs(11, Infinity, () => 0.5, 1_000)).toBe(5_000);
+    expect(backoffMs(2, Infinity, () => 0.5, 3_600_000)).toBe(10_000); // a backlog's first retries keep the usual steps
+    // The usual schedule is within the bound: step k comes after 5·(2^(k-1)-1) s.
+    for (let k = 2; k <= 9; k++) expect(backoffMs(k, Infinity, () => 0.5, 5_000 * (2 ** (k - 1) - 1))).toBe(5_000 * 2 ** (k - 1));
+  });
 });
 
 describe("delivery metrics", () => {

@@ -3,8 +3,10 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { jetstreamManager } from "@nats-io/jetstream";
 import { pino } from "pino";
-import { DLQ_STREAM, StreamStorageRefusedError, connectNats, dlqStreamConfig, ensureStream, patiently } from "../../dataplane/nats/mod.ts";
+import { spawn } from "node:child_process";
+import { DLQ_STREAM, StreamStorageRefusedError, connectNats, dlqStreamConfig, ensureStream, findNatsServer, isSlowJetStream, patiently } from "../../dataplane/nats/mod.ts";
 import { startNats, type NatsHarness } from "../harness/nats.ts";
+import { freePort } from "../harness/ports.ts";
 
 let nats: NatsHarness;
 beforeAll(async () => {
@@ -36,6 +38,23 @@ describe("patiently", () => {
     } finally {
       process.kill(nats.server.pid!, "SIGCONT");
       await nc.close();
+    }
+  });
+
+  it("waits out \"no responders\" too: a NATS whose JetStream is not up yet (found by a review: the name nats.js gives it was missed)", async () => {
+    const port = await freePort();
+    const server = spawn(findNatsServer(), ["-a", "127.0.0.1", "-p", String(port)], { stdio: "ignore" }); // no -js
+    try {
+      const nc = await connectNats({ servers: `nats://127.0.0.1:${port}`, name: "patience-test", log: pino({ level: "silent" }) });
+      try {
+        const err = await jetstreamManager(nc).then(() => undefined, (e: unknown) => e);
+        expect(err).toBeInstanceOf(Error);
+        expect(isSlowJetStream(err)).toBe(true);
+      } finally {
+        await nc.close();
+      }
+    } finally {
+      server.kill();
     }
   });
 
