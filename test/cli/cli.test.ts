@@ -9,7 +9,7 @@ import { fileURLToPath } from "node:url";
 import { describe, expect, it } from "vitest";
 import { jetstreamManager } from "@nats-io/jetstream";
 import { connect, type NatsConnection } from "@nats-io/transport-node";
-import { LocalNatsServer, ensureStream, eventsStreamConfig } from "../../dataplane/nats/mod.ts";
+import { LocalNatsServer, ensureStream, eventsStreamConfig, findNatsServer } from "../../dataplane/nats/mod.ts";
 import { basic, post } from "../harness/ingest.ts";
 import { freePort } from "../harness/ports.ts";
 
@@ -268,6 +268,34 @@ async function withOwnIngest(
 }
 
 describe("trackhook and a NATS that comes and goes", () => {
+  it("ingest waiting for its events stream (a NATS whose JetStream is not up) keeps answering /healthz, says what it waits for, and starts once it is (found by a review: nothing listened meanwhile)", { timeout: 40_000 }, async () => {
+    const port = await freePort();
+    const httpPort = await freePort();
+    const storeDir = mkdtempSync(join(tmpdir(), "trackhook-nats-"));
+    // NATS without JetStream first: every JetStream request has no responders.
+    const plain = spawn(findNatsServer(), ["-a", "127.0.0.1", "-p", String(port)], { stdio: "ignore" });
+    const ingest = spawnCli("ingest", "--config", "examples/", "--nats", `nats://127.0.0.1:${port}`, "--port", String(httpPort), "--host", "127.0.0.1");
+    const origin = `http://127.0.0.1:${httpPort}`;
+    let server: LocalNatsServer | undefined;
+    try {
+      await ingest.waitFor(/making stream TRACKHOOK_EVENTS: JetStream did not answer in time/, 15_000);
+      expect((await fetch(`${origin}/healthz`)).status).toBe(200);
+      expect(await (await fetch(`${origin}/readyz`)).json()).toEqual({ status: "not_ready", reason: "starting: waiting for the TRACKHOOK_EVENTS stream" });
+      expect((await fetch(`${origin}/v1/track`, { method: "POST", headers: { "content-type": "application/json" }, body: "{}" })).status).toBe(503);
+      plain.kill();
+      await new Promise((r) => plain.once("exit", r));
+      server = await LocalNatsServer.start({ storeDir, port }); // the same NATS, JetStream up
+      await ingest.waitFor(/"msg":"ingest listening"/, 20_000);
+      expect((await fetch(`${origin}/readyz`)).status).toBe(200);
+    } finally {
+      plain.kill();
+      ingest.child.kill("SIGTERM");
+      await ingest.exited;
+      await server?.stop();
+    }
+  });
+
+
   it("ingest started before NATS says every 10 s that it is waiting and is live but not ready meanwhile (found by a review: nothing listened, so probes restarted it), starts when NATS comes, and a second ingest with another --stream-max-age logs the change it makes", async () => {
     const port = await freePort();
     const httpPort = await freePort();
