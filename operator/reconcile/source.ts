@@ -35,6 +35,12 @@ async function applySource(ctx: OperatorContext, namespace: string, name: string
     else await ctx.config.delete(key);
     const [first] = result.problems;
     const reserved = held ? "; its write key stays reserved for it" : "";
+    if (doc.spec.enabled === false) {
+      // Off by choice, it needs no key: a Source switched off and its Secret deleted is no fault,
+      // and was one (Ready=False, its alert firing for as long as it stayed off).
+      await setReady(ctx, source, { status: "True", reason: "Reconciled", message: `disabled: the source accepts no messages${reserved} (while disabled its key is not needed; ${first!.field}: ${first!.message})` });
+      return;
+    }
     await setReady(ctx, source, { status: "False", reason: first!.reason, message: `${first!.field}: ${first!.message}; the source accepts no messages${reserved}` });
     return;
   }

@@ -47,6 +47,18 @@ describe("operator: Source and WebhookDestination", () => {
     expect(running.operator.leading).toBe(true);
   });
 
+  it("a disabled Source needs no Secret: Ready with its reason, and no key accepted (found by a review: SecretNotFound fired its alert for as long as it stayed off)", async () => {
+    await env.apply(`apiVersion: trackhook.io/v1alpha1
+kind: Source
+metadata: { name: switched-off }
+spec: { enabled: false, writeKeySecretRef: { name: deleted-secret, key: writeKey } }
+`);
+    const off = await env.waitReady("Source", "switched-off");
+    expect(off.status!.conditions![0]).toMatchObject({ reason: "Reconciled", message: expect.stringContaining("disabled: the source accepts no messages") });
+    expect(off.status!.conditions![0]!.message).toContain(`Secret ${env.namespace}/deleted-secret does not exist`);
+    expect(await kvValue(sourceKey(env.namespace, "switched-off"))).toBeUndefined();
+  });
+
   it("delivers an event through ingest and delivery configured from the bucket, signed", async () => {
     await env.apply([
       secret("hook-secret", { shared: "s3cret" }),
