@@ -166,41 +166,33 @@ export class DeliveryMetrics {
     // retry window (then the stream's max_age) is measured against.
     gauge("trackhook_delivery_oldest_message_age_seconds", "Age of the oldest message not yet delivered or dead-lettered, per destination (0 when none waits)", (b) => b.oldestAgeSeconds);
     gauge("trackhook_delivery_dead_letters", "Messages in the dead-letter queue, per destination", (b) => b.deadLetters);
-    const destinations = () => this.#destinations();
-    new Gauge({
-      name: "trackhook_delivery_destination_up",
-      help: "1 per enabled destination this process delivers; 0 while it cannot start (it is retried)",
-      labelNames: ["destination"] as const,
-      registers: [this.registry],
-      collect() {
-        this.reset();
-        for (const d of destinations()) this.set({ destination: d.destination }, d.running ? 1 : 0);
-      },
-    });
+    // Gauges read from the destinations' state (no I/O): each scrape sets one series per entry of `each`.
+    const stateGauge = <L extends string>(name: string, help: string, labelNames: readonly L[], each: (d: DestinationState) => Iterable<[Record<L, string>, number]>) => {
+      const destinations = () => this.#destinations();
+      return new Gauge({
+        name,
+        help,
+        labelNames,
+        registers: [this.registry],
+        collect() {
+          this.reset();
+          for (const d of destinations()) for (const [labels, value] of each(d)) this.set(labels, value);
+        },
+      });
+    };
+    stateGauge("trackhook_delivery_destination_up", "1 per enabled destination this process delivers; 0 while it cannot start (it is retried)", ["destination"], (d) => [[{ destination: d.destination }, d.running ? 1 : 0]]);
     // What the oldest message's age is measured against: a fixed age to alert at would come after
     // the dead letters for a destination with a short window.
-    new Gauge({
-      name: "trackhook_delivery_retry_window_seconds",
-      help: "The retry window in force per destination: a message not delivered within it is dead-lettered",
-      labelNames: ["destination"] as const,
-      registers: [this.registry],
-      collect() {
-        this.reset();
-        for (const d of destinations()) if (d.retryWindowSeconds !== undefined) this.set({ destination: d.destination }, d.retryWindowSeconds);
-      },
-    });
+    stateGauge("trackhook_delivery_retry_window_seconds", "The retry window in force per destination: a message not delivered within it is dead-lettered", ["destination"], (d) =>
+      d.retryWindowSeconds === undefined ? [] : [[{ destination: d.destination }, d.retryWindowSeconds]]);
     // A destination with one of its URLs dead still delivers through the others: nothing dead-
     // letters, and without this nobody hears that a receiver has been down for hours.
-    new Gauge({
-      name: "trackhook_delivery_url_paused",
-      help: "1 per webhook URL (its position in spec.urls, and redacted) that no message is sent to for now, by reason: unreachable (no answer; the next message after the pause probes it) or retry_after (the receiver asked)",
-      labelNames: ["destination", "url_index", "url", "reason"] as const,
-      registers: [this.registry],
-      collect() {
-        this.reset();
-        for (const d of destinations()) for (const p of d.pausedUrls) this.set({ destination: d.destination, url_index: String(p.index), url: p.url, reason: p.reason }, 1);
-      },
-    });
+    stateGauge(
+      "trackhook_delivery_url_paused",
+      "1 per webhook URL (its position in spec.urls, and redacted) that no message is sent to for now, by reason: unreachable (no answer; the next message after the pause probes it) or retry_after (the receiver asked)",
+      ["destination", "url_index", "url", "reason"],
+      (d) => d.pausedUrls.map((p) => [{ destination: d.destination, url_index: String(p.index), url: p.url, reason: p.reason }, 1]),
+    );
   }
 
   /** Where the destination gauge reads from at scrape time (the delivery service). */
