@@ -210,6 +210,13 @@ interface RoundState {
 }
 const newRoundState = (expiresAt: number): RoundState => ({ dead: new Set(), skipped: 0, expiresAt });
 
+/** The log line of a URL's pause beginning, by what paused it. */
+const PAUSE_LINES = {
+  retry_after: "webhook URL asked for a pause (Retry-After): no message is sent to it until it ends",
+  certificate: "webhook URL's certificate fails verification: no message is sent to it for a while, then one tries it again (the destination's other URLs go on)",
+  unreachable: "webhook URL is not answering: no message is sent to it for a while, then one tries it again (the destination's other URLs go on)",
+} as const;
+
 export class DestinationWorker {
   #destination: CompiledDestination;
   readonly #js: JetStreamClient;
@@ -498,7 +505,7 @@ export class DestinationWorker {
       const at = dueAt(url);
       return at === undefined ? undefined : Math.max(0, at - now);
     });
-    const waited = now - (deadline - this.retryWindowMs);
+    const waited = now - (m.info.timestampNanos / 1e6); // since it was stored
     const backoff = results ? backoffMs(attempt - (round?.skipped ?? 0), remaining, Math.random, waited) : 0;
     let delay = nextRoundDelayMs(waits, backoff);
     if (delay > remaining - FINAL_ROUND_MARGIN_MS) {
@@ -622,18 +629,11 @@ export class DestinationWorker {
         // A receiver may ask for a short pause on every answer: said once a minute per URL.
         const held = change.reason === "retry_after" ? this.#retryAfterLog.pass(r.url, now) : 0;
         if (held === undefined) continue;
+        // What "not answering" was: a timeout, a refused connection, a certificate failing verification...
+        const error = "error" in r.outcome ? r.outcome.error : undefined;
         this.#log.warn(
-          {
-            url: this.#shownUrl(r.url), reason: change.reason, pauseMs: change.forMs,
-            // What "not answering" was: a timeout, a refused connection, a certificate failing verification...
-            ...("error" in r.outcome && r.outcome.error !== undefined ? { error: r.outcome.error } : {}),
-            ...(held > 0 ? { morePausesSinceLastLine: held } : {}),
-          },
-          change.reason === "retry_after"
-            ? "webhook URL asked for a pause (Retry-After): no message is sent to it until it ends"
-            : "error" in r.outcome && r.outcome.error === "tls_verification_failed"
-              ? "webhook URL's certificate fails verification: no message is sent to it for a while, then one tries it again (the destination's other URLs go on)"
-              : "webhook URL is not answering: no message is sent to it for a while, then one tries it again (the destination's other URLs go on)",
+          { url: this.#shownUrl(r.url), reason: change.reason, pauseMs: change.forMs, ...(error ? { error } : {}), ...(held > 0 ? { morePausesSinceLastLine: held } : {}) },
+          change.reason === "retry_after" ? PAUSE_LINES.retry_after : error === "tls_verification_failed" ? PAUSE_LINES.certificate : PAUSE_LINES.unreachable,
         );
       } else if (change?.kind === "resumed") {
         this.#log.info({ url: this.#shownUrl(r.url) }, "webhook URL answers again: messages are sent to it again");
