@@ -69,7 +69,7 @@ describe("batch-level fields", () => {
       batch: Array.from({ length: 2_500 }, () => ({ type: "track", userId: "u", event: "e" })),
     }, { headers: auth });
     expect(res).toMatchObject({ status: 400, json: { code: "batch_too_large" } });
-    // The limit is the batch's 500KB plus 1KB of enrichment per item: ~3MB, about 98 merged items.
+    // The limit is the batch body's 516KB plus 1KB of enrichment per item: ~3MB, about 98 merged items.
     const at = Number(/after merging the batch context \(at item (\d+)\)/.exec(String(res.json.message))?.[1]);
     expect(at).toBeGreaterThan(90);
     expect(at).toBeLessThan(110);

@@ -43,15 +43,37 @@ describe("single-message limit (32KB)", () => {
   });
 });
 
-describe("batch request limit (500KB)", () => {
-  it("accepts a batch of exactly 500KB", async () => {
-    const res = await post(`${env.ingest.url}/v1/batch`, batchOfSize(500 * KB), { headers: auth });
+describe("batch request limit (500KB of messages, the body up to 516KB)", () => {
+  it("accepts a batch body of exactly 516KB: the spec's 500KB and 16KB for the batch's own fields", async () => {
+    const res = await post(`${env.ingest.url}/v1/batch`, batchOfSize(516 * KB), { headers: auth });
     expect(res).toMatchObject({ status: 200, json: { success: true } });
   });
 
-  it("refuses a batch one byte over 500KB with 400 batch_too_large", async () => {
-    const res = await post(`${env.ingest.url}/v1/batch`, batchOfSize(500 * KB + 1), { headers: auth });
-    expect(res).toMatchObject({ status: 400, json: { code: "batch_too_large" } });
+  it("refuses a batch body one byte over 516KB with 400 batch_too_large", async () => {
+    const res = await post(`${env.ingest.url}/v1/batch`, batchOfSize(516 * KB + 1), { headers: auth });
+    expect(res).toMatchObject({ status: 400, json: { code: "batch_too_large", message: "Batch request body is over the 516KB limit" } });
+  });
+
+  // Found by an SDK audit: each filled its batch up to the limit by its own count, and dropped
+  // the whole batch on the 400 it got.
+  it.each([
+    // lib/segment/analytics/message_batch.rb: items up to 512,000 bytes, then `{"sentAt":...,"batch":[...]}`.
+    ["analytics-ruby", "/v1/import", 512_000, (batch: unknown[]) => ({ sentAt: new Date().toISOString(), batch })],
+    // packages/core/src/util.ts chunk(): 500 KiB of items, then `{batch, sentAt, writeKey}`.
+    ["analytics-react-native", "/v1/b", 512_000, (batch: unknown[]) => ({ batch, sentAt: new Date().toISOString(), writeKey: WRITE_KEY })],
+    // src/batcher.rs: MAX_BATCH_SIZE = 1024 * 512 bytes of messages.
+    ["analytics-rust", "/v1/batch", 512 * KB, (batch: unknown[]) => ({ batch, context: { library: { name: "analytics-rust", version: "2.0.0" } } })],
+  ] as const)("stores a batch %s fills to its own limit (regression: 400, and the SDK dropped the batch)", async (_sdk, path, itemBytes, envelope) => {
+    const sizes = [...Array.from({ length: 15 }, () => 32 * KB)];
+    sizes.push(itemBytes - sizes.reduce((a, b) => a + b, 0));
+    const batch = sizes.map((size) => ({ type: "track", ...trackOfSize(size - 15) }));
+    expect(batch.reduce((sum, item) => sum + Buffer.byteLength(JSON.stringify(item)), 0)).toBe(itemBytes);
+    const body = envelope(batch);
+    expect(Buffer.byteLength(JSON.stringify(body))).toBeGreaterThan(500 * KB);
+    const res = await post(`${env.ingest.url}${path}`, body, { headers: auth });
+    expect(res).toMatchObject({ status: 200, json: { success: true } });
+    const ids = new Set(batch.map((m) => m.messageId));
+    expect((await storedMessages(env.nats)).filter((m) => ids.has(m.body.messageId as string))).toHaveLength(batch.length);
   });
 });
 

@@ -17,6 +17,15 @@ import type { IngestState } from "../state.ts";
  */
 const ENRICHMENT_ALLOWANCE = 1024;
 
+/**
+ * Bytes a batch body may carry beyond its `batchBytes` of messages: the spec's 500KB counts the
+ * messages, and SDKs fill a batch up to it before adding their own fields. analytics-ruby and
+ * analytics-react-native count the items only (up to 512,000 bytes, then `{"batch":[...],
+ * "sentAt":...}` around them), analytics-rust reads 500KB as 512 KiB of messages; all of them drop
+ * a batch answered 400. 16 KiB holds either, and the batch's context besides.
+ */
+export const BATCH_ENVELOPE_ALLOWANCE = 16 * 1024;
+
 const SINGLE: Record<string, MessageType> = {
   identify: "identify", i: "identify",
   track: "track", t: "track",
@@ -71,7 +80,7 @@ async function handle(state: IngestState, request: FastifyRequest, config: Route
   const stream = request.body as Readable | undefined;
   if (!stream) throw errors.invalidJson();
   const isBatch = config.endpoint === "batch";
-  const limit = isBatch ? limits.batchBytes : limits.singleBytes;
+  const limit = isBatch ? limits.batchBytes + BATCH_ENVELOPE_ALLOWANCE : limits.singleBytes;
   const raw = await readBoundedBody(stream, request.headers, limit, () => (isBatch ? errors.batchTooLarge(limit) : errors.requestTooLarge(limit)));
   const text = jsonText(raw);
   const body = parseJsonObject(text);
@@ -123,7 +132,7 @@ async function handle(state: IngestState, request: FastifyRequest, config: Route
   const receivedAt = new Date();
   const accepted: PreparedMessage[] = [];
   let storedBytes = 0;
-  const storedLimit = limits.batchBytes + items.length * ENRICHMENT_ALLOWANCE;
+  const storedLimit = limit + items.length * ENRICHMENT_ALLOWANCE;
   for (const [index, item] of items.entries()) {
     // Before anything walks or serialises it (judge describes an unknown type, enrich copies).
     if (deep?.items.has(item)) {
@@ -153,7 +162,7 @@ async function handle(state: IngestState, request: FastifyRequest, config: Route
     storedBytes += payload.length;
     // Checked as it grows: a 31KB batch context merged into 2,500 items would otherwise be
     // ~80MB of copies and serialising before the answer, for a 136KB request.
-    if (batch && storedBytes > storedLimit) throw errors.batchTooLarge(limits.batchBytes, `after merging the batch context (at item ${index})`);
+    if (batch && storedBytes > storedLimit) throw errors.batchTooLarge(limit, `after merging the batch context (at item ${index})`);
     accepted.push({ message, payload });
   }
 
