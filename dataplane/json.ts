@@ -43,13 +43,21 @@ export function rawNumberText(value: unknown): unknown {
 }
 
 /**
+ * Fields that hold a map. PHP's json_encode writes an empty map as `[]` (analytics-php passes
+ * `integrations` through as the app built it, and Segment's own delete notifications carry
+ * `"context":[],"integrations":[]`), so there an empty array is an empty map.
+ */
+const MAP_FIELDS = new Set(["context", "integrations", "properties", "traits"]);
+
+/**
  * A message's (or batch body's) top-level field as a validator may check it: a number kept as
  * written is an object to a validator, and must not pass where an object is wanted
  * (`"context": 1e400`), so it becomes a plain (rounded) number; `integrations`' values are
- * checked too. Everything else stays as it is.
+ * checked too; `[]` in a map field is `{}`. Everything else stays as it is.
  */
 export function checkableField(name: string, value: unknown): unknown {
   if (typeof value !== "object") return value;
+  if (Array.isArray(value)) return value.length === 0 && MAP_FIELDS.has(name) ? {} : value;
   return name === "integrations" ? plainNumberValues(value) : isRawJSON(value) ? Number(value.rawJSON) : value;
 }
 

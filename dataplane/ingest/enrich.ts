@@ -48,6 +48,14 @@ function parseDate(value: unknown): number | undefined {
   return Number.isNaN(ms) ? undefined : ms;
 }
 
+/**
+ * Whether a date's time has no offset ("2026-11-23T09:59:13.440"). Beside a time with one, its
+ * difference is no clock skew but the device's UTC offset too: analytics_flutter's sentAt was
+ * `DateTime.now().toIso8601String()`, local time, beside UTC event timestamps, which placed every
+ * event hours off. Two such times (or two with offsets) are read on the same clock.
+ */
+const floating = (date: string): boolean => date.length > 10 && !/(?:z|[+-]\d\d(?::?\d\d)?)$/i.test(date);
+
 /** Libraries that only run on the user's device: browsers and mobile apps. */
 const DEVICE_LIBRARIES = new Set([
   "analytics.js", "analytics-ios", "analytics-swift", "analytics-android",
@@ -94,7 +102,7 @@ export function enrich(message: Record<string, unknown>, type: MessageType, ctx:
   const original = parseDate(originalValue);
   let timestamp: number;
   if (original === undefined) timestamp = receivedAt;
-  else if (sentAt === undefined) timestamp = original;
+  else if (sentAt === undefined || floating(sentAtValue as string) !== floating(originalValue as string)) timestamp = original;
   else timestamp = receivedAt - (sentAt - original);
   // Absurd inputs (year 275760 minus year 2000) can leave the range of a Date.
   if (!(Math.abs(timestamp) <= MAX_DATE_MS)) timestamp = receivedAt;

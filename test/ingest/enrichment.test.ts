@@ -44,6 +44,18 @@ describe("timestamps", () => {
     expect(Date.parse(m!.timestamp)).toBe(Date.parse(m!.receivedAt) - 5000);
   });
 
+  it("takes no clock skew from a sentAt without an offset beside a timestamp with one (regression: analytics_flutter's local-time sentAt shifted every event by the device's UTC offset)", async () => {
+    // A device at UTC+2 with a right clock: the event 10 s ago in UTC, sentAt now in local time, no offset.
+    const now = Date.now();
+    const happened = new Date(now - 10_000).toISOString();
+    const localSentAt = new Date(now + 2 * 3_600_000).toISOString().slice(0, -1);
+    const [m] = await sendAndRead("/v1/b", { batch: [{ type: "track", userId: "u1", event: "Flutter", messageId: uniqueId(), timestamp: happened }], sentAt: localSentAt, writeKey: WRITE_KEY });
+    expect(m!.timestamp).toBe(happened);
+    // Both without an offset: one clock, whose skew is corrected as for any other.
+    const [both] = await sendAndRead("/v1/track", { userId: "u1", event: "Local", messageId: uniqueId(), timestamp: "2020-02-03T10:00:00.000", sentAt: "2020-02-03T10:00:01.250" });
+    expect(Date.parse(both!.timestamp)).toBe(Date.parse(both!.receivedAt) - 1250);
+  });
+
   it("keeps the message's own timestamp when there is no sentAt (historical import)", async () => {
     const [m] = await sendAndRead("/v1/track", { userId: "u1", event: "Old", messageId: uniqueId(), timestamp: "2020-02-03T04:05:06.000Z" });
     expect(m!.timestamp).toBe("2020-02-03T04:05:06.000Z");
@@ -118,6 +130,24 @@ describe("batch merge rules", () => {
     expect(a!.integrations).toEqual({ All: false, Webhooks: true });
     expect(b!.context).toMatchObject({ locale: "de-DE", app: { name: "shop" } });
     expect(b!.integrations).toEqual({ All: false, Webhooks: false });
+  });
+});
+
+describe("empty arrays in map fields", () => {
+  it("reads [] in context, integrations, properties and traits as {} (regression: analytics-php's json_encode writes an empty map so, and the message was not accepted)", async () => {
+    const [track, identify] = await sendAndRead("/v1/batch", {
+      integrations: [],
+      context: [],
+      batch: [
+        { type: "track", userId: "u1", event: "PHP", messageId: uniqueId("php-track"), properties: [], integrations: [], context: [] },
+        { type: "identify", userId: "u1", messageId: uniqueId("php-identify"), traits: [] },
+      ],
+    });
+    expect(track).toMatchObject({ properties: {}, integrations: {}, context: { library: { name: "unknown" } } });
+    expect(identify).toMatchObject({ traits: {} });
+    // Only an empty one: an array with items is no map.
+    const res = await post(`${env.ingest.url}/v1/track`, { userId: "u1", event: "E", messageId: uniqueId(), properties: [1] }, { headers: auth });
+    expect(res.status).toBe(200);
   });
 });
 
