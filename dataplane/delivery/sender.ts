@@ -41,6 +41,15 @@ export const SNIPPET_BYTES = 512;
 // a longer body costs a new connection rather than memory or time.
 const DRAIN_LIMIT_BYTES = 64 * 1024;
 
+/**
+ * Once the status line is in, the rest of the answer gets this long (within the deadline); then
+ * the attempt is settled with the status and the connection dropped. The status decides the
+ * outcome: a body that trickles in (a byte a second) must not hold a delivery slot and a socket
+ * per attempt until the deadline. One tenant's such receivers held ~4,500 sockets of a deliver
+ * process and slowed every other destination's deliveries to seconds (found by a review).
+ */
+export const BODY_GRACE_MS = 1_000;
+
 export class WebhookSender {
   readonly #agent: Agent;
   readonly #allowPrivateNetworks: boolean;
@@ -138,13 +147,15 @@ function judgeTarget(text: string, allowPrivateNetworks: boolean): URL | Attempt
  * the outcome of the status (after the first SNIPPET_BYTES of the answer, or its end), of an
  * error, or of the deadline. One deadline covers connect, headers and snippet, as receivers are
  * told: answer within timeoutMs. It stays armed while the rest of the answer is drained, so
- * draining cannot outlive it either.
+ * draining cannot outlive it either; an answer whose body is not in with its status line gets
+ * BODY_GRACE_MS more at most.
  */
 class Exchange implements Dispatcher.DispatchHandler {
   readonly #url: string;
   readonly #started: number;
   readonly #settle: (result: SendResult) => void;
-  readonly #timer: NodeJS.Timeout;
+  readonly #deadline: number;
+  #timer: NodeJS.Timeout;
   #controller: Dispatcher.DispatchController | undefined;
   #settled = false;
   #expired = false;
@@ -157,7 +168,23 @@ class Exchange implements Dispatcher.DispatchHandler {
     this.#url = req.url;
     this.#started = started;
     this.#settle = settle;
+    this.#deadline = started + req.timeoutMs;
     this.#timer = setTimeout(() => this.#expire(req.timeoutMs), req.timeoutMs);
+  }
+
+  /**
+   * Run once the bytes that brought the status line are parsed: nearly every answer has ended by
+   * then, and pays for no second timer.
+   */
+  static #limitBody(exchange: Exchange): void {
+    if (exchange.#finished || exchange.#deadline - performance.now() <= BODY_GRACE_MS) return;
+    clearTimeout(exchange.#timer);
+    exchange.#timer = setTimeout(Exchange.#cutBody, BODY_GRACE_MS, exchange);
+  }
+
+  static #cutBody(exchange: Exchange): void {
+    exchange.#done(exchange.#outcome!, exchange.#snippet());
+    exchange.#controller?.abort(new Error(`answer body not complete ${BODY_GRACE_MS} ms after its status`));
   }
 
   onRequestStart(controller: Dispatcher.DispatchController): void {
@@ -170,6 +197,7 @@ class Exchange implements Dispatcher.DispatchHandler {
     if (statusCode < 200) return; // 1xx informational answers come before the real one
     const retryAfter = headers["retry-after"];
     this.#outcome = classifyStatus(statusCode, Array.isArray(retryAfter) ? retryAfter[0] : retryAfter);
+    process.nextTick(Exchange.#limitBody, this);
   }
 
   onResponseData(controller: Dispatcher.DispatchController, chunk: Buffer): void {

@@ -9,8 +9,8 @@ import { createServer as createHttpsServer } from "node:https";
 import { createServer as createTcpServer, type Socket } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { WebhookSender, type SendRequest } from "../../dataplane/delivery/sender.ts";
+import { afterAll, beforeAll, describe, expect, it, vi } from "vitest";
+import { BODY_GRACE_MS, WebhookSender, type SendRequest } from "../../dataplane/delivery/sender.ts";
 
 const USER_AGENT = "trackhook-test/1.0";
 const cleanups: (() => unknown)[] = [];
@@ -185,6 +185,28 @@ describe("failures on the way", () => {
     expect(result.outcome).toEqual({ kind: "delivered", status: 200 });
     expect(result.responseSnippet).toBe("ok");
     expect(result.latencyMs).toBeLessThan(2_000);
+  });
+
+  it("a 200 whose body trickles in is delivered a second after its status, and its connection dropped (regression: a tenant's trickling receivers held ~4,500 sockets for the whole 5 s deadline)", async () => {
+    let closedAt: number | undefined;
+    const server = createServer((req, res) => {
+      req.resume();
+      res.writeHead(200).write("o");
+      const drip = setInterval(() => res.write("k"), 50);
+      res.on("close", () => {
+        clearInterval(drip);
+        closedAt = performance.now();
+      });
+    });
+    const url = `http://127.0.0.1:${await listen(server)}/`;
+    const started = performance.now();
+    const result = await sender().send(post(url, { timeoutMs: 5_000 }));
+    expect(result.outcome).toEqual({ kind: "delivered", status: 200 });
+    expect(result.responseSnippet).toMatch(/^ok+$/);
+    expect(result.latencyMs).toBeGreaterThanOrEqual(BODY_GRACE_MS - 50);
+    expect(result.latencyMs).toBeLessThan(BODY_GRACE_MS + 1_000);
+    await vi.waitFor(() => expect(closedAt).toBeDefined(), { timeout: 3_000 });
+    expect(closedAt! - started).toBeLessThan(BODY_GRACE_MS + 1_000);
   });
 
   it("a 200 whose body breaks off is delivered (the receiver answered)", async () => {
