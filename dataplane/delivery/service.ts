@@ -72,6 +72,8 @@ export class DeliveryService {
   readonly #turn: TurnBatch;
   /** Config changes are applied one after another, never interleaved. */
   #applying: Promise<void> = Promise.resolve();
+  /** Workers of destinations removed or restarted, finishing their in-flight requests. */
+  readonly #draining = new Set<Promise<void>>();
   #unsubscribe: () => void = () => {};
   /** The events stream's max_age: a retry window as long as it would let messages age out unretried. */
   #streamMaxAgeMs = Infinity;
@@ -245,6 +247,7 @@ export class DeliveryService {
     // Where the consumers of restarted workers had got to: one deleted under delivery just
     // before this change is recreated from there, not from the destination's start policy.
     const positions = new Map<string, ConsumerPosition>();
+    const stopping = new Map<string, Promise<void>>();
     for (const [key, worker] of this.#workers) {
       const next = wanted.get(key);
       const change = next ? changeOf(next, worker.destination) : "restart";
@@ -256,16 +259,22 @@ export class DeliveryService {
       }
       const last = worker.lastPosition;
       if (next && last) positions.set(key, last);
-      await worker.stop();
+      // Its in-flight requests may take up to its timeout (30 s for some): the other destinations'
+      // changes must not wait for them (a review saw one tenant's URL change hold another's new
+      // destination back 21 s). Only its successor, if any, waits below.
+      stopping.set(key, this.#drain(key, worker));
       this.#workers.delete(key);
     }
     const keep = new Map<string, string>();
     const failed: string[] = [];
     this.#pullAhead = pullAhead(this.#slots.max, wanted.size);
     for (const key of this.#pending.keys()) if (!wanted.has(key)) this.#pending.delete(key);
-    for (const [key, destination] of wanted) {
+    // Those that wait for no predecessor first.
+    const starting = [...wanted].sort(([a], [b]) => Number(stopping.has(a)) - Number(stopping.has(b)));
+    for (const [key, destination] of starting) {
       keep.set(consumerName(destination.namespace, destination.name), key);
       if (this.#workers.has(key)) continue;
+      await stopping.get(key);
       const since = this.#pending.get(key) ?? Date.now();
       this.#pending.set(key, since);
       try {
@@ -299,12 +308,23 @@ export class DeliveryService {
     const removed = [...this.#managed].filter((name) => !keep.has(name) && !this.#removals.has(name));
     const graceMs = this.#deps.consumerRemovalGraceMs ?? CONSUMER_REMOVAL_GRACE_MS;
     if (graceMs === 0) {
+      await Promise.all(stopping.values());
       await this.#removeConsumers(removed);
     } else if (removed.length > 0) {
       for (const name of removed) this.#scheduleRemoval(name, graceMs);
       log.info({ consumers: removed, removedInSeconds: Math.round(graceMs / 1000) }, "destinations no longer enabled: nothing more is sent to them; their consumers, with the messages still to deliver, are kept in case they come back, then removed");
     }
     if (failed.length > 0) throw new Error(`destinations not started: ${failed.join(", ")}`);
+  }
+
+  /** Stops a worker in the background; the promise never rejects, and stop() waits for it. */
+  #drain(key: string, worker: DestinationWorker): Promise<void> {
+    const drained: Promise<void> = worker
+      .stop()
+      .catch((err: unknown) => this.#deps.log.warn({ err: (err as Error).message, destination: key }, "a stopped destination's in-flight deliveries did not finish cleanly"))
+      .finally(() => this.#draining.delete(drained));
+    this.#draining.add(drained);
+    return drained;
   }
 
   /**
@@ -449,6 +469,7 @@ export class DeliveryService {
     await this.#applying.catch(() => {});
     await Promise.all([...this.#workers.values()].map((w) => w.stop()));
     this.#workers.clear();
+    await Promise.all(this.#draining);
     this.#turn.flush();
   }
 }

@@ -3,7 +3,7 @@
 // the process's delivery slots from a healthy one.
 import { createHmac } from "node:crypto";
 import type { ServerResponse } from "node:http";
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { afterAll, beforeAll, describe, expect, it, vi } from "vitest";
 import { mkdtempSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -271,6 +271,31 @@ describe("delivery service", () => {
       await service.stop();
     }
   });
+
+  it("a config change does not wait for another destination's in-flight requests (regression: one tenant's URL change held another's new destination back 21 s)", async () => {
+    const slow = (_req: unknown, _n: number, res: ServerResponse) => void setTimeout(() => res.writeHead(200).end("ok"), 6_000);
+    receiver.on("/rho-old", slow);
+    const config = new ConfigHolder(configOf([{ name: "rho", url: receiver.url("/rho-old"), timeout: "10s" }]));
+    const service = await start(config, { consumerRemovalGraceMs: 60_000 });
+    try {
+      await publishTo("rho")("rho-1");
+      await receiver.waitFor("/rho-old", 1); // in flight for 6 s: stopping rho's worker waits for it
+      // rho's URL changes (its worker restarts) and sigma is added, in one change.
+      config.set(configOf([{ name: "rho", url: receiver.url("/rho-new"), timeout: "10s" }, { name: "sigma", url: receiver.url("/sigma") }]));
+      const changed = Date.now();
+      await vi.waitFor(() => expect(service.destinations).toContain("default/sigma"), { timeout: 15_000, interval: 50 });
+      expect(Date.now() - changed).toBeLessThan(3_000);
+      await publishTo("sigma")("sigma-1");
+      await receiver.waitFor("/sigma", 1);
+      // rho's message, answered in time, is delivered once; its successor sends nothing again.
+      await new Promise((r) => setTimeout(r, 6_000));
+      expect(receiver.requests("/rho-old")).toHaveLength(1);
+      expect(receiver.requests("/rho-new")).toHaveLength(0);
+      expect(service.destinations.sort()).toEqual(["default/rho", "default/sigma"]);
+    } finally {
+      await service.stop();
+    }
+  }, 30_000);
 
   it("does not bring back a consumer deleted on purpose, just after the config stopped its destination (as the operator does), while the config change is still being applied", async () => {
     const slow = (_req: unknown, _n: number, res: ServerResponse) => void setTimeout(() => res.writeHead(200).end("ok"), 4_000);
