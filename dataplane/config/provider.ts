@@ -6,7 +6,7 @@ import type { CompiledConfig } from "../../schema/mod.ts";
 import type { Logger } from "../logging.ts";
 import { compileConfig } from "./compile.ts";
 import { ConfigError } from "./errors.ts";
-import { loadDocuments } from "./load.ts";
+import { loadDocuments, type ParsedFiles } from "./load.ts";
 
 export interface ConfigProvider {
   current(): CompiledConfig;
@@ -25,8 +25,8 @@ export interface ConfigLoading {
   loadedAt: number;
 }
 
-export function loadConfigFile(path: string): CompiledConfig {
-  return compileConfig(loadDocuments(path));
+export function loadConfigFile(path: string, parsed?: ParsedFiles): CompiledConfig {
+  return compileConfig(loadDocuments(path, parsed));
 }
 
 /** A config that never changes (tests, one-shot commands). */
@@ -86,9 +86,13 @@ export class FileConfigProvider extends ConfigHolder {
   /** A reload that removes something waits this long and reads again (see reload). */
   readonly #settleMs: number;
   #settling: NodeJS.Timeout | undefined;
+  /** Each config file as last parsed: a reload parses only the files whose text changed. */
+  readonly #parsed: ParsedFiles;
 
   constructor(path: string, log: Logger, debounceMs = 200, settleMs = 1_000) {
-    super(loadConfigFile(path)); // throws ConfigError: invalid config fails at start
+    const parsed: ParsedFiles = new Map();
+    super(loadConfigFile(path, parsed)); // throws ConfigError: invalid config fails at start
+    this.#parsed = parsed;
     this.path = path;
     this.log = log;
     this.#settleMs = settleMs;
@@ -108,7 +112,7 @@ export class FileConfigProvider extends ConfigHolder {
   reload(settled = false): void {
     let next: CompiledConfig;
     try {
-      next = loadConfigFile(this.path);
+      next = loadConfigFile(this.path, this.#parsed);
     } catch (err) {
       const problems = err instanceof ConfigError ? err.problems : [String(err)];
       this.log.error({ path: this.path, problems }, "config reload failed; keeping the previous config");
