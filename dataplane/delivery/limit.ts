@@ -2,7 +2,10 @@
 // starve another. Each destination is also bounded by its own maxInFlight (through its
 // consumer's max_ack_pending, and its share here).
 //
-// Each of the N destinations has a fair share of max/N slots (at most its maxInFlight). An active
+// Slots are shared among tenants (namespaces) first, then among each tenant's destinations: of T
+// tenants, one with N destinations gives each a fair share of max/T/N slots (at most its
+// maxInFlight), so a tenant's number of destinations is not the others' loss (a review saw one
+// tenant's 100 destinations leave another's one destination 9 slots of 1,000). An active
 // destination (one that delivered within ACTIVE_FOR_MS) has its share reserved: the others
 // cannot take it. Beyond its reserve a destination may borrow only what no active destination's
 // unused reserve needs, and while some destination is idle, never the last fair share of free
@@ -43,9 +46,12 @@ export class DeliverySlots {
     return this.#inUse;
   }
 
-  /** A destination's share, bounded by its maxInFlight; `close()` it when the destination stops. */
-  share(maxInFlight: number): SlotShare {
-    const share = new SlotShare(this, maxInFlight);
+  /**
+   * A destination's share, bounded by its maxInFlight; `close()` it when the destination stops.
+   * @param tenant whose destination it is (its namespace): tenants share the slots first.
+   */
+  share(maxInFlight: number, tenant = ""): SlotShare {
+    const share = new SlotShare(this, maxInFlight, tenant);
     this.#shares.add(share);
     this.#rebalance();
     return share;
@@ -116,12 +122,15 @@ export class DeliverySlots {
   }
 
   #rebalance(): void {
-    const each = Math.max(1, Math.floor(this.max / Math.max(1, this.#shares.size)));
-    let idle = false;
-    for (const share of this.#shares) if (!share.active) idle = true;
-    this.#lane = idle ? each : 0;
+    const perTenant = new Map<string, number>();
+    for (const share of this.#shares) perTenant.set(share.tenant, (perTenant.get(share.tenant) ?? 0) + 1);
+    const tenantShare = this.max / Math.max(1, perTenant.size);
+    this.#lane = 0;
     this.#unusedReserves = 0;
     for (const share of this.#shares) {
+      const each = Math.max(1, Math.floor(tenantShare / perTenant.get(share.tenant)!));
+      // The lane: what the largest idle share would take at once, were it active again.
+      if (!share.active) this.#lane = Math.max(this.#lane, each);
       share.reserve = share.active ? Math.min(each, share.max) : 0;
       this.#unusedReserves += Math.max(0, share.reserve - share.inUse);
     }
@@ -154,6 +163,7 @@ export class DeliverySlots {
 /** One destination's part of the DeliverySlots. Its fields are the pool's to set. */
 export class SlotShare {
   readonly max: number;
+  readonly tenant: string;
   /** Slots kept for this share while it is active (set by the pool as destinations come and go). */
   reserve = 0;
   inUse = 0;
@@ -161,10 +171,11 @@ export class SlotShare {
   lastUsedAt = 0;
   readonly #pool: DeliverySlots;
 
-  constructor(pool: DeliverySlots, maxInFlight: number) {
+  constructor(pool: DeliverySlots, maxInFlight: number, tenant: string) {
     if (!Number.isInteger(maxInFlight) || maxInFlight < 1) throw new RangeError(`maxInFlight must be a positive integer, got ${maxInFlight}`);
     this.#pool = pool;
     this.max = maxInFlight;
+    this.tenant = tenant;
   }
 
   /** Takes a slot if this share may, without waiting (and without a promise); pair a `true` with one release. */

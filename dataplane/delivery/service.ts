@@ -91,8 +91,8 @@ export class DeliveryService {
   readonly #pending = new Map<string, number>();
   #retryTimer: NodeJS.Timeout | undefined;
   #retryMs = START_RETRY_MS;
-  /** What workers started now pull ahead (pullAhead() of the destinations wanted). */
-  #pullAhead = 256;
+  /** Destinations wanted per tenant (namespace), for what a worker started now pulls ahead (pullAhead()). */
+  #wantedPerTenant = new Map<string, number>();
   #stopped = false;
   #readinessJsm: JetStreamManager | undefined;
   /** Makes the dead-letter and attempt streams again if they go missing. */
@@ -267,7 +267,8 @@ export class DeliveryService {
     }
     const keep = new Map<string, string>();
     const failed: string[] = [];
-    this.#pullAhead = pullAhead(this.#slots.max, wanted.size);
+    this.#wantedPerTenant = new Map();
+    for (const d of wanted.values()) this.#wantedPerTenant.set(d.namespace, (this.#wantedPerTenant.get(d.namespace) ?? 0) + 1);
     for (const key of this.#pending.keys()) if (!wanted.has(key)) this.#pending.delete(key);
     // Those that wait for no predecessor first.
     const starting = [...wanted].sort(([a], [b]) => Number(stopping.has(a)) - Number(stopping.has(b)));
@@ -369,9 +370,10 @@ export class DeliveryService {
     const { log, sender, metrics, nc } = this.#deps;
     // Every destination has a reserve of the process's slots that the others cannot take:
     // slow receivers with a large maxInFlight cannot starve the other destinations.
-    const share = this.#slots.share(destination.maxInFlight);
+    const share = this.#slots.share(destination.maxInFlight, destination.namespace);
+    const ahead = pullAhead(this.#slots.max, this.#wantedPerTenant.size, this.#wantedPerTenant.get(destination.namespace) ?? 1);
     const worker: DestinationWorker = new DestinationWorker(destination, {
-      nc, sender, log, metrics, share, turn: this.#turn, streamMaxAgeMs: this.#streamMaxAgeMs, jsm: this.#jsm, pullAhead: this.#pullAhead,
+      nc, sender, log, metrics, share, turn: this.#turn, streamMaxAgeMs: this.#streamMaxAgeMs, jsm: this.#jsm, pullAhead: ahead,
       onConsumerLost: (last) => this.#recover(key, worker, last),
       ...(this.#deps.consumerCheckMs ? { consumerCheckMs: this.#deps.consumerCheckMs } : {}),
       ...(this.#deps.deadLetterRetryMs ? { deadLetterRetryMs: this.#deps.deadLetterRetryMs } : {}),

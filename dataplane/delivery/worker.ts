@@ -146,12 +146,12 @@ const MIN_PULL_AHEAD = 16;
  * How many messages each destination's worker pulls ahead of its slots. A pulled message's
  * ack_wait (timeout + 30 s) runs while it waits in the buffer for a slot; past it, NATS delivers
  * it again and both copies are sent. With many destinations each has only a few slots
- * (processMax / N): pulling maxInFlight each (300 × 100 for 1,000 slots) made messages wait
+ * (processMax / tenants / the tenant's N, see limit.ts): pulling maxInFlight each (300 × 100 for 1,000 slots) made messages wait
  * longer than ack_wait behind slow receivers, and ~20% arrived twice. Twice a fair share keeps the
  * whole process's buffer to about twice its slots.
  */
-export function pullAhead(processMaxInFlight: number, destinations: number): number {
-  const fair = Math.ceil((2 * processMaxInFlight) / Math.max(1, destinations));
+export function pullAhead(processMaxInFlight: number, tenants: number, destinationsOfTenant: number): number {
+  const fair = Math.ceil((2 * processMaxInFlight) / Math.max(1, tenants) / Math.max(1, destinationsOfTenant));
   return Math.max(MIN_PULL_AHEAD, Math.min(MAX_PULL_AHEAD, fair));
 }
 

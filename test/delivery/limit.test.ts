@@ -57,6 +57,35 @@ describe("DeliverySlots", () => {
     expect(fill(healthy)).toBe(3);
   });
 
+  it("shares slots among tenants first, then among a tenant's destinations (regression: one tenant's 100 destinations left another's one 9 slots of 1,000)", () => {
+    const slots = new DeliverySlots(1000);
+    const many = Array.from({ length: 100 }, () => slots.share(100, "team-a"));
+    const one = slots.share(1000, "team-b");
+    // All active, every one with messages waiting.
+    for (const share of [...many, one]) {
+      expect(share.tryAcquire()).toBe(true);
+      share.release();
+    }
+    for (const share of many) expect(fill(share)).toBe(5); // team-a's 500, 5 each
+    expect(fill(one)).toBe(500); // team-b's half, however many destinations team-a has
+    expect(slots.inUse).toBe(1000);
+  });
+
+  it("keeps the lane as large as what the largest idle destination would take", () => {
+    let now = 1_000_000;
+    const slots = new DeliverySlots(12, () => now);
+    const [a1, a2, a3] = [slots.share(100, "a"), slots.share(100, "a"), slots.share(100, "a")]; // 2 each
+    const lone = slots.share(100, "b"); // 6, idle
+    for (const share of [a1, a2, a3]) {
+      expect(share.tryAcquire()).toBe(true);
+      share.release();
+    }
+    now += 1;
+    // Beyond team a's 6, only what is not lone's lane may be borrowed: nothing.
+    expect(fill(a1) + fill(a2) + fill(a3)).toBe(6);
+    expect(fill(lone)).toBe(6); // with messages again, lone takes its share at once
+  });
+
   it("an idle destination's reserve is lent, but not the lane kept for idle ones; a destination active again gets its reserve before borrowers", async () => {
     let now = 1_000_000;
     const slots = new DeliverySlots(6, () => now);

@@ -223,11 +223,15 @@ describe("delivery metrics", () => {
 
 describe("pulling ahead of the delivery slots", () => {
   it("pulls about twice a destination's fair share of the process's slots, 16 to 256 (found by a review: 300 destinations pulling 100 each behind 1,000 slots waited past ack_wait, and ~20% of messages arrived twice)", () => {
-    expect(pullAhead(1000, 1)).toBe(256);
-    expect(pullAhead(1000, 20)).toBe(100);
-    expect(pullAhead(1000, 300)).toBe(16);
-    expect(pullAhead(1000, 0)).toBe(256);
+    expect(pullAhead(1000, 1, 1)).toBe(256);
+    expect(pullAhead(1000, 1, 20)).toBe(100);
+    expect(pullAhead(1000, 1, 300)).toBe(16);
+    expect(pullAhead(1000, 1, 0)).toBe(256);
+    // Tenants first: a tenant's one destination beside another's 100 pulls ahead as a tenant's half.
+    expect(pullAhead(1000, 2, 1)).toBe(256);
+    expect(pullAhead(1000, 2, 100)).toBe(16);
+    expect(pullAhead(1000, 4, 5)).toBe(100);
     // The whole process's buffer stays a small multiple of its slots.
-    for (const n of [1, 10, 50, 125, 300]) expect(Math.min(100, pullAhead(1000, n)) * n).toBeLessThanOrEqual(Math.max(2 * 1000 + n, 16 * n));
+    for (const n of [1, 10, 50, 125, 300]) expect(Math.min(100, pullAhead(1000, 1, n)) * n).toBeLessThanOrEqual(Math.max(2 * 1000 + n, 16 * n));
   });
 });
