@@ -135,6 +135,18 @@ describe("payloads, headers and signatures", () => {
   });
 });
 
+describe("messages that go nowhere", () => {
+  it("acknowledges a message its integrations keep from the destination: more of them than maxInFlight do not hold up the next (found by a mutation audit: no test saw them left unacknowledged)", async () => {
+    const key = await addDestination("skipped", { urls: [env.receiver.url("/skipped")], maxInFlight: 2 });
+    for (let i = 0; i < 3; i++) await send(key, "/v1/track", { userId: "u1", event: `Off ${i}`, integrations: { All: false } });
+    await send(key, "/v1/track", { userId: "u1", event: "On" });
+    const [r] = await env.receiver.waitFor("/skipped", 1, 5_000);
+    expect(JSON.parse(r!.body.toString()).event).toBe("On");
+    await expect.poll(async () => (await env.nats.jsm.consumers.info("TRACKHOOK_EVENTS", "dest_default_skipped")).num_ack_pending, { timeout: 5_000 }).toBe(0);
+    expect((await env.nats.jsm.consumers.info("TRACKHOOK_EVENTS", "dest_default_skipped")).num_pending).toBe(0);
+  });
+});
+
 describe("several URLs, retries and dead letters", () => {
   it("five URLs: one 2xx delivers, and the failing ones are not retried", async () => {
     const paths = ["/five-a", "/five-b", "/five-c", "/five-d", "/five-ok"];
