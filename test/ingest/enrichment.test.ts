@@ -173,6 +173,11 @@ describe("generated and defaulted fields", () => {
     expect(indirect!.context).not.toHaveProperty("ip");
   });
 
+  it("believes X-Forwarded-For only as far as the trusted proxies: an address the client put before them is not its IP (found by a mutation audit: trusting any proxy passed every test)", async () => {
+    const [m] = await sendAndRead("/v1/track", { userId: "u1", event: "Spoofed", messageId: uniqueId(), context: { direct: true } }, { "x-forwarded-for": "1.2.3.4, 203.0.113.7" });
+    expect(m!.context.ip).toBe("203.0.113.7");
+  });
+
   it("sets context.ip for events from a browser or a mobile app, as Segment does for client-side events, but not for a server's", async () => {
     const forwarded = { "x-forwarded-for": "203.0.113.9" };
     const [browser] = await sendAndRead("/v1/t", { userId: "u1", event: "Web", messageId: uniqueId(), context: { library: { name: "analytics.js", version: "next-1.84.3" } } }, forwarded);

@@ -180,6 +180,17 @@ describe("gzip bomb (1GB of zeros, ~1MB compressed)", () => {
     expect(res).toMatchObject({ status: 400, json: { code: "batch_too_large" } });
   });
 
+  it("bounds what a small body inflates to: 50MB of JSON whitespace in 50KB of gzip is refused, not read (found by a mutation audit: only the wire-bytes bound was ever tested)", async () => {
+    const inflated = Buffer.concat([Buffer.from('{"batch":['), Buffer.alloc(50 * 1024 * 1024, " "), Buffer.from("]}")]);
+    const small = gzipSync(inflated, { level: 9 });
+    expect(small.length).toBeLessThan(100 * KB);
+    const batch = await sendChunked(small);
+    expect(batch).toMatchObject({ status: 400, json: { code: "batch_too_large" } });
+    const single = Buffer.concat([Buffer.from('{"userId":"u1","event":"e"'), Buffer.alloc(1024 * 1024, " "), Buffer.from("}")]);
+    const res = await post(`${env.ingest.url}/v1/track`, undefined, { headers: { ...auth, "content-encoding": "gzip" }, raw: gzipSync(single) });
+    expect(res).toMatchObject({ status: 400, json: { code: "request_too_large" } });
+  });
+
   it("bounds compressed bytes too: 600KB of empty gzip members (0 bytes inflated) is refused, not hung on", async () => {
     const empty = gzipSync(Buffer.alloc(0));
     const members = Buffer.concat(Array.from({ length: Math.ceil((600 * KB) / empty.length) }, () => empty));
