@@ -343,7 +343,11 @@ describe("trackhook and a NATS that comes and goes", () => {
     await withOwnIngest({}, async ({ nc, running }) => {
       expect((await running.track()).status).toBe(200);
       await (await jetstreamManager(nc)).streams.delete("TRACKHOOK_EVENTS");
-      expect((await running.track()).status).toBe(503);
+      const started = performance.now();
+      expect(await running.track()).toMatchObject({ status: 503, json: { code: "storage_unavailable" } });
+      // At once, from NATS's "no responders", not after the 5 s publish timeout (a mutation audit
+      // could make it wait without this test noticing).
+      expect(performance.now() - started).toBeLessThan(2_000);
       await running.ingest.waitFor(/"stream":"TRACKHOOK_EVENTS".*"msg":"the stream was missing \(deleted, or nats-server lost its store\) and is made again; what it held is gone/, 15_000);
       expect((await running.track()).status).toBe(200);
     });
