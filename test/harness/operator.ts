@@ -157,13 +157,13 @@ export interface OperatorProcess {
  * `trackhook operator` as a child process, watching the env's namespace; with
  * `--allow-private-networks` unless `allowPrivateNetworks` is false (the test receivers are on loopback).
  */
-export async function spawnOperator(env: OperatorEnv, options: { leaseDuration?: string; allowPrivateNetworks?: boolean; resync?: string } = {}): Promise<OperatorProcess> {
+export async function spawnOperator(env: OperatorEnv, options: { leaseDuration?: string; allowPrivateNetworks?: boolean; resync?: string; logLevel?: string } = {}): Promise<OperatorProcess> {
   const port = await freePort();
   const child = spawn(
     process.execPath,
     [join(repoRoot, "cli", "main.ts"), "operator", "--nats", env.nats.server.url, "--kubeconfig", env.cluster.kubeconfigPath,
       "--watch-namespace", env.namespace, "--lease-namespace", env.namespace, "--lease-duration", options.leaseDuration ?? "6s",
-      "--port", String(port), "--host", "127.0.0.1", "--log-level", "info",
+      "--port", String(port), "--host", "127.0.0.1", "--log-level", options.logLevel ?? "info",
       ...(options.allowPrivateNetworks === false ? [] : ["--allow-private-networks"]), ...(options.resync ? ["--resync", options.resync] : [])],
     { cwd: repoRoot, stdio: ["ignore", "pipe", "pipe"] },
   );
