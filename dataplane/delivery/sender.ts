@@ -13,7 +13,7 @@ import { checkUrlHost, guardLookup, PrivateAddressError } from "./ssrf.ts";
 export interface SenderOptions {
   allowPrivateNetworks: boolean;
   userAgent: string;
-  /** connections per origin */
+  /** connections per origin (default MAX_CONNECTIONS_PER_ORIGIN) */
   connections?: number;
   /** CA certificates to trust in addition (tests) */
   ca?: string | Buffer;
@@ -50,6 +50,15 @@ const DRAIN_LIMIT_BYTES = 64 * 1024;
  */
 export const BODY_GRACE_MS = 1_000;
 
+/**
+ * Connections one process keeps to one origin (scheme, host and port); requests beyond wait for
+ * one, within their deadline. undici's pool looks for a free connection by walking all of an
+ * origin's connections at every request: with thousands (a tenant's receivers trickling their
+ * answers, every connection dropped and made again) a deliver process spent most of its CPU
+ * walking them, and every destination's deliveries waited seconds (found by a review).
+ */
+export const MAX_CONNECTIONS_PER_ORIGIN = 256;
+
 export class WebhookSender {
   readonly #agent: Agent;
   readonly #allowPrivateNetworks: boolean;
@@ -61,7 +70,7 @@ export class WebhookSender {
     this.#userAgent = options.userAgent;
     const dns = new DnsCache();
     this.#agent = new Agent({
-      ...(options.connections !== undefined ? { connections: options.connections } : {}),
+      connections: options.connections ?? MAX_CONNECTIONS_PER_ORIGIN,
       connect: {
         // Names are looked up through one cache per sender (one tenant's slow DNS must not hold
         // up the others: dns-cache.ts). The guard judges the addresses actually dialled, so a

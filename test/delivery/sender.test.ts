@@ -10,7 +10,7 @@ import { createServer as createTcpServer, type Socket } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it, vi } from "vitest";
-import { BODY_GRACE_MS, WebhookSender, type SendRequest } from "../../dataplane/delivery/sender.ts";
+import { BODY_GRACE_MS, MAX_CONNECTIONS_PER_ORIGIN, WebhookSender, type SendRequest } from "../../dataplane/delivery/sender.ts";
 
 const USER_AGENT = "trackhook-test/1.0";
 const cleanups: (() => unknown)[] = [];
@@ -162,6 +162,24 @@ describe("the connection after an answer", () => {
       expect(result.responseSnippet).toBe("y".repeat(512));
     }
     expect(receiver.connections()).toBe(1);
+  });
+
+  it(`keeps at most ${MAX_CONNECTIONS_PER_ORIGIN} connections to one origin; requests beyond wait for one (regression: thousands of connections to a trickling receiver spent the process's CPU in undici's walk over them)`, async () => {
+    let open = 0;
+    let peak = 0;
+    const server = createServer((req, res) => {
+      req.resume();
+      req.on("end", () => setTimeout(() => res.end("ok"), 300));
+    });
+    server.on("connection", (socket: Socket) => {
+      peak = Math.max(peak, ++open);
+      socket.on("close", () => open--);
+    });
+    const url = `http://127.0.0.1:${await listen(server)}/`;
+    const many = sender();
+    const results = await Promise.all(Array.from({ length: MAX_CONNECTIONS_PER_ORIGIN + 100 }, () => many.send(post(url))));
+    expect(results.every((r) => r.outcome.kind === "delivered")).toBe(true);
+    expect(peak).toBe(MAX_CONNECTIONS_PER_ORIGIN);
   });
 
   it("an answer past the drain limit costs its connection, not the next attempt", async () => {
