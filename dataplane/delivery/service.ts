@@ -72,8 +72,15 @@ export class DeliveryService {
   readonly #turn: TurnBatch;
   /** Config changes are applied one after another, never interleaved. */
   #applying: Promise<void> = Promise.resolve();
-  /** Workers of destinations removed or restarted, finishing their in-flight requests. */
-  readonly #draining = new Set<Promise<void>>();
+  /**
+   * The stopped workers of destinations restarted (a change of URL, timeout...), until their
+   * successors run: where their consumers had got to, read once they have finished, recreates a
+   * consumer deleted under delivery just before the change from there, not from the
+   * destination's start policy.
+   */
+  readonly #predecessors = new Map<string, DestinationWorker>();
+  /** Workers of destinations removed or restarted, finishing their in-flight requests, by destination. */
+  readonly #draining = new Map<string, Promise<void>>();
   #unsubscribe: () => void = () => {};
   /** The events stream's max_age: a retry window as long as it would let messages age out unretried. */
   #streamMaxAgeMs = Infinity;
@@ -244,9 +251,6 @@ export class DeliveryService {
   async #apply(config: CompiledConfig): Promise<void> {
     const { log } = this.#deps;
     const wanted = new Map(config.destinations.filter((d) => d.enabled).map((d) => [`${d.namespace}/${d.name}`, d]));
-    // Where the consumers of restarted workers had got to: one deleted under delivery just
-    // before this change is recreated from there, not from the destination's start policy.
-    const positions = new Map<string, ConsumerPosition>();
     const stopping = new Map<string, Promise<void>>();
     for (const [key, worker] of this.#workers) {
       const next = wanted.get(key);
@@ -257,11 +261,10 @@ export class DeliveryService {
         log.info({ destination: key }, "destination's shared secret or headers changed; in force for the next requests");
         continue;
       }
-      const last = worker.lastPosition;
-      if (next && last) positions.set(key, last);
-      // Its in-flight requests may take up to its timeout (30 s for some): the other destinations'
-      // changes must not wait for them (a review saw one tenant's URL change hold another's new
-      // destination back 21 s). Only its successor, if any, waits below.
+      if (next) this.#predecessors.set(key, worker);
+      // Its in-flight requests may take up to its timeout (30 s for some): no config change waits
+      // for them (a review saw one tenant's URL change hold another's new destination back 21 s).
+      // Only its successor, if any, waits, below.
       stopping.set(key, this.#drain(key, worker));
       this.#workers.delete(key);
     }
@@ -270,22 +273,30 @@ export class DeliveryService {
     this.#wantedPerTenant = new Map();
     for (const d of wanted.values()) this.#wantedPerTenant.set(d.namespace, (this.#wantedPerTenant.get(d.namespace) ?? 0) + 1);
     for (const key of this.#pending.keys()) if (!wanted.has(key)) this.#pending.delete(key);
-    // Those that wait for no predecessor first.
-    const starting = [...wanted].sort(([a], [b]) => Number(stopping.has(a)) - Number(stopping.has(b)));
-    for (const [key, destination] of starting) {
+    for (const key of this.#predecessors.keys()) if (!wanted.has(key)) this.#predecessors.delete(key);
+    for (const [key, destination] of wanted) {
       keep.set(consumerName(destination.namespace, destination.name), key);
       if (this.#workers.has(key)) continue;
-      await stopping.get(key);
       const since = this.#pending.get(key) ?? Date.now();
       this.#pending.set(key, since);
+      const predecessor = this.#draining.get(key);
+      if (predecessor) {
+        // Started by the change applied once its predecessor has finished (one worker per
+        // destination at a time), without holding up this change or any other meanwhile.
+        void predecessor.then(() => {
+          if (!this.#stopped) void this.apply(this.#deps.config.current()).catch(() => {});
+        });
+        continue;
+      }
       try {
-        const last = positions.get(key);
+        const last = this.#predecessors.get(key)?.lastPosition;
         // startSeq counts only if the consumer has to be made (it was deleted): an existing one keeps
         // its place. Without createdAt (config files), one made now starts when it was first wanted.
         const made = destination.createdAt ? destination : { ...destination, createdAt: new Date(since).toISOString() };
         this.#managed.add(await ensureDestinationConsumer(this.#jsm, made, last ? { startSeq: await this.#resumeFrom(last) } : {}));
         await this.#startWorker(key, destination);
         this.#pending.delete(key);
+        this.#predecessors.delete(key);
       } catch (err) {
         // One destination that cannot start must not keep the others from running.
         failed.push(key);
@@ -318,13 +329,18 @@ export class DeliveryService {
     if (failed.length > 0) throw new Error(`destinations not started: ${failed.join(", ")}`);
   }
 
-  /** Stops a worker in the background; the promise never rejects, and stop() waits for it. */
+  /**
+   * Stops a worker in the background; the promise never rejects, and stop() waits for it. A
+   * destination has no new worker while its old one drains (see #apply).
+   */
   #drain(key: string, worker: DestinationWorker): Promise<void> {
     const drained: Promise<void> = worker
       .stop()
-      .catch((err: unknown) => this.#deps.log.warn({ err: (err as Error).message, destination: key }, "a stopped destination's in-flight deliveries did not finish cleanly"))
-      .finally(() => this.#draining.delete(drained));
-    this.#draining.add(drained);
+      .catch((err: unknown) => void this.#deps.log.warn({ err: (err as Error).message, destination: key }, "a stopped destination's in-flight deliveries did not finish cleanly"))
+      .finally(() => {
+        if (this.#draining.get(key) === drained) this.#draining.delete(key);
+      });
+    this.#draining.set(key, drained);
     return drained;
   }
 
@@ -471,7 +487,7 @@ export class DeliveryService {
     await this.#applying.catch(() => {});
     await Promise.all([...this.#workers.values()].map((w) => w.stop()));
     this.#workers.clear();
-    await Promise.all(this.#draining);
+    await Promise.all(this.#draining.values());
     this.#turn.flush();
   }
 }

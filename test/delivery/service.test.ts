@@ -280,15 +280,20 @@ describe("delivery service", () => {
     try {
       await publishTo("rho")("rho-1");
       await receiver.waitFor("/rho-old", 1); // in flight for 6 s: stopping rho's worker waits for it
-      // rho's URL changes (its worker restarts) and sigma is added, in one change.
+      // rho's URL changes (its worker restarts); then sigma is added, in a change of its own (the
+      // diff review: in one change only, the first fix passed) and in one with rho's again.
+      config.set(configOf([{ name: "rho", url: receiver.url("/rho-new"), timeout: "10s" }]));
+      await new Promise((r) => setTimeout(r, 300));
       config.set(configOf([{ name: "rho", url: receiver.url("/rho-new"), timeout: "10s" }, { name: "sigma", url: receiver.url("/sigma") }]));
       const changed = Date.now();
       await vi.waitFor(() => expect(service.destinations).toContain("default/sigma"), { timeout: 15_000, interval: 50 });
       expect(Date.now() - changed).toBeLessThan(3_000);
+      expect(service.destinations).not.toContain("default/rho"); // its old worker still finishing
       await publishTo("sigma")("sigma-1");
       await receiver.waitFor("/sigma", 1);
-      // rho's message, answered in time, is delivered once; its successor sends nothing again.
-      await new Promise((r) => setTimeout(r, 6_000));
+      // rho's message, answered in time, is delivered once; its successor starts after, and sends nothing again.
+      await vi.waitFor(() => expect(service.destinations).toContain("default/rho"), { timeout: 15_000, interval: 50 });
+      await new Promise((r) => setTimeout(r, 1_000));
       expect(receiver.requests("/rho-old")).toHaveLength(1);
       expect(receiver.requests("/rho-new")).toHaveLength(0);
       expect(service.destinations.sort()).toEqual(["default/rho", "default/sigma"]);
