@@ -5,11 +5,12 @@
 // Slots are shared among tenants (namespaces) first, then among each tenant's destinations: of T
 // tenants, one with N destinations gives each a fair share of max/T/N slots (at most its
 // maxInFlight), so a tenant's number of destinations is not the others' loss (a review saw one
-// tenant's 100 destinations leave another's one destination 9 slots of 1,000). An active
+// tenant's 100 destinations leave another's one destination 9 slots of 1,000; a tenant with more
+// destinations than its share of slots still gives each one). An active
 // destination (one that delivered within ACTIVE_FOR_MS) has its share reserved: the others
 // cannot take it. Beyond its reserve a destination may borrow only what no active destination's
-// unused reserve needs, and while some destination is idle, never the last fair share of free
-// slots (the lane that an idle destination with a message again takes at once). A slot freed goes
+// unused reserve needs, and while some destination is idle, never the last max/N free slots of
+// the N destinations (the lane that an idle destination with a message again takes at once). A slot freed goes
 // to the waiting destination with the fewest in use, so borrowers share what is spare evenly. So a destination
 // busy alone uses every slot (beside idle ones, all but the lane), while one whose receivers
 // answer just before their timeout fills its reserve and what is spare, never the others' reserves.
@@ -125,12 +126,16 @@ export class DeliverySlots {
     const perTenant = new Map<string, number>();
     for (const share of this.#shares) perTenant.set(share.tenant, (perTenant.get(share.tenant) ?? 0) + 1);
     const tenantShare = this.max / Math.max(1, perTenant.size);
+    // The lane is at most what one destination's share was before tenants came first: a tenant's
+    // idle destination must not keep half the process from a busy one (the diff review), and the
+    // rest of its reserve comes to it as borrowed slots free up (a freed slot goes to it first).
+    const laneCap = Math.max(1, Math.floor(this.max / Math.max(1, this.#shares.size)));
     this.#lane = 0;
     this.#unusedReserves = 0;
     for (const share of this.#shares) {
       const each = Math.max(1, Math.floor(tenantShare / perTenant.get(share.tenant)!));
-      // The lane: what the largest idle share would take at once, were it active again.
-      if (!share.active) this.#lane = Math.max(this.#lane, each);
+      // The lane: what the largest idle share takes at once when it is active again.
+      if (!share.active) this.#lane = Math.max(this.#lane, Math.min(each, share.max, laneCap));
       share.reserve = share.active ? Math.min(each, share.max) : 0;
       this.#unusedReserves += Math.max(0, share.reserve - share.inUse);
     }

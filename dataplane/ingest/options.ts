@@ -10,7 +10,7 @@ export const IngestOptionsSchema = Type.Object(
       {
         /** A single-message request (spec: 32KB). */
         singleBytes: Type.Integer({ minimum: 1024, default: 32 * 1024 }),
-        /** A batch request's messages (spec: 500KB); the body may be 16 KiB larger (BATCH_ENVELOPE_ALLOWANCE). */
+        /** A batch request (spec: 500KB); the body may be 16 KiB larger (BATCH_ENVELOPE_ALLOWANCE). */
         batchBytes: Type.Integer({ minimum: 1024, default: 500 * 1024 }),
         /** One item of a batch (spec: 32KB). */
         itemBytes: Type.Integer({ minimum: 256, default: 32 * 1024 }),

@@ -71,19 +71,33 @@ describe("DeliverySlots", () => {
     expect(slots.inUse).toBe(1000);
   });
 
-  it("keeps the lane as large as what the largest idle destination would take", () => {
+  it("keeps a lane of max/N for an idle tenant's destination, not its whole share: the rest comes to it as borrowed slots free up (the diff review: an idle tenant kept half the process from a busy one)", () => {
     let now = 1_000_000;
     const slots = new DeliverySlots(12, () => now);
     const [a1, a2, a3] = [slots.share(100, "a"), slots.share(100, "a"), slots.share(100, "a")]; // 2 each
-    const lone = slots.share(100, "b"); // 6, idle
+    const lone = slots.share(100, "b"); // a share of 6, idle: the lane is 12 / 4 = 3
     for (const share of [a1, a2, a3]) {
       expect(share.tryAcquire()).toBe(true);
       share.release();
     }
     now += 1;
-    // Beyond team a's 6, only what is not lone's lane may be borrowed: nothing.
-    expect(fill(a1) + fill(a2) + fill(a3)).toBe(6);
-    expect(fill(lone)).toBe(6); // with messages again, lone takes its share at once
+    expect(fill(a1) + fill(a2) + fill(a3)).toBe(9); // all but the lane
+    expect(fill(lone)).toBe(3); // with messages again, lone takes the lane at once
+    for (let i = 0; i < 3; i++) a1.release(); // a1's borrowed slots, freed, are lone's
+    expect(fill(a1)).toBe(0);
+    expect(fill(lone)).toBe(3);
+    expect(slots.inUse).toBe(12);
+  });
+
+  it("keeps no more of a lane than the idle destination's maxInFlight", () => {
+    const slots = new DeliverySlots(1000);
+    const busy = Array.from({ length: 10 }, () => slots.share(1000, "a"));
+    slots.share(5, "b"); // idle, and never more than 5 in flight
+    for (const share of busy) {
+      expect(share.tryAcquire()).toBe(true);
+      share.release();
+    }
+    expect(busy.reduce((sum, share) => sum + fill(share), 0)).toBe(995);
   });
 
   it("an idle destination's reserve is lent, but not the lane kept for idle ones; a destination active again gets its reserve before borrowers", async () => {
