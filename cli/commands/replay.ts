@@ -75,13 +75,16 @@ export const replayCommand: Command = {
   exitWhenDone: true,
   name: "replay",
   summary: "Move a destination's dead letters back for delivery (to that destination only)",
-  usage: `trackhook replay --destination <namespace/name> --nats <url> [--since <duration>] [--message-id <id>] [--limit <n>]
+  usage: `trackhook replay --destination <namespace/name> --nats <url> [--since <duration>] [--message-id <id>] [--limit <n>] [--rate <n>]
 
 ${SELECTION_HELP}
+  --rate <n>                 at most n dead letters a second (default: as fast as NATS takes them; on an
+                             installation shared with others, a few hundred keeps their deliveries quick)
   --nats <url>               NATS server URL(s), comma-separated (or TRACKHOOK_NATS_URL)${NATS_AUTH_HELP}`,
-  flags: { ...SELECTION_FLAGS, nats: { type: "string" } },
+  flags: { ...SELECTION_FLAGS, rate: { type: "string" }, nats: { type: "string" } },
   async run(values) {
     const selection = deadLetterSelection(values);
+    const perSecond = values.rate === undefined ? undefined : integerFlag("rate", values.rate, 1, 1_000_000);
     const { namespace, destination: name } = selection;
     const url = natsUrl(values);
     const nc = await connectAdmin(url, "trackhook-replay");
@@ -101,7 +104,7 @@ ${SELECTION_HELP}
     process.on("SIGINT", onSignal);
     process.on("SIGTERM", onSignal);
     try {
-      const { replayed } = await replayDeadLetters(nc, { ...selection, onProgress: (n) => (moved = n), signal: stop.signal });
+      const { replayed } = await replayDeadLetters(nc, { ...selection, onProgress: (n) => (moved = n), signal: stop.signal, ...(perSecond !== undefined ? { perSecond } : {}) });
       process.stdout.write(`replayed ${count(replayed, "message")} to ${namespace}/${name}\n`);
       if (replayed === 0 && selection.messageId !== undefined) {
         process.stderr.write(`no dead letter of message ${selection.messageId}${selection.sinceMs !== undefined ? " in that time" : ""}: \`trackhook dead-letters --destination ${namespace}/${name}\` lists them\n`);

@@ -252,6 +252,22 @@ describe("replaying dead letters", () => {
     expect((await deadLetters("since-hook")).map((l) => l.body.messageId)).toEqual(["s-old"]);
   }, 60_000);
 
+  it("--rate paces a replay: 12 dead letters at 4 a second take about 3 s (found by a noisy-neighbour review: an unpaced 30,000 slowed another tenant's deliveries)", async () => {
+    env.receiver.on("/paced", answer(404));
+    const key = addSource("paced-src");
+    await addDestination("paced-hook", { source: "paced-src", urls: [env.receiver.url("/paced")] });
+    for (let i = 0; i < 14; i++) await send(key, { userId: "u9", event: "Paced", messageId: `pc-${i}` });
+    await waitForDeadLetters("paced-hook", 14);
+    env.receiver.on("/paced", answer(200));
+    const started = performance.now();
+    expect(await replayDeadLetters(env.nc, { namespace: "default", destination: "paced-hook", perSecond: 4, limit: 12 })).toEqual({ replayed: 12 });
+    expect(performance.now() - started).toBeGreaterThanOrEqual(2_700); // the 12th starts 11 / 4 s after the first
+    const result = cli("replay", "--destination", "paced-hook", "--rate", "1000");
+    expect([result.status, result.stdout]).toEqual([0, "replayed 2 messages to default/paced-hook\n"]);
+    expect(cli("replay", "--destination", "paced-hook", "--rate", "0").stderr).toContain('--rate: "0" must be an integer from 1');
+    await env.receiver.waitFor("/paced", 28);
+  }, 60_000);
+
   it("refuses to replay to a destination that has no consumer, leaving its dead letters alone", async () => {
     await expect(replayDeadLetters(env.nc, { namespace: "default", destination: "nobody" })).rejects.toBeInstanceOf(ReplayTargetError);
     await expect(replayDeadLetters(env.nc, { namespace: "default", destination: "x.>" })).rejects.toThrow(/not a DNS label/);
