@@ -13,6 +13,10 @@ export const CompiledSource = Type.Object(
     enabled: Type.Boolean(),
     writeKeySha256: Type.String({ pattern: "^[0-9a-f]{64}$" }),
     displayName: Type.Optional(Type.String()),
+    /** Messages a second per ingest replica, and how many at once after a quiet spell. */
+    rateLimit: Type.Optional(
+      Type.Object({ perSecond: Type.Integer({ minimum: 1 }), burst: Type.Integer({ minimum: 1 }) }, { additionalProperties: false }),
+    ),
   },
   { additionalProperties: false },
 );

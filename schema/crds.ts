@@ -43,6 +43,7 @@ export const KINDS: KindInfo[] = [
     columns: [
       ...readyColumns,
       { name: "Enabled", type: "boolean", jsonPath: ".spec.enabled" },
+      { name: "Rate-Limit", type: "integer", jsonPath: ".spec.rateLimit.messagesPerSecond", priority: 1, description: "Messages a second per ingest replica" },
       ...closingColumns,
     ],
   },

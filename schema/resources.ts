@@ -26,6 +26,33 @@ const SecretKeySelector = (what: string) =>
     { additionalProperties: false, description: `Reference to ${what} in a Secret of the same namespace.` },
   );
 
+/**
+ * A source's messages a second, per ingest replica. The events stream is shared: one source
+ * sending far more than it should (a loop in an app, a backfill) would otherwise fill it, and
+ * every source would get 503 storage_full until its messages aged out. Beyond the limit a request
+ * gets 429 with Retry-After, which every Segment SDK retries.
+ */
+export const SourceRateLimit = Type.Object(
+  {
+    messagesPerSecond: Type.Integer({
+      minimum: 1,
+      maximum: 10_000_000,
+      description: "Messages a second this source may send to each ingest replica (a batch counts each of its messages).",
+    }),
+    burst: Type.Optional(
+      Type.Integer({
+        minimum: 1,
+        maximum: 100_000_000,
+        description: "Messages it may send at once after a quiet spell; default: one second's worth (messagesPerSecond).",
+      }),
+    ),
+  },
+  {
+    additionalProperties: false,
+    description: "Limits this source's messages per ingest replica; beyond it, requests are answered 429 with Retry-After (SDKs retry them).",
+  },
+);
+
 export const SourceSpec = Type.Object(
   {
     writeKeySecretRef: SecretKeySelector("the source's write key"),
@@ -33,6 +60,7 @@ export const SourceSpec = Type.Object(
       Type.Boolean({ default: true, description: "When false, the write key is refused as if unknown (401)." }),
     ),
     displayName: Type.Optional(Type.String({ maxLength: 256, description: "Human-readable name, for UIs and logs." })),
+    rateLimit: Type.Optional(SourceRateLimit),
   },
   { additionalProperties: false, description: "A Segment-compatible source: SDKs authenticate with its write key." },
 );

@@ -107,6 +107,9 @@ export function compileSource(namespace: string, doc: SourceDocument, secrets: S
       enabled: doc.spec.enabled ?? true,
       writeKeySha256: sha256Hex(key),
       ...(doc.spec.displayName ? { displayName: doc.spec.displayName } : {}),
+      ...(doc.spec.rateLimit
+        ? { rateLimit: { perSecond: doc.spec.rateLimit.messagesPerSecond, burst: doc.spec.rateLimit.burst ?? doc.spec.rateLimit.messagesPerSecond } }
+        : {}),
     },
   };
 }

@@ -20,6 +20,7 @@ import { IngestError, errors } from "./errors.ts";
 import { IngestMetrics } from "./metrics.ts";
 import { resolveIngestOptions, type IngestOptionsInput } from "./options.ts";
 import { EventPublisher } from "./publish.ts";
+import { SourceRateLimits } from "./rate-limit.ts";
 import { corsRoutes } from "./routes/cors.ts";
 import { messageRoutes } from "./routes/messages.ts";
 import { settingsRoutes } from "./routes/settings.ts";
@@ -67,7 +68,8 @@ export async function buildIngestApp(deps: IngestAppDeps, input: IngestOptionsIn
 
   const registry = deps.extraRegistries?.length ? Registry.merge([metrics.registry, ...deps.extraRegistries]) : metrics.registry;
   const state: IngestState = {
-    options, metrics, registry, publisher, directory: new SourceDirectory(deps.config.current()), ready, repeatedLines: new KeyedLogInterval(REPEATED_LINE_INTERVAL_MS),
+    options, metrics, registry, publisher, directory: new SourceDirectory(deps.config.current()), rateLimits: new SourceRateLimits(), ready,
+    repeatedLines: new KeyedLogInterval(REPEATED_LINE_INTERVAL_MS),
   };
   const sourcesIn = (config: CompiledConfig) => {
     metrics.sources.set(state.directory.size);
@@ -76,6 +78,7 @@ export async function buildIngestApp(deps: IngestAppDeps, input: IngestOptionsIn
   sourcesIn(deps.config.current());
   const unsubscribe = deps.config.subscribe((config) => {
     state.directory = new SourceDirectory(config);
+    state.rateLimits.retain(config.sources);
     sourcesIn(config);
   });
 

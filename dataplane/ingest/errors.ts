@@ -20,13 +20,14 @@ export type IngestErrorCode =
   | "headers_too_large"
   | "malformed_request"
   | "storage_full"
+  | "rate_limited"
   | "shutting_down"
   | "internal_error";
 
 export class IngestError extends Error {
   readonly code: IngestErrorCode;
   readonly statusCode: number;
-  /** Seconds, for 503s. */
+  /** Seconds, for 503s and 429s. */
   readonly retryAfter: number | undefined;
   constructor(code: IngestErrorCode, statusCode: number, message: string, options: { cause?: unknown; retryAfter?: number } = {}) {
     super(message, { cause: options.cause });
@@ -65,6 +66,8 @@ export const errors = {
     new IngestError("storage_unavailable", 503, "Messages could not be stored; retry later", { cause, retryAfter }),
   storageFull: (retryAfter: number, cause?: unknown) =>
     new IngestError("storage_full", 503, "The event stream is full; retry later", { cause, retryAfter }),
+  rateLimited: (retryAfter: number, perSecond: number) =>
+    new IngestError("rate_limited", 429, `This source is over its limit of ${perSecond} messages a second; retry after ${retryAfter} s`, { retryAfter }),
   shuttingDown: (retryAfter: number) =>
     new IngestError("shutting_down", 503, "This server is shutting down; retry (another replica will answer)", { retryAfter }),
   /** The client went away mid-body: nothing was read, nothing stored, nobody to answer. */

@@ -4,6 +4,7 @@ import type { IngestMetrics } from "./metrics.ts";
 import type { IngestOptions } from "./options.ts";
 import type { EventPublisher } from "./publish.ts";
 import type { SourceDirectory } from "./auth.ts";
+import type { SourceRateLimits } from "./rate-limit.ts";
 import type { KeyedLogInterval } from "../ops/log-interval.ts";
 
 export interface IngestState {
@@ -14,6 +15,8 @@ export interface IngestState {
   readonly publisher: EventPublisher;
   /** Replaced whenever the config changes. */
   directory: SourceDirectory;
+  /** Sources' spec.rateLimit, counted in this process. */
+  readonly rateLimits: SourceRateLimits;
   /**
    * Lines said per message or per refused request, let through once per 10 s per kind (a source
    * and a reason, an error code) with the count held back: write keys in browsers are public, and

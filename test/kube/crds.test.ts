@@ -194,6 +194,13 @@ describe("CRDs: invalid objects are refused with a message naming the field", ()
     expect(await rejection(source("no-key", { writeKeySecretRef: { name: "keys" } }))).toContain("spec.writeKeySecretRef.key: Required value");
   });
 
+  it("Source: a rateLimit under one message a second, without messagesPerSecond, or with a field it does not have", async () => {
+    const ref = { writeKeySecretRef: { name: "keys", key: "web" } };
+    expect(await rejection(source("rate-zero", { ...ref, rateLimit: { messagesPerSecond: 0 } }))).toContain("spec.rateLimit.messagesPerSecond: Invalid value: 0");
+    expect(await rejection(source("rate-missing", { ...ref, rateLimit: { burst: 10 } }))).toContain("spec.rateLimit.messagesPerSecond: Required value");
+    expect(await rejection(source("rate-unknown", { ...ref, rateLimit: { messagesPerSecond: 5, perMinute: 10 } }))).toContain('unknown field "spec.rateLimit.perMinute"');
+  });
+
   it("Source: a name that is not a DNS label (names become NATS subject tokens: no dots)", async () => {
     // Kubernetes itself would accept a.b (a DNS subdomain); the CRD's metadata.name pattern does not.
     expect(await rejection(source("a.b"))).toContain(`metadata.name: Invalid value: "a.b": metadata.name in body should match '^[a-z0-9]([-a-z0-9]*[a-z0-9])?$'`);

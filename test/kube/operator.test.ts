@@ -126,6 +126,28 @@ spec: { enabled: false, writeKeySecretRef: { name: deleted-secret, key: writeKey
     expect(env.receiver.requests("/hook")).toHaveLength(before);
   });
 
+  it("a Source's rateLimit reaches ingest through the bucket: 429 beyond it, and none once it is removed", async () => {
+    const limited = (rateLimit: string) => `apiVersion: trackhook.io/v1alpha1
+kind: Source
+metadata: { name: limited }
+spec: { writeKeySecretRef: { name: limited-key, key: writeKey }${rateLimit} }
+`;
+    await env.apply([secret("limited-key", { writeKey: "limited-key-1" }), limited(", rateLimit: { messagesPerSecond: 1, burst: 2 }")].join("---\n"));
+    await env.waitReady("Source", "limited");
+    await env.waitFor("the limit in the bucket", async () => JSON.stringify((await kvValue(sourceKey(env.namespace, "limited")))?.rateLimit) === JSON.stringify({ perSecond: 1, burst: 2 }));
+    await env.waitFor("the key accepted by ingest", async () => (await track("limited-key-1", { userId: "u", event: "first" })).status === 200);
+    // One token at most is left; three messages overdraw it, and the source then waits.
+    const batch = await post(`${env.ingest.url}/v1/batch`, { batch: [1, 2, 3].map((i) => ({ type: "track", userId: "u", event: `b${i}` })) }, { headers: { authorization: basic("limited-key-1") } });
+    expect(batch.status).toBe(200);
+    const refused = await track("limited-key-1", { userId: "u", event: "over" });
+    expect(refused.status).toBe(429);
+    expect(refused.json.code).toBe("rate_limited");
+    expect(Number(refused.headers.get("retry-after"))).toBeGreaterThanOrEqual(1);
+    await env.apply(limited(""));
+    await env.waitFor("the limit gone from ingest", async () => (await track("limited-key-1", { userId: "u", event: "free" })).status === 200);
+    expect(await kvValue(sourceKey(env.namespace, "limited"))).not.toHaveProperty("rateLimit");
+  });
+
   it("deleting a Source takes its key out of ingest", async () => {
     await env.cluster.kubectlOk(["delete", "source", "web", "-n", env.namespace, "--wait=true", "--timeout=15s"]);
     expect(await kvValue(sourceKey(env.namespace, "web"))).toBeUndefined();

@@ -110,6 +110,15 @@ async function handle(state: IngestState, request: FastifyRequest, config: Route
   } else {
     items = [body];
   }
+  const waitSeconds = state.rateLimits.take(source, sourceId, items.length);
+  if (waitSeconds !== undefined) {
+    state.metrics.countMessages(sourceId, "failed", "rate_limited", items.length);
+    const held = state.repeatedLines.pass(`rate limited ${sourceId}`);
+    if (held !== undefined) {
+      request.log.warn({ reqId: request.id, source: sourceId, messages: items.length, messagesPerSecond: source.rateLimit!.perSecond, retryAfter: waitSeconds, moreLikeThisSinceLastLine: held }, "source over its rate limit");
+    }
+    throw errors.rateLimited(waitSeconds, source.rateLimit!.perSecond);
+  }
   // Only a body deeper than MAX_JSON_DEPTH can hold a message too deep to accept; the check on
   // its text is cheap, and each item is walked once only when it fails.
   const deep = jsonDepthExceeds(text, MAX_JSON_DEPTH) ? tooDeep(items, batch) : undefined;
