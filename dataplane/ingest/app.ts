@@ -22,7 +22,7 @@ import { resolveIngestOptions, type IngestOptionsInput } from "./options.ts";
 import { EventPublisher } from "./publish.ts";
 import { SourceRateLimits } from "./rate-limit.ts";
 import { corsRoutes } from "./routes/cors.ts";
-import { messageRoutes } from "./routes/messages.ts";
+import { MESSAGE_PATHS, messageRoutes } from "./routes/messages.ts";
 import { settingsRoutes } from "./routes/settings.ts";
 import { analyticsJsRoutes } from "./routes/analytics-js.ts";
 import type { IngestState } from "./state.ts";
@@ -180,8 +180,16 @@ export async function buildIngestApp(deps: IngestAppDeps, input: IngestOptionsIn
     reply.code(error.statusCode).send(error.toJSON());
   });
   app.setNotFoundHandler((request, reply) => {
+    const path = request.url.split("?")[0]!;
+    // A GET of /v1/track (a browser's address bar, a health check pointed at the wrong path) is a
+    // known path with the wrong method: say so, as HTTP asks, rather than that the path is unknown.
+    if (MESSAGE_PATHS.has(path)) {
+      metrics.countRequest(path, 405, "method_not_allowed");
+      reply.code(405).header("allow", "POST, OPTIONS").send(errors.methodNotAllowed(request.method, path).toJSON());
+      return;
+    }
     metrics.countRequest("unmatched", 404, "not_found");
-    reply.code(404).send(errors.notFound(`No route for ${request.method} ${request.url.split("?")[0]}`).toJSON());
+    reply.code(404).send(errors.notFound(`No route for ${request.method} ${path}`).toJSON());
   });
 
   // Bodies sent to any other route (none takes one) are still read within the single-message

@@ -14,6 +14,7 @@ export type IngestErrorCode =
   | "missing_write_key"
   | "invalid_write_key"
   | "not_found"
+  | "method_not_allowed"
   | "storage_unavailable"
   | "client_aborted"
   | "request_timeout"
@@ -62,6 +63,8 @@ export const errors = {
     new IngestError("missing_write_key", 401, "No write key: send it as the Basic auth username or as writeKey in the body"),
   invalidWriteKey: () => new IngestError("invalid_write_key", 401, "Unknown or disabled write key"),
   notFound: (what = "Not found") => new IngestError("not_found", 404, what),
+  methodNotAllowed: (method: string, path: string) =>
+    new IngestError("method_not_allowed", 405, `${path} takes POST, not ${method}`),
   storageUnavailable: (retryAfter: number, cause?: unknown) =>
     new IngestError("storage_unavailable", 503, "Messages could not be stored; retry later", { cause, retryAfter }),
   storageFull: (retryAfter: number, cause?: unknown) =>

@@ -123,6 +123,18 @@ describe("other answers", () => {
     expect(res).toMatchObject({ status: 404, json: { success: false, code: "not_found" } });
   });
 
+  it("GET or PUT of a message path -> 405 method_not_allowed with Allow: POST (it was a 404, as if the path were unknown)", async () => {
+    for (const [method, path] of [["GET", "/v1/track"], ["GET", "/v1/batch?x=1"], ["PUT", "/v1/t"], ["DELETE", "/v1/import"]] as const) {
+      const res = await fetch(`${env.ingest.url}${path}`, { method });
+      expect(res.status, `${method} ${path}`).toBe(405);
+      expect(res.headers.get("allow")).toBe("POST, OPTIONS");
+      expect(await res.json()).toMatchObject({ success: false, code: "method_not_allowed", message: `${path.split("?")[0]} takes POST, not ${method}` });
+    }
+    expect((await fetch(`${env.ingest.url}/v1/nothing`)).status).toBe(404);
+    const metric = await env.ingest.metrics.requests.get();
+    expect(metric.values.find((v) => v.labels.code === "method_not_allowed" && v.labels.route === "/v1/track")?.labels.status).toBe("405");
+  });
+
   it("counts every answer in trackhook_ingest_requests_total by route, status and code", async () => {
     await post(`${env.ingest.url}/v1/track`, undefined, { headers: auth, raw: "{" });
     await send("/v1/track", { userId: "u1", event: "Counted" });

@@ -37,6 +37,9 @@ const SINGLE: Record<string, MessageType> = {
 // /v1/import (analytics-ruby, classic Android) and /v1/b (analytics.js batching, mobile SDKs).
 const BATCH = ["batch", "import", "b"];
 
+/** Every path a message is POSTed to. */
+export const MESSAGE_PATHS: ReadonlySet<string> = new Set([...Object.keys(SINGLE), ...BATCH].map((path) => `/v1/${path}`));
+
 /** What a message route's handler is told of its route. */
 interface RouteConfig {
   /** Which body limit and shape the route takes. */
