@@ -106,7 +106,7 @@ describe("CRDs: discovery and kubectl get", () => {
     expect(await columns("webhookdestinations")).toEqual(["NAME", "READY", "REASON", "URLS", "AGE"]);
     // The resolved source list is long: only in -o wide.
     expect(await columns("webhookdestinations", "-o", "wide")).toEqual(["NAME", "READY", "REASON", "URLS", "SOURCES", "MESSAGE", "AGE"]);
-    expect(await columns("sources", "-o", "wide")).toEqual(["NAME", "READY", "REASON", "ENABLED", "MESSAGE", "AGE"]);
+    expect(await columns("sources", "-o", "wide")).toEqual(["NAME", "READY", "REASON", "ENABLED", "RATE-LIMIT", "MESSAGE", "AGE"]);
     // No SOURCES: a printer column shows only the first of a list of objects (one source of ten).
     expect(await columns("deletionrequests", "-o", "wide")).toEqual(["NAME", "STATE", "READY", "REASON", "MESSAGE", "AGE"]);
     expect(await columns("deletionrequests")).toEqual(["NAME", "STATE", "READY", "REASON", "AGE"]);
