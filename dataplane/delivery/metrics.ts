@@ -1,6 +1,6 @@
 // Delivery's Prometheus metrics, on a registry of its own.
 import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from "prom-client";
-import { DLQ_STREAM } from "../nats/subjects.ts";
+import { ATTEMPTS_STREAM, DLQ_STREAM } from "../nats/subjects.ts";
 import { LabelRetirement } from "../ops/retire-labels.ts";
 import { streamUseGauges, type StreamUse } from "../ops/stream-gauges.ts";
 import { TalliedCounter } from "../ops/tally.ts";
@@ -17,10 +17,11 @@ export interface DeliveryBacklog {
   oldestAgeSeconds: number | undefined;
 }
 
-/** What a scrape reads from JetStream: per destination, and how full the dead-letter stream is. */
+/** What a scrape reads from JetStream: per destination, and how full the dead-letter and attempt streams are. */
 export interface DeliveryBacklogs {
   destinations: DeliveryBacklog[];
   deadLetterStream?: StreamUse;
+  attemptsStream?: StreamUse;
 }
 
 /** A webhook URL no message is sent to for now (redacted, as logs show it), and why. */
@@ -159,6 +160,14 @@ export class DeliveryMetrics {
       bytesHelp: "Bytes stored in TRACKHOOK_DLQ",
       maxBytesHelp: "TRACKHOOK_DLQ's max_bytes: at it, dead letters are refused (trackhook_delivery_messages_total{outcome=\"dead_letter_failed\"})",
       read: async () => (await readBacklog()).deadLetterStream,
+    });
+    // Oldest records make room in a full attempts stream: its fill says how much history is kept.
+    streamUseGauges(this.registry, {
+      prefix: "trackhook_attempts_stream",
+      stream: ATTEMPTS_STREAM,
+      bytesHelp: "Bytes stored in TRACKHOOK_ATTEMPTS",
+      maxBytesHelp: "TRACKHOOK_ATTEMPTS's max_bytes: at it, the oldest attempt records make room",
+      read: async () => (await readBacklog()).attemptsStream,
     });
     gauge("trackhook_delivery_consumer_pending_messages", "Messages not yet handed to delivery, per destination (consumer lag)", (b) => b.pending);
     gauge("trackhook_delivery_in_flight_messages", "Messages in delivery or waiting for a retry, per destination", (b) => b.inFlight);

@@ -6,7 +6,7 @@ import type { NatsConnection } from "@nats-io/transport-node";
 import type { CompiledConfig, CompiledDestination } from "../../schema/mod.ts";
 import type { ConfigProvider } from "../config/mod.ts";
 import type { Logger } from "../logging.ts";
-import { DLQ_STREAM, DLQ_SUBJECTS, EVENTS_STREAM, TurnBatch, attemptsStreamConfig, consumerName, dlqStreamConfig, dlqSubject, ensureStream, isNatsConnected, isStreamNotFound, isSlowJetStream, keptSettings, patiently, StreamGuard, streamReadiness, type Readiness, type SideStreamSettings, type StreamSettingChange } from "../nats/mod.ts";
+import { ATTEMPTS_STREAM, DLQ_STREAM, DLQ_SUBJECTS, EVENTS_STREAM, TurnBatch, attemptsStreamConfig, consumerName, dlqStreamConfig, dlqSubject, ensureStream, isNatsConnected, isStreamNotFound, isSlowJetStream, keptSettings, patiently, StreamGuard, streamReadiness, type Readiness, type SideStreamSettings, type StreamSettingChange } from "../nats/mod.ts";
 import { ensureDestinationConsumer, removeDestinationConsumers } from "./consumers.ts";
 import type { DeliveryBacklog, DeliveryBacklogs, DeliveryMetrics } from "./metrics.ts";
 import type { StreamUse } from "../ops/stream-gauges.ts";
@@ -65,9 +65,10 @@ export class DeliveryService {
   readonly #deps: DeliveryServiceDeps;
   readonly #jsm: JetStreamManager;
   readonly #workers = new Map<string, DestinationWorker>();
-  /** The last figures read per destination, and of the dead-letter stream (see #withHeld). */
+  /** The last figures read per destination (see #withHeld). */
   readonly #lastBacklog = new Map<string, { backlog: DeliveryBacklog; at: number }>();
-  #lastDeadLetterStream: { use: StreamUse; at: number } | undefined;
+  /** The last reading of each side stream's use, held as the backlogs are (#withHeld). */
+  readonly #lastStreamUse = new Map<"deadLetterStream" | "attemptsStream", { use: StreamUse; at: number }>();
   readonly #slots: DeliverySlots;
   readonly #turn: TurnBatch;
   /** Config changes are applied one after another, never interleaved. */
@@ -174,7 +175,6 @@ export class DeliveryService {
     const now = Date.now();
     const told = new Set(read.destinations.map((b) => b.destination));
     for (const b of read.destinations) this.#lastBacklog.set(b.destination, { backlog: b, at: now });
-    if (read.deadLetterStream) this.#lastDeadLetterStream = { use: read.deadLetterStream, at: now };
     const destinations = [...read.destinations];
     for (const key of this.#workers.keys()) {
       const last = this.#lastBacklog.get(key);
@@ -183,8 +183,15 @@ export class DeliveryService {
       destinations.push({ ...last.backlog, oldestAgeSeconds: oldestAgeSeconds ? oldestAgeSeconds + (now - last.at) / 1000 : oldestAgeSeconds });
     }
     for (const key of this.#lastBacklog.keys()) if (!this.#workers.has(key)) this.#lastBacklog.delete(key);
-    const dlq = read.deadLetterStream ?? (this.#lastDeadLetterStream && now - this.#lastDeadLetterStream.at <= BACKLOG_HOLD_MS ? this.#lastDeadLetterStream.use : undefined);
-    return { destinations, ...(dlq ? { deadLetterStream: dlq } : {}) };
+    const held: Pick<DeliveryBacklogs, "deadLetterStream" | "attemptsStream"> = {};
+    for (const stream of ["deadLetterStream", "attemptsStream"] as const) {
+      const use = read[stream];
+      if (use) this.#lastStreamUse.set(stream, { use, at: now });
+      const last = this.#lastStreamUse.get(stream);
+      if (use) held[stream] = use;
+      else if (last && now - last.at <= BACKLOG_HOLD_MS) held[stream] = last.use;
+    }
+    return { destinations, ...held };
   }
 
   async #readBacklog(): Promise<DeliveryBacklogs> {
@@ -197,6 +204,7 @@ export class DeliveryService {
     try {
       // A missing dead-letter stream (made again by the guard) must not blank every lag gauge.
       const dlqRead = inBudget(this.#jsm.streams.info(DLQ_STREAM, { subjects_filter: DLQ_SUBJECTS }));
+      const attemptsRead = inBudget(this.#jsm.streams.info(ATTEMPTS_STREAM));
       const perSubject = dlqRead.then((dlq) => (dlq?.state.subjects ?? {}) as Record<string, number>);
       const read = await Promise.all(
         [...this.#workers.values()].map(async ({ destination: d }): Promise<DeliveryBacklog[]> => {
@@ -208,8 +216,9 @@ export class DeliveryService {
           return [{ destination: `${d.namespace}/${d.name}`, pending: info.num_pending, inFlight: info.num_ack_pending, deadLetters, oldestAgeSeconds }];
         }),
       );
-      const dlq = await dlqRead;
-      return { destinations: read.flat(), ...(dlq ? { deadLetterStream: { bytes: dlq.state.bytes, maxBytes: dlq.config.max_bytes } } : {}) };
+      const [dlq, attempts] = [await dlqRead, await attemptsRead];
+      const use = (info: StreamInfo) => ({ bytes: info.state.bytes, maxBytes: info.config.max_bytes });
+      return { destinations: read.flat(), ...(dlq ? { deadLetterStream: use(dlq) } : {}), ...(attempts ? { attemptsStream: use(attempts) } : {}) };
     } finally {
       clearTimeout(timer);
     }

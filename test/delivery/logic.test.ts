@@ -193,6 +193,7 @@ describe("delivery metrics", () => {
           { destination: "shop/erp", pending: 1, inFlight: 0, deadLetters: 0, oldestAgeSeconds: undefined },
         ],
         deadLetterStream: { bytes: 900, maxBytes: 1000 },
+        attemptsStream: { bytes: 400, maxBytes: 2000 },
       };
     });
     const text = await metrics.registry.metrics();
@@ -205,6 +206,8 @@ describe("delivery metrics", () => {
     expect(text).toContain('trackhook_delivery_dead_letters{destination="shop/crm"} 1');
     expect(text).toContain('trackhook_dead_letter_stream_bytes{stream="TRACKHOOK_DLQ"} 900');
     expect(text).toContain('trackhook_dead_letter_stream_max_bytes{stream="TRACKHOOK_DLQ"} 1000');
+    expect(text).toContain('trackhook_attempts_stream_bytes{stream="TRACKHOOK_ATTEMPTS"} 400');
+    expect(text).toContain('trackhook_attempts_stream_max_bytes{stream="TRACKHOOK_ATTEMPTS"} 2000');
     await metrics.registry.metrics();
     expect(reads, "the next scrape reads again").toBe(2);
   });

@@ -403,6 +403,10 @@ describe("delivery service", () => {
       await expect.poll(() => sample("trackhook_delivery_messages_total", { outcome: "dead_letter_failed", reason: "dead_letter_stream_full" }), { timeout: 15_000 }).toBeGreaterThan(0);
       expect(await sample("trackhook_dead_letter_stream_max_bytes", { stream: "TRACKHOOK_DLQ" })).toBe(2048);
       expect(await sample("trackhook_dead_letter_stream_bytes", { stream: "TRACKHOOK_DLQ" })).toBeGreaterThan(1024);
+      // The attempt records of those tries are there too, and how full their stream is (the docs
+      // named a series of the dead-letter gauge for it, which was never exported).
+      expect(await sample("trackhook_attempts_stream_bytes", { stream: "TRACKHOOK_ATTEMPTS" })).toBeGreaterThan(0);
+      expect(await sample("trackhook_attempts_stream_max_bytes", { stream: "TRACKHOOK_ATTEMPTS" })).toBeGreaterThan(0);
       // One line for the lot (every message is refused within the first 10 s), not one each.
       expect(lines.filter((l) => l.includes("TRACKHOOK_DLQ is full"))).toHaveLength(1);
       const line = JSON.parse(lines.find((l) => l.includes("TRACKHOOK_DLQ is full"))!) as Record<string, unknown>;
