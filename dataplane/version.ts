@@ -1,2 +1,2 @@
 /** trackhook's version, as in package.json (a test keeps them equal); sent in User-Agent. */
-export const VERSION = "0.2.0";
+export const VERSION = "0.3.0-dev";

@@ -8,14 +8,14 @@ import { isDnsLabel } from "../../schema/mod.ts";
 import { UsageError, durationFlag, integerFlag, listenOrExplain, natsUrl } from "../args.ts";
 import { onShutdown } from "../shutdown.ts";
 import type { Command } from "./types.ts";
-import { NATS_AUTH_HELP } from "./nats-help.ts";
+import { natsAuthHelp } from "./nats-help.ts";
 
 export const operatorCommand: Command = {
   name: "operator",
   summary: "Reconcile Source, WebhookDestination and DeletionRequest resources (Kubernetes)",
   usage: `trackhook operator --nats <url> [--kubeconfig <path>] [options]
 
-  --nats <url>                 NATS server URL(s), comma-separated (or TRACKHOOK_NATS_URL)${NATS_AUTH_HELP}
+  --nats <url>                 NATS server URL(s), comma-separated (or TRACKHOOK_NATS_URL)${natsAuthHelp(31)}
   --kubeconfig <path>          kubeconfig file (default: in-cluster config, else $KUBECONFIG or ~/.kube/config)
   --lease-namespace <ns>       namespace of the leader Lease (default: $POD_NAMESPACE or default)
   --lease-name <name>          name of the leader Lease (default trackhook-operator)

@@ -181,6 +181,7 @@ export async function buildIngestApp(deps: IngestAppDeps, input: IngestOptionsIn
   });
   app.setNotFoundHandler((request, reply) => {
     const path = request.url.split("?")[0]!;
+    reply.header("x-request-id", request.id); // as on every other error answer
     // A GET of /v1/track (a browser's address bar, a health check pointed at the wrong path) is a
     // known path with the wrong method: say so, as HTTP asks, rather than that the path is unknown.
     if (MESSAGE_PATHS.has(path)) {

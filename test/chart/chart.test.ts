@@ -404,7 +404,7 @@ describe("rendered manifests", () => {
         }
       }
     }
-    expect(deploymentOf(defaults, "ingest").spec.template.spec.containers[0].image).toBe("trackhook:0.2.0");
+    expect(deploymentOf(defaults, "ingest").spec.template.spec.containers[0].image).toBe("trackhook:0.3.0-dev");
     expect(deploymentOf(full, "ingest").spec.template.spec.containers[0].image).toMatch(/@sha256:/);
   });
 

@@ -77,7 +77,7 @@ describe("trackhook CLI", () => {
   });
 
   it("--version, `help <command>`, and a --log-level that is no level (a usage error, not a pino stack trace)", () => {
-    expect(run("--version")).toMatchObject({ status: 0, stdout: expect.stringMatching(/^trackhook \d+\.\d+\.\d+\n$/) });
+    expect(run("--version")).toMatchObject({ status: 0, stdout: expect.stringMatching(/^trackhook \d+\.\d+\.\d+(-[0-9A-Za-z.-]+)?\n$/) });
     expect(run("help", "dev").stdout).toContain("--config <file|dir>");
     const level = run("ingest", "--config", "examples", "--nats", "nats://127.0.0.1:1", "--log-level", "verbose");
     expect(level.status).toBe(2);

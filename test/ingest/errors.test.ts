@@ -128,9 +128,13 @@ describe("other answers", () => {
       const res = await fetch(`${env.ingest.url}${path}`, { method });
       expect(res.status, `${method} ${path}`).toBe(405);
       expect(res.headers.get("allow")).toBe("POST, OPTIONS");
+      expect(res.headers.get("x-request-id")).toMatch(/^[0-9a-f-]{36}$/);
       expect(await res.json()).toMatchObject({ success: false, code: "method_not_allowed", message: `${path.split("?")[0]} takes POST, not ${method}` });
     }
-    expect((await fetch(`${env.ingest.url}/v1/nothing`)).status).toBe(404);
+    const unknown = await fetch(`${env.ingest.url}/v1/nothing`, { headers: { "x-request-id": "trace-404" } });
+    expect(unknown.status).toBe(404);
+    // Every error answer names its request (a docs audit found 404 and 405 did not).
+    expect(unknown.headers.get("x-request-id")).toBe("trace-404");
     const metric = await env.ingest.metrics.requests.get();
     expect(metric.values.find((v) => v.labels.code === "method_not_allowed" && v.labels.route === "/v1/track")?.labels.status).toBe("405");
   });
