@@ -120,12 +120,24 @@ export class WebhookSender {
     return this.#agent.close();
   }
 
+  /**
+   * Header names go out as Segment writes them (`User-Agent`, `Content-Type`, `X-Signature`) and
+   * custom ones as configured: HTTP says case does not matter, but receivers read them from maps
+   * that keep the sender's case (PHP's getallheaders(), API Gateway's REST proxy events), and one
+   * written for Segment looks up `X-Signature`.
+   */
   #headers(custom: Record<string, string>): Record<string, string> {
-    const headers: Record<string, string> = { "user-agent": this.#userAgent };
-    // Lower-cased so a caller's `User-Agent` replaces ours instead of going out beside it.
-    for (const [name, value] of Object.entries(custom)) headers[name.toLowerCase()] = value;
-    // The body is always JSON; a custom header must not make the receiver parse it as something else.
-    headers["content-type"] = "application/json";
+    const headers: Record<string, string> = {};
+    let userAgent = this.#userAgent;
+    for (const [name, value] of Object.entries(custom)) {
+      const lower = name.toLowerCase();
+      // A caller's User-Agent (any case) replaces ours instead of going out beside it. The body
+      // is always JSON; a custom Content-Type must not make the receiver parse it as something else.
+      if (lower === "user-agent") userAgent = value;
+      else if (lower !== "content-type") headers[name] = value;
+    }
+    headers["User-Agent"] = userAgent;
+    headers["Content-Type"] = "application/json";
     return headers;
   }
 }

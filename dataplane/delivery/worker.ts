@@ -25,11 +25,11 @@ export interface WebhookSending {
 }
 
 /** The header receivers can use to drop a retried duplicate: the same for every attempt of a message. */
-export const DELIVERY_ID_HEADER = "x-delivery-id";
+export const DELIVERY_ID_HEADER = "X-Delivery-Id";
 
 /** A destination's own headers, names lower-cased. */
 function customHeaders(destination: CompiledDestination): Record<string, string> {
-  return Object.fromEntries(destination.headers.map(({ name, value }) => [name.toLowerCase(), value]));
+  return Object.fromEntries(destination.headers.map(({ name, value }) => [name, value]));
 }
 
 /**
@@ -563,7 +563,7 @@ export class DestinationWorker {
     headers[DELIVERY_ID_HEADER] = deliveryId;
     const keys = this.#signingKeys;
     if (keys) {
-      headers["x-signature"] = xSignature(body, keys.xSignature);
+      headers["X-Signature"] = xSignature(body, keys.xSignature);
       if (this.#destination.standardWebhooks) Object.assign(headers, standardWebhookHeaders(deliveryId, Math.floor(Date.now() / 1000), body, keys.standardWebhooks));
     }
     return headers;
@@ -675,7 +675,7 @@ export class DestinationWorker {
     if (held === undefined) return;
     this.#log.warn(
       { url: this.#shownUrl(url), messageId, attempt, timeoutMs: this.#destination.timeoutMs, moreTimeoutsSinceLastLine: held },
-      "webhook timed out: no answer within the destination's timeout; it will be retried while the retry window lasts",
+      "webhook timed out: no answer within the destination's timeout; retried while the message's retry window lasts, unless another of the destination's URLs delivered it",
     );
   }
 

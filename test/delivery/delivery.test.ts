@@ -62,6 +62,11 @@ describe("payloads, headers and signatures", () => {
       const body = JSON.parse(r.body.toString());
       expect(r.headers["x-delivery-id"]).toBe(`default/kinds/kinds/${body.messageId}`);
       expect(body).toMatchObject({ version: 1, timestamp: expect.any(String), context: expect.any(Object) });
+      // Names as Segment sends them, custom ones as configured: receivers that read headers from a
+      // case-keeping map (PHP's getallheaders(), API Gateway REST events) look up `X-Signature`
+      // (found by a spec audit: every name went out lower-cased).
+      const names = r.rawHeaders.filter((_, i) => i % 2 === 0);
+      expect(names).toEqual(expect.arrayContaining(["Content-Type", "User-Agent", "X-Team", "X-Signature", "X-Delivery-Id"]));
     }
     const body = (id: string) => JSON.parse(byId.get(id)!.body.toString());
     expect(body("k-page")).toMatchObject({ type: "page", userId: "u1", properties: { path: "/", url: "https://x.example/", title: "Home" } });

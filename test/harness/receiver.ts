@@ -5,6 +5,8 @@ import { createServer, type IncomingHttpHeaders, type Server, type ServerRespons
 export interface ReceivedRequest {
   path: string;
   headers: IncomingHttpHeaders;
+  /** Header names as they were sent (Node lower-cases those of `headers`), each followed by its value. */
+  rawHeaders: string[];
   body: Buffer;
   at: number;
 }
@@ -32,7 +34,7 @@ export async function startReceiver(): Promise<Receiver> {
     const chunks: Buffer[] = [];
     req.on("data", (c: Buffer) => chunks.push(c));
     req.on("end", () => {
-      const request = { path: req.url ?? "/", headers: req.headers, body: Buffer.concat(chunks), at: Date.now() };
+      const request = { path: req.url ?? "/", headers: req.headers, rawHeaders: req.rawHeaders, body: Buffer.concat(chunks), at: Date.now() };
       const n = received.filter((r) => r.path === request.path).length;
       received.push(request);
       (responders.get(request.path) ?? answer(200))(request, n, res);
