@@ -86,6 +86,8 @@ describe("CORS", () => {
     });
     expect(res.status).toBe(200);
     expect(res.headers.get("access-control-allow-origin")).toBe("https://www.example");
+    // Else a page cannot read a 429's or 503's Retry-After, and analytics-next backs off blindly.
+    expect(res.headers.get("access-control-expose-headers")).toBe("Retry-After, X-Request-Id");
   });
 
   it("allows the extra headers a site configures in analytics-next (additionalHeaders)", async () => {

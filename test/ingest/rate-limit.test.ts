@@ -120,8 +120,11 @@ describe("a Source's rateLimit", () => {
     expect(retryAfter).toBeLessThanOrEqual(6);
 
     // A batch is refused whole, and the body's writeKey is the same source as the header.
-    const refusedBatch = await post(`${env.ingest.url}/v1/batch`, { writeKey: WRITE_KEY, batch: [track(), track()] });
+    const refusedBatch = await post(`${env.ingest.url}/v1/batch`, { writeKey: WRITE_KEY, batch: [track(), track()] }, { headers: { origin: "https://shop.example" } });
     expect(refusedBatch.status).toBe(429);
+    // A browser's script may read the Retry-After (analytics-next waits for it).
+    expect(refusedBatch.headers.get("access-control-expose-headers")).toContain("Retry-After");
+    expect(refusedBatch.headers.get("retry-after")).toBeTruthy();
 
     const otherId = uniqueId("rl-other");
     const other = await post(`${env.ingest.url}/v1/track`, track(otherId), { headers: { authorization: basic(OTHER_WRITE_KEY) } });

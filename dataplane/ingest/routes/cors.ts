@@ -4,6 +4,7 @@ import type { FastifyInstance, FastifyReply, FastifyRequest } from "fastify";
 import type { IngestState } from "../state.ts";
 
 const ALLOWED_HEADERS = "Authorization, Content-Type, Content-Encoding, X-Retry-Count";
+const EXPOSED_HEADERS = "Retry-After, X-Request-Id";
 
 export function corsRoutes(app: FastifyInstance, state: IngestState): void {
   const anyOrigin = state.options.corsOrigins.includes("*");
@@ -22,7 +23,10 @@ export function corsRoutes(app: FastifyInstance, state: IngestState): void {
   // Only what browsers are meant to reach: the Tracking API and the analytics.js files. Not
   // /metrics, /healthz or /readyz, which no web page of any origin should read.
   app.addHook("onRequest", (request, reply, done) => {
-    if (request.method !== "OPTIONS" && isBrowserPath(request.url)) allowOrigin(request, reply);
+    // A page's script can read only the response headers it is granted: analytics-next waits for
+    // a 429's or 503's Retry-After (it backs off blindly without), and X-Request-Id names the
+    // request in the ingest's log.
+    if (request.method !== "OPTIONS" && isBrowserPath(request.url) && allowOrigin(request, reply)) reply.header("access-control-expose-headers", EXPOSED_HEADERS);
     done();
   });
 
