@@ -78,7 +78,7 @@ export async function buildIngestApp(deps: IngestAppDeps, input: IngestOptionsIn
   sourcesIn(deps.config.current());
   const unsubscribe = deps.config.subscribe((config) => {
     state.directory = new SourceDirectory(config);
-    state.rateLimits.retain(config.sources);
+    state.rateLimits.configure(config.sources);
     sourcesIn(config);
   });
 
@@ -162,7 +162,8 @@ export async function buildIngestApp(deps: IngestAppDeps, input: IngestOptionsIn
       const cause = error.cause instanceof Error ? error.cause.message : undefined;
       if (held !== undefined) request.log.error({ reqId: request.id, code: error.code, cause, moreFailedSinceLastLine: held }, error.message);
     } else if (error.statusCode >= 500) request.log.error({ reqId: request.id, err, code: error.code }, error.message);
-    else {
+    else if (error.code !== "rate_limited") {
+      // (A rate-limited request is logged by its route, with the source.)
       const held = state.repeatedLines.pass(`answer ${error.code}`);
       if (held !== undefined) request.log.info({ reqId: request.id, code: error.code, route: request.routeOptions.url, moreLikeThisSinceLastLine: held }, error.message);
     }
@@ -184,9 +185,11 @@ export async function buildIngestApp(deps: IngestAppDeps, input: IngestOptionsIn
     reply.header("x-request-id", request.id); // as on every other error answer
     // A GET of /v1/track (a browser's address bar, a health check pointed at the wrong path) is a
     // known path with the wrong method: say so, as HTTP asks, rather than that the path is unknown.
-    if (MESSAGE_PATHS.has(path)) {
-      metrics.countRequest(path, 405, "method_not_allowed");
-      reply.code(405).header("allow", "POST, OPTIONS").send(errors.methodNotAllowed(request.method, path).toJSON());
+    // As the router reads it (it ignores doubled and trailing slashes): POST /v1/track/ is routed.
+    const routed = path.replace(/\/{2,}/g, "/").replace(/(.)\/$/, "$1");
+    if (MESSAGE_PATHS.has(routed)) {
+      metrics.countRequest(routed, 405, "method_not_allowed");
+      reply.code(405).header("allow", "POST, OPTIONS").send(errors.methodNotAllowed(request.method, routed).toJSON());
       return;
     }
     metrics.countRequest("unmatched", 404, "not_found");

@@ -32,16 +32,7 @@ export class SourceRateLimits {
   take(source: CompiledSource, sourceId: string, count: number): number | undefined {
     const limit = source.rateLimit;
     if (!limit) return undefined;
-    const now = this.#now();
-    let bucket = this.#buckets.get(sourceId);
-    if (!bucket || bucket.perSecond !== limit.perSecond || bucket.burst !== limit.burst) {
-      // A new or changed limit starts full: a change is a decision to let the source send.
-      bucket = { perSecond: limit.perSecond, burst: limit.burst, tokens: limit.burst, at: now };
-      this.#buckets.set(sourceId, bucket);
-    } else {
-      bucket.tokens = Math.min(bucket.burst, bucket.tokens + ((now - bucket.at) / 1000) * bucket.perSecond);
-      bucket.at = now;
-    }
+    const bucket = this.#current(sourceId, limit);
     if (bucket.tokens < 1) {
       // Retry-After is in whole seconds; rounding up keeps a retry from coming back too early.
       return Math.max(1, Math.ceil((1 - bucket.tokens) / bucket.perSecond));
@@ -50,9 +41,48 @@ export class SourceRateLimits {
     return undefined;
   }
 
-  /** Forgets the buckets of sources that are gone from the config or no longer limited. */
-  retain(sources: readonly CompiledSource[]): void {
-    const limited = new Set(sources.filter((s) => s.enabled && s.rateLimit).map((s) => `${s.namespace}/${s.name}`));
-    for (const id of this.#buckets.keys()) if (!limited.has(id)) this.#buckets.delete(id);
+  /**
+   * Gives back what take() counted of messages that were not stored after all (JetStream did not
+   * confirm them, or they were duplicates): the SDK retries them, and they would be counted twice.
+   */
+  giveBack(sourceId: string, count: number): void {
+    const bucket = this.#buckets.get(sourceId);
+    if (bucket && count > 0) bucket.tokens = Math.min(bucket.burst, bucket.tokens + count);
+  }
+
+  /** The source's bucket brought up to now under `limit`, made (full) if it is new. */
+  #current(sourceId: string, limit: { perSecond: number; burst: number }): Bucket {
+    const now = this.#now();
+    const bucket = this.#buckets.get(sourceId);
+    if (!bucket) {
+      const made = { perSecond: limit.perSecond, burst: limit.burst, tokens: limit.burst, at: now };
+      this.#buckets.set(sourceId, made);
+      return made;
+    }
+    const tokens = Math.min(bucket.burst, bucket.tokens + ((now - bucket.at) / 1000) * bucket.perSecond);
+    if (bucket.perSecond === limit.perSecond && bucket.burst === limit.burst) {
+      bucket.tokens = tokens;
+      bucket.at = now;
+      return bucket;
+    }
+    const changed = { perSecond: limit.perSecond, burst: limit.burst, tokens: Math.min(limit.burst, tokens), at: now };
+    this.#buckets.set(sourceId, changed);
+    return changed;
+  }
+
+  /**
+   * Follows a new config: forgets the buckets of sources gone or no longer limited, and switches
+   * those whose limit changed at this moment (take() would switch one only at its next request,
+   * and count the time between at the old rate). A changed limit keeps what the source owes:
+   * lowered in the middle of a flood, a fresh burst would let the flood through once more;
+   * raised, the debt is paid at the new rate from now.
+   */
+  configure(sources: readonly CompiledSource[]): void {
+    const limits = new Map(sources.filter((s) => s.enabled && s.rateLimit).map((s) => [`${s.namespace}/${s.name}`, s.rateLimit!]));
+    for (const id of [...this.#buckets.keys()]) {
+      const limit = limits.get(id);
+      if (limit) this.#current(id, limit);
+      else this.#buckets.delete(id);
+    }
   }
 }

@@ -10,8 +10,8 @@ import type { CompiledSource } from "../../schema/mod.ts";
 import { parseAllDocuments } from "yaml";
 import { OTHER_WRITE_KEY, WRITE_KEY, basic, messagesCounted, post, storedMessages, uniqueId, useIngest } from "../harness/ingest.ts";
 
-/** `web` (WRITE_KEY) limited as given, `app` (OTHER_WRITE_KEY) not limited. */
-function config(rateLimit: string) {
+/** `web` (WRITE_KEY) limited as given (not at all without), `app` (OTHER_WRITE_KEY) not limited. */
+function config(rateLimit?: string) {
   const yaml = `
 apiVersion: v1
 kind: Secret
@@ -21,7 +21,7 @@ stringData: { web: ${WRITE_KEY}, app: ${OTHER_WRITE_KEY} }
 apiVersion: trackhook.io/v1alpha1
 kind: Source
 metadata: { name: web }
-spec: { writeKeySecretRef: { name: keys, key: web }, rateLimit: ${rateLimit} }
+spec: { writeKeySecretRef: { name: keys, key: web }${rateLimit ? `, rateLimit: ${rateLimit}` : ""} }
 ---
 apiVersion: trackhook.io/v1alpha1
 kind: Source
@@ -33,6 +33,12 @@ spec: { writeKeySecretRef: { name: keys, key: app } }
 
 const holder = new ConfigHolder(config("{ messagesPerSecond: 1, burst: 5 }"));
 const env = useIngest({ config: holder });
+
+/** A fresh limit for `web`: taken off first, so that no debt of an earlier test is carried over. */
+function limitWeb(rateLimit: string): void {
+  holder.set(config());
+  holder.set(config(rateLimit));
+}
 
 const track = (messageId = uniqueId("rl")) => ({ type: "track", userId: "u1", event: "Limited", messageId });
 
@@ -73,7 +79,7 @@ describe("SourceRateLimits (the bucket alone)", () => {
     expect(limits.take(web, "default/web", 1)).toBeUndefined();
   });
 
-  it("does not count refused requests, and starts a changed limit full", () => {
+  it("does not count refused requests; a changed limit keeps what the source owes, paid at the new rate", () => {
     const time = clock();
     const limits = new SourceRateLimits(time.now);
     expect(limits.take(source(1, 2), "default/web", 2)).toBeUndefined();
@@ -81,7 +87,36 @@ describe("SourceRateLimits (the bucket alone)", () => {
     time.advance(1000);
     expect(limits.take(source(1, 2), "default/web", 1)).toBeUndefined();
     expect(limits.take(source(1, 2), "default/web", 1)).toBe(1);
-    expect(limits.take(source(5, 5), "default/web", 5)).toBeUndefined();
+    // Raised: no fresh burst, but the next message's worth comes at the new rate.
+    expect(limits.take(source(5, 5), "default/web", 1)).toBe(1);
+    time.advance(200);
+    expect(limits.take(source(5, 5), "default/web", 1)).toBeUndefined();
+    // Lowered in the middle of a flood (found by the diff review: a change refilled the bucket,
+    // and the flood went through once more): the debt stays.
+    expect(limits.take(source(100, 100), "other/flood", 1000)).toBeUndefined();
+    expect(limits.take(source(10, 50), "other/flood", 1)).toBe(91);
+  });
+
+  it("switches a changed limit when the config changes, not at the source's next request", () => {
+    const time = clock();
+    const limits = new SourceRateLimits(time.now);
+    expect(limits.take(source(1, 1), "default/web", 3)).toBeUndefined();
+    limits.configure([source(1000, 1000)]);
+    // Two owed: 3 ms at the new rate (counted at the old one until the next request, 3 s).
+    time.advance(10);
+    expect(limits.take(source(1000, 1000), "default/web", 1)).toBeUndefined();
+  });
+
+  it("gives back what was counted of messages that were not stored, up to the burst", () => {
+    const time = clock();
+    const limits = new SourceRateLimits(time.now);
+    const web = source(1, 3);
+    expect(limits.take(web, "default/web", 3)).toBeUndefined();
+    expect(limits.take(web, "default/web", 1)).toBe(1);
+    limits.giveBack("default/web", 2);
+    expect(limits.take(web, "default/web", 1)).toBeUndefined();
+    limits.giveBack("default/web", 100);
+    expect([1, 2, 3, 4].map(() => limits.take(web, "default/web", 1))).toEqual([undefined, undefined, undefined, 1]);
   });
 
   it("lets unlimited sources through and forgets the buckets of sources no longer limited", () => {
@@ -92,9 +127,9 @@ describe("SourceRateLimits (the bucket alone)", () => {
     const web = source(1, 1);
     expect(limits.take(web, "default/web", 1)).toBeUndefined();
     expect(limits.take(web, "default/web", 1)).toBe(1);
-    limits.retain([web]);
+    limits.configure([web]);
     expect(limits.take(web, "default/web", 1)).toBe(1);
-    limits.retain([{ ...web, rateLimit: undefined }]);
+    limits.configure([{ ...web, rateLimit: undefined }]);
     // Forgotten: limited again later, it starts full.
     expect(limits.take(web, "default/web", 1)).toBeUndefined();
   });
@@ -102,7 +137,7 @@ describe("SourceRateLimits (the bucket alone)", () => {
 
 describe("a Source's rateLimit", () => {
   it("answers 429 rate_limited with Retry-After once the source is over it, stores nothing of that request, and leaves other sources alone", async () => {
-    holder.set(config("{ messagesPerSecond: 1, burst: 5 }"));
+    limitWeb("{ messagesPerSecond: 1, burst: 5 }");
     const before = await messagesCounted(env.ingest, { source: "default/web", outcome: "failed", reason: "rate_limited" });
     const auth = { authorization: basic(WRITE_KEY) };
     // Ten messages against a burst of five: through once, and the source owes five seconds.
@@ -140,16 +175,29 @@ describe("a Source's rateLimit", () => {
   });
 
   it("takes a raised limit at once, without a restart", async () => {
-    holder.set(config("{ messagesPerSecond: 1, burst: 1 }"));
+    limitWeb("{ messagesPerSecond: 1, burst: 1 }");
     const auth = { authorization: basic(WRITE_KEY) };
     expect((await post(`${env.ingest.url}/v1/batch`, { batch: [track(), track(), track()] }, { headers: auth })).status).toBe(200);
     expect((await post(`${env.ingest.url}/v1/track`, track(), { headers: auth })).status).toBe(429);
+    // Three messages owed: 3 ms at the new rate, 3 s at the old one.
     holder.set(config("{ messagesPerSecond: 1000 }"));
+    await new Promise((r) => setTimeout(r, 50));
     expect((await post(`${env.ingest.url}/v1/track`, track(), { headers: auth })).status).toBe(200);
   });
 
+  it("counts only what is stored: a request refused for its size and repeated messageIds take nothing (found by the diff review)", async () => {
+    limitWeb("{ messagesPerSecond: 1, burst: 3 }");
+    const auth = { authorization: basic(WRITE_KEY) };
+    const tooBig = { batch: [...Array.from({ length: 50 }, () => track()), { ...track(), properties: { pad: "x".repeat(40 * 1024) } }] };
+    expect((await post(`${env.ingest.url}/v1/batch`, tooBig, { headers: auth })).json.code).toBe("batch_item_too_large");
+    // An SDK sending the same message again (a retry after a lost answer) is answered 200 each time.
+    const again = track();
+    for (let i = 0; i < 6; i++) expect((await post(`${env.ingest.url}/v1/track`, again, { headers: auth })).status, `send ${i}`).toBe(200);
+    expect((await post(`${env.ingest.url}/v1/batch`, { batch: [track(), track()] }, { headers: auth })).status).toBe(200);
+  });
+
   it("@segment/analytics-node waits out the 429s and gets every message stored", { timeout: 60_000 }, async () => {
-    holder.set(config("{ messagesPerSecond: 20, burst: 20 }"));
+    limitWeb("{ messagesPerSecond: 20, burst: 20 }");
     const analytics = new Analytics({ writeKey: WRITE_KEY, host: env.ingest.url, path: "/v1/batch", maxEventsInBatch: 15, flushInterval: 60_000, maxRetries: 3 });
     const statuses: number[] = [];
     const errors: unknown[] = [];

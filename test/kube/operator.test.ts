@@ -136,8 +136,9 @@ spec: { writeKeySecretRef: { name: limited-key, key: writeKey }${rateLimit} }
     await env.waitReady("Source", "limited");
     await env.waitFor("the limit in the bucket", async () => JSON.stringify((await kvValue(sourceKey(env.namespace, "limited")))?.rateLimit) === JSON.stringify({ perSecond: 1, burst: 2 }));
     await env.waitFor("the key accepted by ingest", async () => (await track("limited-key-1", { userId: "u", event: "first" })).status === 200);
-    // One token at most is left; three messages overdraw it, and the source then waits.
-    const batch = await post(`${env.ingest.url}/v1/batch`, { batch: [1, 2, 3].map((i) => ({ type: "track", userId: "u", event: `b${i}` })) }, { headers: { authorization: basic("limited-key-1") } });
+    // A hundred messages overdraw it: the source would wait ~100 s. The limit's removal must end
+    // that within the waitFor below, not the debt running out.
+    const batch = await post(`${env.ingest.url}/v1/batch`, { batch: Array.from({ length: 100 }, (_, i) => ({ type: "track", userId: "u", event: `b${i}` })) }, { headers: { authorization: basic("limited-key-1") } });
     expect(batch.status).toBe(200);
     const refused = await track("limited-key-1", { userId: "u", event: "over" });
     expect(refused.status).toBe(429);

@@ -113,15 +113,6 @@ async function handle(state: IngestState, request: FastifyRequest, config: Route
   } else {
     items = [body];
   }
-  const waitSeconds = state.rateLimits.take(source, sourceId, items.length);
-  if (waitSeconds !== undefined) {
-    state.metrics.countMessages(sourceId, "failed", "rate_limited", items.length);
-    const held = state.repeatedLines.pass(`rate limited ${sourceId}`);
-    if (held !== undefined) {
-      request.log.warn({ reqId: request.id, source: sourceId, messages: items.length, messagesPerSecond: source.rateLimit!.perSecond, retryAfter: waitSeconds, moreLikeThisSinceLastLine: held }, "source over its rate limit");
-    }
-    throw errors.rateLimited(waitSeconds, source.rateLimit!.perSecond);
-  }
   // Only a body deeper than MAX_JSON_DEPTH can hold a message too deep to accept; the check on
   // its text is cheap, and each item is walked once only when it fails.
   const deep = jsonDepthExceeds(text, MAX_JSON_DEPTH) ? tooDeep(items, batch) : undefined;
@@ -179,6 +170,17 @@ async function handle(state: IngestState, request: FastifyRequest, config: Route
   }
 
   if (accepted.length > 0) {
+    // Counted only now: a request refused for its size, or a message not accepted, stores nothing
+    // and must not use up the source's allowance.
+    const waitSeconds = state.rateLimits.take(source, sourceId, accepted.length);
+    if (waitSeconds !== undefined) {
+      state.metrics.countMessages(sourceId, "failed", "rate_limited", accepted.length);
+      const held = state.repeatedLines.pass(`rate limited ${sourceId}`);
+      if (held !== undefined) {
+        request.log.warn({ reqId: request.id, source: sourceId, messages: accepted.length, messagesPerSecond: source.rateLimit!.perSecond, retryAfter: waitSeconds, moreLikeThisSinceLastLine: held }, "source over its rate limit");
+      }
+      throw errors.rateLimited(waitSeconds, source.rateLimit!.perSecond);
+    }
     const result = await state.publisher.publish(source, accepted);
     let stored = 0;
     let confirmed = 0;
@@ -189,6 +191,8 @@ async function handle(state: IngestState, request: FastifyRequest, config: Route
       else notAccepted("duplicate_message_id", "messageId already seen for this source", accepted[i]!.message);
     });
     if (stored > 0) state.metrics.countMessages(sourceId, "accepted", "", stored);
+    // Duplicates and what JetStream did not confirm (the SDK sends those again) take no allowance.
+    if (source.rateLimit) state.rateLimits.giveBack(sourceId, accepted.length - stored);
     if (!result.ok) {
       state.metrics.countMessages(sourceId, "failed", result.error.code, accepted.length - confirmed);
       throw result.error;
