@@ -27,7 +27,7 @@ export interface WebhookSending {
 /** The header receivers can use to drop a retried duplicate: the same for every attempt of a message. */
 export const DELIVERY_ID_HEADER = "X-Delivery-Id";
 
-/** A destination's own headers, names lower-cased. */
+/** A destination's own headers, names as configured (the sender replaces its User-Agent with one of them). */
 function customHeaders(destination: CompiledDestination): Record<string, string> {
   return Object.fromEntries(destination.headers.map(({ name, value }) => [name, value]));
 }

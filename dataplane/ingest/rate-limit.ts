@@ -50,24 +50,22 @@ export class SourceRateLimits {
     if (bucket && count > 0) bucket.tokens = Math.min(bucket.burst, bucket.tokens + count);
   }
 
-  /** The source's bucket brought up to now under `limit`, made (full) if it is new. */
+  /**
+   * The source's bucket brought up to now under `limit`: made full if it is new, and made anew if
+   * the limit changed, keeping what the source owes (see configure).
+   */
   #current(sourceId: string, limit: { perSecond: number; burst: number }): Bucket {
     const now = this.#now();
-    const bucket = this.#buckets.get(sourceId);
-    if (!bucket) {
-      const made = { perSecond: limit.perSecond, burst: limit.burst, tokens: limit.burst, at: now };
-      this.#buckets.set(sourceId, made);
-      return made;
+    const old = this.#buckets.get(sourceId);
+    const tokens = old ? Math.min(old.burst, old.tokens + ((now - old.at) / 1000) * old.perSecond) : limit.burst;
+    if (old && old.perSecond === limit.perSecond && old.burst === limit.burst) {
+      old.tokens = tokens;
+      old.at = now;
+      return old;
     }
-    const tokens = Math.min(bucket.burst, bucket.tokens + ((now - bucket.at) / 1000) * bucket.perSecond);
-    if (bucket.perSecond === limit.perSecond && bucket.burst === limit.burst) {
-      bucket.tokens = tokens;
-      bucket.at = now;
-      return bucket;
-    }
-    const changed = { perSecond: limit.perSecond, burst: limit.burst, tokens: Math.min(limit.burst, tokens), at: now };
-    this.#buckets.set(sourceId, changed);
-    return changed;
+    const bucket = { perSecond: limit.perSecond, burst: limit.burst, tokens: Math.min(limit.burst, tokens), at: now };
+    this.#buckets.set(sourceId, bucket);
+    return bucket;
   }
 
   /**

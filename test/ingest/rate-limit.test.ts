@@ -46,14 +46,14 @@ describe("SourceRateLimits (the bucket alone)", () => {
   const source = (perSecond: number, burst: number): CompiledSource => ({
     namespace: "default", name: "web", enabled: true, writeKeySha256: "0".repeat(64), rateLimit: { perSecond, burst },
   });
-  const clock = () => {
+  /** A SourceRateLimits on a clock the test moves. */
+  const limiter = () => {
     let now = 0;
-    return { now: () => now, advance: (ms: number) => (now += ms) };
+    return { limits: new SourceRateLimits(() => now), time: { advance: (ms: number) => (now += ms) } };
   };
 
   it("lets a burst through, then refuses until a message's worth has come back", () => {
-    const time = clock();
-    const limits = new SourceRateLimits(time.now);
+    const { limits, time } = limiter();
     const web = source(10, 3);
     expect([1, 2, 3].map(() => limits.take(web, "default/web", 1))).toEqual([undefined, undefined, undefined]);
     expect(limits.take(web, "default/web", 1)).toBe(1);
@@ -67,8 +67,7 @@ describe("SourceRateLimits (the bucket alone)", () => {
   });
 
   it("lets a batch larger than the burst through once, then makes the source wait out the debt", () => {
-    const time = clock();
-    const limits = new SourceRateLimits(time.now);
+    const { limits, time } = limiter();
     const web = source(100, 100);
     expect(limits.take(web, "default/web", 2500)).toBeUndefined();
     // 2,400 messages owed at 100 a second: a token again after 24.01 s.
@@ -80,8 +79,7 @@ describe("SourceRateLimits (the bucket alone)", () => {
   });
 
   it("does not count refused requests; a changed limit keeps what the source owes, paid at the new rate", () => {
-    const time = clock();
-    const limits = new SourceRateLimits(time.now);
+    const { limits, time } = limiter();
     expect(limits.take(source(1, 2), "default/web", 2)).toBeUndefined();
     for (let i = 0; i < 5; i++) expect(limits.take(source(1, 2), "default/web", 100)).toBe(1);
     time.advance(1000);
@@ -98,8 +96,7 @@ describe("SourceRateLimits (the bucket alone)", () => {
   });
 
   it("switches a changed limit when the config changes, not at the source's next request", () => {
-    const time = clock();
-    const limits = new SourceRateLimits(time.now);
+    const { limits, time } = limiter();
     expect(limits.take(source(1, 1), "default/web", 3)).toBeUndefined();
     limits.configure([source(1000, 1000)]);
     // Two owed: 3 ms at the new rate (counted at the old one until the next request, 3 s).
@@ -108,8 +105,7 @@ describe("SourceRateLimits (the bucket alone)", () => {
   });
 
   it("gives back what was counted of messages that were not stored, up to the burst", () => {
-    const time = clock();
-    const limits = new SourceRateLimits(time.now);
+    const { limits } = limiter();
     const web = source(1, 3);
     expect(limits.take(web, "default/web", 3)).toBeUndefined();
     expect(limits.take(web, "default/web", 1)).toBe(1);
@@ -120,8 +116,7 @@ describe("SourceRateLimits (the bucket alone)", () => {
   });
 
   it("lets unlimited sources through and forgets the buckets of sources no longer limited", () => {
-    const time = clock();
-    const limits = new SourceRateLimits(time.now);
+    const { limits } = limiter();
     const open: CompiledSource = { namespace: "default", name: "app", enabled: true, writeKeySha256: "1".repeat(64) };
     for (let i = 0; i < 1000; i++) expect(limits.take(open, "default/app", 2500)).toBeUndefined();
     const web = source(1, 1);
