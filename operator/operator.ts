@@ -197,7 +197,7 @@ export class Operator {
     // would take that key's traffic until the older one's turn. (An entry whose Source is gone
     // loses the key to the first live claimant, as the orphan collection below removes it.)
     const owners = await KvConfigProvider.start(this.#nc, this.#log.child({ reading: "write-key owners" }), { part: "sources", kv });
-    for (const s of owners.current().sources) if (this.#inScope(s.namespace)) ctx.sourceDigests.set(`${s.namespace}/${s.name}`, s.writeKeySha256);
+    for (const s of owners.current().sources) if (this.#inScope(s.namespace)) ctx.sourceDigests.set(`${s.namespace}/${s.name}`, { writeKeySha256: s.writeKeySha256, ...(s.additionalWriteKeys ? { additionalWriteKeys: s.additionalWriteKeys } : {}) });
     owners.close();
     this.#synced = true;
     this.#ctx = ctx;

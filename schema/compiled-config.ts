@@ -12,6 +12,13 @@ export const CompiledSource = Type.Object(
     name: Name,
     enabled: Type.Boolean(),
     writeKeySha256: Type.String({ pattern: "^[0-9a-f]{64}$" }),
+    /** Keys accepted besides the main one, each with the Secret it came from (`<name>/<key>`), for metrics. */
+    additionalWriteKeys: Type.Optional(
+      Type.Array(
+        Type.Object({ sha256: Type.String({ pattern: "^[0-9a-f]{64}$" }), secretKey: Type.String() }, { additionalProperties: false }),
+        { maxItems: 4 },
+      ),
+    ),
     displayName: Type.Optional(Type.String()),
     /** Messages a second per ingest replica, and how many at once after a quiet spell. */
     rateLimit: Type.Optional(

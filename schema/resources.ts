@@ -56,6 +56,13 @@ export const SourceRateLimit = Type.Object(
 export const SourceSpec = Type.Object(
   {
     writeKeySecretRef: SecretKeySelector("the source's write key"),
+    additionalWriteKeySecretRefs: Type.Optional(
+      Type.Array(SecretKeySelector("another write key of the source"), {
+        maxItems: 4,
+        description:
+          "Other write keys accepted for this source, such as the old key while apps move to a new one. A key whose Secret cannot be read is skipped (the Ready message says so); requests with each are counted by trackhook_ingest_additional_key_requests_total.",
+      }),
+    ),
     enabled: Type.Optional(
       Type.Boolean({ default: true, description: "When false, the write key is refused as if unknown (401)." }),
     ),

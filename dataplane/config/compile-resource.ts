@@ -62,7 +62,7 @@ interface SecretRef {
 export function secretNamesOf(doc: SourceDocument | WebhookDestinationDocument): string[] {
   const refs: SecretRef[] =
     "writeKeySecretRef" in doc.spec
-      ? [doc.spec.writeKeySecretRef]
+      ? [doc.spec.writeKeySecretRef, ...(doc.spec.additionalWriteKeySecretRefs ?? [])]
       : [
           ...(doc.spec.sharedSecretRef ? [doc.spec.sharedSecretRef] : []),
           ...(doc.spec.headers ?? []).flatMap((h) => (h.valueFrom ? [h.valueFrom.secretKeyRef] : [])),
@@ -89,16 +89,23 @@ function secretValue(lookup: SecretLookup, namespace: string, field: string, ref
   return undefined;
 }
 
-/** A validated Source document (schema defaults applied) → its compiled form, key as digest only. */
-export function compileSource(namespace: string, doc: SourceDocument, secrets: SecretLookup): CompileResult<CompiledSource> {
+/**
+ * A validated Source document (schema defaults applied) → its compiled form, keys as digests only.
+ * An additional key that cannot be read is left out and reported in `skipped`, not refused: the
+ * old key's Secret deleted before its reference would otherwise stop the source's every key.
+ */
+export function compileSource(namespace: string, doc: SourceDocument, secrets: SecretLookup): CompileResult<CompiledSource> & { skipped?: Problem[] } {
   const problems: Problem[] = [];
-  const key = secretValue(secrets, namespace, "spec.writeKeySecretRef", doc.spec.writeKeySecretRef, problems);
-  if (key !== undefined && key.trim() !== key) {
-    // SDKs send the key verbatim; a stray newline (kubectl create secret --from-file) would make
-    // every request a 401 while the Source looked fine.
-    problems.push({ reason: "SecretValueInvalid", field: "spec.writeKeySecretRef", message: `the write key in Secret ${namespace}/${doc.spec.writeKeySecretRef.name} starts or ends with whitespace (a trailing newline?)` });
-  }
-  if (key === undefined || problems.length > 0) return { ok: false, problems };
+  const key = writeKey(secrets, namespace, "spec.writeKeySecretRef", doc.spec.writeKeySecretRef, problems);
+  if (key === undefined) return { ok: false, problems };
+  const skipped: Problem[] = [];
+  const additional = new Map<string, string>();
+  (doc.spec.additionalWriteKeySecretRefs ?? []).forEach((ref, i) => {
+    const value = writeKey(secrets, namespace, `spec.additionalWriteKeySecretRefs[${i}]`, ref, skipped);
+    const digest = value === undefined ? undefined : sha256Hex(value);
+    // The main key listed again, or one key twice, is harmless: accepted once.
+    if (value !== undefined && value !== key && !additional.has(digest!)) additional.set(digest!, `${ref.name}/${ref.key}`);
+  });
   return {
     ok: true,
     value: {
@@ -106,12 +113,30 @@ export function compileSource(namespace: string, doc: SourceDocument, secrets: S
       name: doc.metadata.name,
       enabled: doc.spec.enabled ?? true,
       writeKeySha256: sha256Hex(key),
+      ...(additional.size > 0 ? { additionalWriteKeys: [...additional].map(([sha256, secretKey]) => ({ sha256, secretKey })) } : {}),
       ...(doc.spec.displayName ? { displayName: doc.spec.displayName } : {}),
       ...(doc.spec.rateLimit
         ? { rateLimit: { perSecond: doc.spec.rateLimit.messagesPerSecond, burst: doc.spec.rateLimit.burst ?? doc.spec.rateLimit.messagesPerSecond } }
         : {}),
     },
+    ...(skipped.length > 0 ? { skipped } : {}),
   };
+}
+
+function writeKey(secrets: SecretLookup, namespace: string, field: string, ref: SecretRef, problems: Problem[]): string | undefined {
+  const key = secretValue(secrets, namespace, field, ref, problems);
+  if (key !== undefined && key.trim() !== key) {
+    // SDKs send the key verbatim; a stray newline (kubectl create secret --from-file) would make
+    // every request a 401 while the Source looked fine.
+    problems.push({ reason: "SecretValueInvalid", field, message: `the write key in Secret ${namespace}/${ref.name} starts or ends with whitespace (a trailing newline?)` });
+    return undefined;
+  }
+  return key;
+}
+
+/** Every write-key digest of a compiled source, the main one first. */
+export function writeKeyDigests(source: Pick<CompiledSource, "writeKeySha256" | "additionalWriteKeys">): string[] {
+  return [source.writeKeySha256, ...(source.additionalWriteKeys ?? []).map((k) => k.sha256)];
 }
 
 export interface SourceRef {

@@ -13,7 +13,7 @@ import {
   type SourceDocument,
   type WebhookDestinationDocument,
 } from "../../schema/mod.ts";
-import { compileDestination, compileSource, secretValues, type SecretLookup } from "./compile-resource.ts";
+import { compileDestination, compileSource, secretValues, writeKeyDigests, type SecretLookup } from "./compile-resource.ts";
 import { ConfigError } from "./errors.ts";
 import type { RawDocument } from "./load.ts";
 
@@ -73,13 +73,17 @@ export function compileConfig(documents: RawDocument[]): CompiledConfig {
   for (const { origin, doc, namespace } of sources) {
     const label = `${origin} (Source ${doc.metadata.name})`;
     const result = compileSource(namespace, doc, lookup);
-    if (!result.ok) {
-      problems.push(...result.problems.map((p) => `${label}: ${p.field}: ${p.message}`));
-      continue;
-    }
-    const other = digests.get(result.value.writeKeySha256);
-    if (other) problems.push(`${label}: spec.writeKeySecretRef: the same write key is already used by Source ${other}`);
-    digests.set(result.value.writeKeySha256, `${namespace}/${doc.metadata.name}`);
+    // A file is read whole before anything changes: a key that cannot be read is an error here,
+    // where the operator would skip it and keep the source's other keys working.
+    const unread = result.ok ? (result.skipped ?? []) : result.problems;
+    problems.push(...unread.map((p) => `${label}: ${p.field}: ${p.message}`));
+    if (!result.ok) continue;
+    writeKeyDigests(result.value).forEach((digest, i) => {
+      const other = digests.get(digest);
+      const field = i === 0 ? "spec.writeKeySecretRef" : "spec.additionalWriteKeySecretRefs";
+      if (other) problems.push(`${label}: ${field}: the same write key is already used by Source ${other}`);
+      digests.set(digest, `${namespace}/${doc.metadata.name}`);
+    });
     compiledSources.push(result.value);
   }
 

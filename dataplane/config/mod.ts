@@ -8,6 +8,7 @@ export {
   secretValues,
   secretNamesOf,
   sha256Hex,
+  writeKeyDigests,
   type CompileResult,
   type Problem,
   RefusedSecret,

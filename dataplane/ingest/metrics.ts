@@ -22,6 +22,13 @@ export class IngestMetrics {
     registers: [this.registry],
   });
 
+  readonly #additionalKeys = new TalliedCounter({
+    name: "trackhook_ingest_additional_key_requests_total",
+    help: "Requests authenticated with one of a source's additional write keys, by source and the key's Secret and key",
+    labelNames: ["source", "secret", "key"] as const,
+    registers: [this.registry],
+  });
+
   /** Every HTTP answer, by route, status and error code ("ok" for 2xx). */
   readonly requests = this.#requests.counter;
   /** Every message of every request: accepted, or not accepted with its reason. */
@@ -45,7 +52,10 @@ export class IngestMetrics {
 
   constructor(options: { defaultMetrics?: boolean; retireAfterMs?: number } = {}) {
     if (options.defaultMetrics ?? true) collectDefaultMetrics({ register: this.registry });
-    this.#retirement = new LabelRetirement((source) => this.#messages.forget(source), options.retireAfterMs);
+    this.#retirement = new LabelRetirement((source) => {
+      this.#messages.forget(source);
+      this.#additionalKeys.forget(source);
+    }, options.retireAfterMs);
     // The events stream keeps delivered messages too (limits retention, until max_age): when its
     // bytes reach max_bytes every request gets 503 storage_full, however small the lag. A scrape
     // reads the stream once for both gauges; while NATS does not answer neither has a series
@@ -72,6 +82,10 @@ export class IngestMetrics {
   /** The sources accepted now: the series of one that left go `retireAfterMs` later. */
   sourcesInConfig(sources: Iterable<string>): void {
     this.#retirement.inConfig(sources);
+  }
+
+  countAdditionalKey(source: string, secret: string, key: string): void {
+    this.#additionalKeys.add(source, secret, key);
   }
 
   countMessages(source: string, outcome: "accepted" | "not_accepted" | "failed", reason: string, count = 1): void {

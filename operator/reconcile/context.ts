@@ -4,6 +4,7 @@ import type { JetStreamClient, JetStreamManager } from "@nats-io/jetstream";
 import { RefusedSecret, secretValues, type ConfigWriter, type SecretLookup } from "../../dataplane/config/mod.ts";
 import type { Logger } from "../../dataplane/logging.ts";
 import type {
+  CompiledSource,
   DeletionRequestSpec,
   DeletionRequestStatus,
   SourceSpec,
@@ -28,6 +29,9 @@ export const FINALIZER = "trackhook.io/cleanup";
 export const PLURALS = { Source: "sources", WebhookDestination: "webhookdestinations", DeletionRequest: "deletionrequests" } as const;
 type Kind = keyof typeof PLURALS;
 
+/** A compiled Source's write keys, as digests. */
+export type SourceKeys = Pick<CompiledSource, "writeKeySha256" | "additionalWriteKeys">;
+
 export interface OperatorContext {
   kube: Kube;
   log: Logger;
@@ -39,8 +43,8 @@ export interface OperatorContext {
   sources: Reflector<SourceResource>;
   destinations: Reflector<DestinationResource>;
   deletions: Reflector<DeletionResource>;
-  /** namespace/name → write key digest of the Sources in effect, to refuse a key two Sources share. */
-  sourceDigests: Map<string, string>;
+  /** namespace/name → the write-key digests of the Sources in effect, to refuse a key two Sources share. */
+  sourceDigests: Map<string, SourceKeys>;
   /** Whether delivery may reach private networks: if not, destinations whose URLs only reach them are refused. */
   allowPrivateNetworks: boolean;
   /** Read only Secrets labelled SECRET_LABEL: who may create a WebhookDestination may not send any Secret of its namespace to a URL. */
@@ -149,7 +153,7 @@ export async function setReady<R extends AnyResource>(
     // Said in the operator's log too: whoever reads logs, not Events, learns of it.
     const { namespace, name } = object.metadata;
     const line = { kind: object.kind, resource: `${namespace}/${name}`, ready: state.status, reason: state.reason, detail: state.message, was: before ? `${before.status} ${before.reason}` : undefined };
-    if (type === "Warning") ctx.log.warn(line, "resource not ready");
+    if (type === "Warning") ctx.log.warn(line, state.status === "True" ? "resource ready, with a warning" : "resource not ready");
     else ctx.log.info(line, "resource ready");
     await ctx.events.record(object as AnyResource & { kind: Kind }, type, state.reason, state.message);
   }

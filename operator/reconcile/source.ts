@@ -1,11 +1,11 @@
-// Source → `source.<ns>.<name>` in the config bucket, with the write key as a digest. A Source
-// whose key cannot be read is disabled in the bucket: its old key must stop working, and stays
-// its own until the Source is deleted.
-import { compileSource, secretNamesOf, sourceKey } from "../../dataplane/config/mod.ts";
+// Source → `source.<ns>.<name>` in the config bucket, with the write keys as digests. A Source
+// whose main key cannot be read is disabled in the bucket: its old keys must stop working, and
+// stay its own until the Source is deleted.
+import { compileSource, secretNamesOf, sourceKey, writeKeyDigests } from "../../dataplane/config/mod.ts";
 import type { SourceDocument } from "../../schema/mod.ts";
 import { readyOf } from "../conditions.ts";
 import type { ReconcileResult } from "../queue.ts";
-import { addFinalizer, isDeleting, readSecrets, removeFinalizer, reportingFailures, setReady, type OperatorContext } from "./context.ts";
+import { addFinalizer, isDeleting, readSecrets, removeFinalizer, reportingFailures, setReady, type OperatorContext, type SourceKeys } from "./context.ts";
 
 export async function reconcileSource(ctx: OperatorContext, namespace: string, name: string): Promise<ReconcileResult> {
   return reportingFailures(ctx, () => ctx.statusWrites.fresh(ctx.sources.get(namespace, name)), () => applySource(ctx, namespace, name));
@@ -31,7 +31,7 @@ async function applySource(ctx: OperatorContext, namespace: string, name: string
     // with DuplicateWriteKey (the key of a browser source is public). Written disabled, which
     // ingest treats as unknown, so that the reservation also survives an operator restart.
     const held = digests.get(`${namespace}/${name}`);
-    if (held) await ctx.config.put(key, { namespace, name, enabled: false, writeKeySha256: held });
+    if (held) await ctx.config.put(key, { namespace, name, enabled: false, ...held });
     else await ctx.config.delete(key);
     const [first] = result.problems;
     const reserved = held ? "; its write key stays reserved for it" : "";
@@ -49,7 +49,8 @@ async function applySource(ctx: OperatorContext, namespace: string, name: string
   // traffic); who holds which key is read back from the bucket before the first reconcile. A
   // holder whose Source is gone (its removal not reconciled yet) holds nothing.
   const id = `${namespace}/${name}`;
-  const clash = [...digests].find(([other, digest]) => other !== id && digest === result.value.writeKeySha256);
+  const mine = new Set(writeKeyDigests(result.value));
+  const clash = [...digests].find(([other, keys]) => other !== id && writeKeyDigests(keys).some((d) => mine.has(d)));
   if (clash) {
     const [otherNs, otherName] = clash[0].split("/") as [string, string];
     if (ctx.sources.get(otherNs, otherName)) {
@@ -64,15 +65,21 @@ async function applySource(ctx: OperatorContext, namespace: string, name: string
     await ctx.config.delete(sourceKey(otherNs, otherName));
   }
   const previous = digests.get(id);
-  digests.set(id, result.value.writeKeySha256);
-  if (previous !== result.value.writeKeySha256) requeueRefused(ctx, id);
+  const keys: SourceKeys = { writeKeySha256: result.value.writeKeySha256, ...(result.value.additionalWriteKeys ? { additionalWriteKeys: result.value.additionalWriteKeys } : {}) };
+  digests.set(id, keys);
+  if (!previous || writeKeyDigests(previous).join() !== writeKeyDigests(keys).join()) requeueRefused(ctx, id);
   const changed = await ctx.config.put(key, result.value);
   if (changed) ctx.log.info({ source: `${namespace}/${name}`, enabled: result.value.enabled }, "source config written");
+  const count = writeKeyDigests(keys).length;
+  const accepted = count === 1 ? "the write key is accepted by ingest" : `its ${count} write keys are accepted by ingest`;
+  // An additional key that cannot be read is left out rather than stopping the source: said here,
+  // and in an Event when Ready's reason changes.
+  const skipped = (result.skipped ?? []).map((p) => `; ${p.field} is not accepted: ${p.message}`).join("");
   await setReady(ctx, source, {
     status: "True",
-    reason: "Reconciled",
-    message: result.value.enabled ? "the write key is accepted by ingest" : "disabled: the write key is refused as unknown",
-  });
+    reason: skipped ? "AdditionalWriteKeySkipped" : "Reconciled",
+    message: (result.value.enabled ? accepted : "disabled: the write keys are refused as unknown") + skipped,
+  }, {}, skipped !== "");
 }
 
 /** A key given up or taken may change who may use it: refused Sources look again. */

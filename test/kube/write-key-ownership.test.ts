@@ -113,3 +113,53 @@ describe("a Source whose Secret goes missing", () => {
     }
   }, 45_000);
 });
+
+describe("a write key rotated with spec.additionalWriteKeySecretRefs", () => {
+  const rotatedSource = (additional: string) => `apiVersion: trackhook.io/v1alpha1
+kind: Source
+metadata: { name: rotated }
+spec:
+  writeKeySecretRef: { name: rotated-new, key: writeKey }
+  additionalWriteKeySecretRefs: ${additional}
+`;
+
+  it("accepts both keys; an unreadable old key is skipped with a warning, not the source stopped; a key another Source holds is refused", async () => {
+    const operator = await startOperator(env);
+    const trackWith = (key: string) => post(`${env.ingest.url}/v1/track`, { userId: "u-1", event: "Rotated" }, { headers: { authorization: basic(key) } });
+    try {
+      await env.apply([
+        secretYaml("rotated-new", { writeKey: "rotated-key-2" }),
+        secretYaml("rotated-old", { writeKey: "rotated-key-1" }),
+        rotatedSource("[{ name: rotated-old, key: writeKey }]"),
+      ].join("---\n"));
+      const ready = await env.waitReady("Source", "rotated");
+      expect(ready.status!.conditions![0]).toMatchObject({ reason: "Reconciled", message: "its 2 write keys are accepted by ingest" });
+      await env.waitFor("both keys accepted", async () => (await trackWith("rotated-key-1")).status === 200 && (await trackWith("rotated-key-2")).status === 200);
+
+      // The old key's Secret deleted before its reference: the new key keeps working.
+      await env.cluster.kubectlOk(["delete", "secret", "rotated-old", "-n", env.namespace]);
+      await env.waitFor("the old key skipped", async () => readyReason(await env.get("Source", "rotated")) === "AdditionalWriteKeySkipped");
+      const skipped = await env.get("Source", "rotated");
+      expect(skipped!.status!.conditions![0]).toMatchObject({
+        status: "True",
+        message: expect.stringContaining(`spec.additionalWriteKeySecretRefs[0] is not accepted: Secret ${env.namespace}/rotated-old does not exist`),
+      });
+      await env.waitFor("the old key refused", async () => (await trackWith("rotated-key-1")).status === 401);
+      expect((await trackWith("rotated-key-2")).status).toBe(200);
+
+      // Another Source's key as an additional one: refused whole, like a shared main key.
+      await env.apply([secretYaml("other-key", { writeKey: "other-tenant-key" }), sourceYaml("other-tenant", { name: "other-key" })].join("---\n"));
+      await env.waitReady("Source", "other-tenant");
+      await env.apply(rotatedSource("[{ name: other-key, key: writeKey }]"));
+      await env.waitFor("the copy refused", async () => readyReason(await env.get("Source", "rotated")) === "DuplicateWriteKey");
+      expect((await trackWith("other-tenant-key")).status).toBe(200);
+      expect((await env.get("Source", "other-tenant"))!.status!.conditions![0]).toMatchObject({ status: "True" });
+    } finally {
+      await operator.stop();
+    }
+  }, 45_000);
+});
+
+function readyReason(resource: { status?: { conditions?: Array<{ reason?: string }> } } | undefined): string | undefined {
+  return resource?.status?.conditions?.[0]?.reason;
+}

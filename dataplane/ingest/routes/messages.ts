@@ -87,8 +87,10 @@ async function handle(state: IngestState, request: FastifyRequest, config: Route
   const raw = await readBoundedBody(stream, request.headers, limit, () => (isBatch ? errors.batchTooLarge(limit) : errors.requestTooLarge(limit)));
   const text = jsonText(raw);
   const body = parseJsonObject(text);
-  const source = authenticate(state.directory, request.headers.authorization, body.writeKey);
+  const { source, additional } = authenticate(state.directory, request.headers.authorization, body.writeKey);
   const sourceId = `${source.namespace}/${source.name}`;
+  // Tells the team rotating a key when its old one is no longer in use.
+  if (additional) state.metrics.countAdditionalKey(sourceId, additional.secret, additional.key);
 
   let items: unknown[];
   let batch: BatchDefaults | undefined;
