@@ -273,7 +273,7 @@ async function senderAlone(receiver: ReceiverClient, requests: Array<{ body: Buf
   const worker = async () => {
     while (next < requests.length) {
       const { body, headers } = requests[next++]!;
-      const r = await sender.send({ url: receiver.url, body, headers, timeoutMs: 5000 });
+      const r = await sender.send({ pool: "bench", url: receiver.url, body, headers, timeoutMs: 5000 });
       if (r.outcome.kind === "delivered") delivered++;
       else firstOutcome ??= JSON.stringify(r.outcome);
     }

@@ -15,7 +15,7 @@ const printable = (text: string) => text.replace(/\p{Cc}+/gu, " ").trim();
 
 export function attemptRow(r: AttemptRecord): string[] {
   const result = r.status !== undefined ? String(r.status) : (r.error ?? r.outcome);
-  const response = r.response ? printable(r.response) : "";
+  const response = r.response ? printable(r.response) : r.detail ? `(${printable(r.detail)})` : "";
   return [
     r.at, r.messageId, r.replay ? `${r.attempt} (replay)` : String(r.attempt), r.url, result, `${r.latencyMs} ms`,
     response.length > RESPONSE_CHARS ? `${response.slice(0, RESPONSE_CHARS - 1)}…` : response,

@@ -15,6 +15,8 @@ export type DeliveryErrorCode =
   | "tls_verification_failed"
   | "private_address_refused"
   | "network_error"
+  /** An answer came that is not HTTP the client can read (bad framing, headers past 64 KiB). */
+  | "invalid_response"
   /** No request: every URL was pausing (Retry-After, or not answering) for the whole window. */
   | "url_paused";
 

@@ -20,6 +20,12 @@ export interface SenderOptions {
 }
 
 export interface SendRequest {
+  /**
+   * Whose request this is (a destination): each has connections of its own, so that one
+   * destination's slow answers cannot keep another's requests waiting for a connection to a host
+   * both use (a shared gateway, hooks.zapier.com).
+   */
+  pool: string;
   url: string;
   body: Uint8Array;
   headers: Record<string, string>;
@@ -30,6 +36,8 @@ export interface SendResult {
   url: string;
   outcome: AttemptOutcome;
   latencyMs: number;
+  /** What the HTTP client said of a failure without an answer (code: message), for the attempt record. */
+  detail?: string;
   /** first bytes of the response body, at most 512, as UTF-8 */
   responseSnippet?: string;
 }
@@ -51,26 +59,38 @@ const DRAIN_LIMIT_BYTES = 64 * 1024;
 export const BODY_GRACE_MS = 1_000;
 
 /**
- * Connections one process keeps to one origin (scheme, host and port); requests beyond wait for
- * one, within their deadline. undici's pool looks for a free connection by walking all of an
- * origin's connections at every request: with thousands (a tenant's receivers trickling their
- * answers, every connection dropped and made again) a deliver process spent most of its CPU
+ * Connections one destination keeps to one origin (scheme, host and port) in one process; requests
+ * beyond wait for one, within their deadline. undici's pool looks for a free connection by walking
+ * all of an origin's connections at every request: with thousands (a tenant's receivers trickling
+ * their answers, every connection dropped and made again) a deliver process spent most of its CPU
  * walking them, and every destination's deliveries waited seconds (found by a review).
  */
 export const MAX_CONNECTIONS_PER_ORIGIN = 256;
 
+/**
+ * Response headers accepted, in bytes: Node's 16 KiB default refused real answers (a receiver
+ * behind a gateway that sets large cookies), and a refused 200 is sent again for hours.
+ */
+export const MAX_RESPONSE_HEADER_BYTES = 64 * 1024;
+
+/** A destination's connections are closed once it has sent nothing for this long. */
+const IDLE_POOL_MS = 5 * 60_000;
+
 export class WebhookSender {
-  readonly #agent: Agent;
+  readonly #pools = new Map<string, { agent: Agent; usedAt: number }>();
+  readonly #agentOptions: Agent.Options;
   readonly #allowPrivateNetworks: boolean;
   readonly #userAgent: string;
   readonly #targets = new Map<string, URL | AttemptOutcome>();
+  readonly #sweep: NodeJS.Timeout;
 
   constructor(options: SenderOptions) {
     this.#allowPrivateNetworks = options.allowPrivateNetworks;
     this.#userAgent = options.userAgent;
     const dns = new DnsCache();
-    this.#agent = new Agent({
+    this.#agentOptions = {
       connections: options.connections ?? MAX_CONNECTIONS_PER_ORIGIN,
+      maxHeaderSize: MAX_RESPONSE_HEADER_BYTES,
       connect: {
         // Names are looked up through one cache per sender (one tenant's slow DNS must not hold
         // up the others: dns-cache.ts). The guard judges the addresses actually dialled, so a
@@ -80,7 +100,25 @@ export class WebhookSender {
         // Node's `ca` replaces the trusted roots; keep the defaults so an extra CA only adds trust.
         ...(options.ca !== undefined ? { ca: [...getCACertificates("default"), options.ca] } : {}),
       },
-    });
+    };
+    this.#sweep = setInterval(() => this.#closeIdlePools(), IDLE_POOL_MS).unref();
+  }
+
+  #agent(pool: string): Agent {
+    let entry = this.#pools.get(pool);
+    if (!entry) this.#pools.set(pool, (entry = { agent: new Agent(this.#agentOptions), usedAt: 0 }));
+    entry.usedAt = performance.now();
+    return entry.agent;
+  }
+
+  /** A removed or quiet destination's connections; nothing of it is in flight after IDLE_POOL_MS. */
+  #closeIdlePools(): void {
+    const now = performance.now();
+    for (const [pool, { agent, usedAt }] of this.#pools) {
+      if (now - usedAt < IDLE_POOL_MS) continue;
+      this.#pools.delete(pool);
+      void agent.close();
+    }
   }
 
   send(req: SendRequest): Promise<SendResult> {
@@ -94,7 +132,7 @@ export class WebhookSender {
       // of the attempt) in bench/delivery.ts. A handler of our own keeps only what we need.
       // undici documents dispatch() as its lower-level API, free to change in a major release:
       // test/delivery/sender.test.ts covers every behaviour of this handler against real servers.
-      this.#agent.dispatch(
+      this.#agent(req.pool).dispatch(
         { origin: url.origin, path: `${url.pathname}${url.search}`, method: "POST", headers: this.#headers(req.headers), body: req.body },
         exchange,
       );
@@ -116,8 +154,11 @@ export class WebhookSender {
   }
 
   /** Waits for in-flight requests, then closes the pooled connections. */
-  close(): Promise<void> {
-    return this.#agent.close();
+  async close(): Promise<void> {
+    clearInterval(this.#sweep);
+    const agents = [...this.#pools.values()].map((p) => p.agent);
+    this.#pools.clear();
+    await Promise.all(agents.map((a) => a.close()));
   }
 
   /**
@@ -239,7 +280,8 @@ class Exchange implements Dispatcher.DispatchHandler {
     this.#finish();
     // A status already received is the answer (a 200 whose body breaks off is delivered: sending
     // it again would duplicate it); before that, the error decides.
-    this.#done(this.#outcome ?? outcomeOfError(error, this.#expired), this.#snippet());
+    if (this.#outcome) return this.#done(this.#outcome, this.#snippet());
+    this.#done(outcomeOfError(error, this.#expired), undefined, this.#expired ? undefined : errorDetail(error));
   }
 
   #expire(timeoutMs: number): void {
@@ -263,12 +305,13 @@ class Exchange implements Dispatcher.DispatchHandler {
     return bytes.subarray(0, SNIPPET_BYTES).toString("utf8") || undefined;
   }
 
-  #done(outcome: AttemptOutcome, responseSnippet?: string): void {
+  #done(outcome: AttemptOutcome, responseSnippet?: string, detail?: string): void {
     if (this.#settled) return;
     this.#settled = true;
     this.#chunks = [];
     const result: SendResult = { url: this.#url, outcome, latencyMs: performance.now() - this.#started };
     if (responseSnippet) result.responseSnippet = responseSnippet;
+    if (detail) result.detail = detail;
     this.#settle(result);
   }
 }
@@ -302,9 +345,34 @@ export function outcomeOfError(err: unknown, aborted: boolean): AttemptOutcome {
   }
   // UND_ERR_SOCKET is undici's "other side closed": the receiver hung up mid-exchange.
   if (["ECONNRESET", "EPIPE", "ECONNABORTED", "UND_ERR_SOCKET"].some((c) => codes.has(c))) return retry("connection_reset");
+  // An answer the parser cannot read (llhttp's HPE_* codes: a repeated Content-Length, both
+  // Content-Length and Transfer-Encoding, a status line that is not HTTP) or headers past
+  // MAX_RESPONSE_HEADER_BYTES. The receiver did answer: it is not "not answering", and retried
+  // in case a proxy in front of it is to blame.
+  if (
+    errors.some((e) => (e as Error).name === "HTTPParserError") ||
+    ["UND_ERR_HEADERS_OVERFLOW", "UND_ERR_RES_CONTENT_LENGTH_MISMATCH"].some((c) => codes.has(c)) ||
+    [...codes].some((c) => c.startsWith("HPE_"))
+  ) {
+    return retry("invalid_response");
+  }
   // A header value undici refuses would be refused on every retry too.
   if (codes.has("UND_ERR_INVALID_ARG")) return { kind: "permanent", error: "network_error" };
   return retry("network_error");
+}
+
+/**
+ * The deepest error with a code, as `code: message` (ERR_SSL_WRONG_VERSION_NUMBER: an https URL
+ * on a plain HTTP port), so an attempt record says more than its error code's class.
+ */
+export function errorDetail(err: unknown): string | undefined {
+  const coded = causeChain(err).filter((e): e is Error & { code: string } => typeof (e as { code?: unknown }).code === "string");
+  const e = coded.at(-1) ?? (err instanceof Error ? err : undefined);
+  if (!e) return undefined;
+  const code = (e as { code?: unknown }).code;
+  const label = typeof code === "string" ? code : e.name !== "Error" ? e.name : undefined;
+  const text = label !== undefined && !e.message.includes(label) ? `${label}: ${e.message}` : e.message;
+  return text.length > 200 ? `${text.slice(0, 199)}…` : text;
 }
 
 /** The error, its causes and, for AggregateError (happy-eyeballs connects), the errors it groups. */

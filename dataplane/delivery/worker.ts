@@ -100,6 +100,8 @@ export interface AttemptRecord {
   error?: string;
   latencyMs: number;
   response?: string;
+  /** What the HTTP client said of an attempt that got no readable answer. */
+  detail?: string;
   at: string;
   /** The message came back from the dead-letter queue (`trackhook replay`); its attempts count anew. */
   replay?: true;
@@ -451,7 +453,7 @@ export class DestinationWorker {
     const body = webhookBody(message, m.data);
     const headers = this.#headersFor(m, message, body);
     const sentAt = Date.now();
-    const sends = urls.map((url) => this.#sender.send({ url, body, headers, timeoutMs: this.#destination.timeoutMs }));
+    const sends = urls.map((url) => this.#sender.send({ pool: this.#label, url, body, headers, timeoutMs: this.#destination.timeoutMs }));
     // One 2xx delivers the message: ack it then, without waiting for slower URLs (which are
     // still awaited below, for their records and so they keep counting against the limits).
     let acked = false;
@@ -586,6 +588,7 @@ export class DestinationWorker {
         destination: this.#label, url: this.#shownUrl(r.url), messageId: message.messageId, streamSequence: m.seq, attempt,
         outcome: o.kind, latencyMs: Math.round(r.latencyMs), at: isoTimestamp(sentAt), ...replay,
         ...(status !== undefined ? { status } : {}), ...(error ? { error } : {}), ...(r.responseSnippet ? { response: r.responseSnippet } : {}),
+        ...(r.detail ? { detail: r.detail } : {}),
       };
       if (this.#records.push(JSON.stringify(record)) === 1) this.#turn.add(() => this.#publishRecords());
     }

@@ -41,6 +41,7 @@ function sender(allowPrivateNetworks = true, ca?: string, connections?: number):
 }
 
 const post = (url: string, extra: Partial<SendRequest> = {}): SendRequest => ({
+  pool: "default/test",
   url,
   body: new TextEncoder().encode('{"type":"track"}'),
   headers: {},
@@ -182,6 +183,31 @@ describe("the connection after an answer", () => {
     expect(peak).toBe(MAX_CONNECTIONS_PER_ORIGIN);
   });
 
+  it("gives each destination its own connections: one's slow answers on a shared host do not hold up another's (regression: one pool per origin, the fast destination's requests waited and were recorded as timeouts)", async () => {
+    const server = createServer((req, res) => {
+      req.resume();
+      req.on("end", () => (req.url === "/slow" ? setTimeout(() => res.end("ok"), 1_500) : res.end("ok")));
+    });
+    const origin = `http://127.0.0.1:${await listen(server)}`;
+    const shared = sender(true, undefined, 4);
+    // The slow destination fills its connections to the host, and has more waiting.
+    const slow = Array.from({ length: 8 }, () => shared.send(post(`${origin}/slow`, { pool: "tenant-a/slow" })));
+    await new Promise((r) => setTimeout(r, 100));
+    const fast = await shared.send(post(`${origin}/fast`, { pool: "tenant-b/fast", timeoutMs: 1_000 }));
+    expect(fast.outcome).toEqual({ kind: "delivered", status: 200 });
+    expect(fast.latencyMs).toBeLessThan(500);
+    expect((await Promise.all(slow)).every((r) => r.outcome.kind === "delivered")).toBe(true);
+  });
+
+  it("reads an answer with 20 KB of headers (regression: Node's 16 KiB limit made a 200 a network_error, sent again for hours)", async () => {
+    const server = createServer((req, res) => {
+      req.resume();
+      req.on("end", () => res.writeHead(200, { "set-cookie": `s=${"c".repeat(20 * 1024)}` }).end("ok"));
+    });
+    const result = await sender().send(post(`http://127.0.0.1:${await listen(server)}/`));
+    expect(result.outcome).toEqual({ kind: "delivered", status: 200 });
+  });
+
   it("an answer past the drain limit costs its connection, not the next attempt", async () => {
     const receiver = await counting(1024 * 1024);
     const single = sender(true, undefined, 1);
@@ -191,6 +217,33 @@ describe("the connection after an answer", () => {
 });
 
 describe("failures on the way", () => {
+  /** A raw TCP receiver that answers every request with `answer`, then closes. */
+  async function raw(answer: string): Promise<string> {
+    const server = createTcpServer((socket) => {
+      socket.once("data", () => socket.end(answer));
+      socket.on("error", () => {});
+    });
+    await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
+    cleanups.push(() => new Promise<void>((resolve) => server.close(() => resolve())));
+    return `http://127.0.0.1:${(server.address() as { port: number }).port}/`;
+  }
+
+  it.each([
+    ["a repeated Content-Length", "HTTP/1.1 200 OK\r\nContent-Length: 2\r\nContent-Length: 2\r\n\r\nok", "CONTENT_LENGTH"],
+    ["headers past 64 KiB", `HTTP/1.1 200 OK\r\nX-Big: ${"b".repeat(70 * 1024)}\r\nContent-Length: 2\r\n\r\nok`, "UND_ERR_HEADERS_OVERFLOW"],
+    ["a status line that is not HTTP", "garbage\r\n\r\n", "HTTPParserError"],
+  ])("an answer the client cannot read (%s) is invalid_response, retried, with what the client said (regression: network_error, and logged as not answering)", async (_what, answer, code) => {
+    const result = await sender().send(post(await raw(answer)));
+    expect(result.outcome).toEqual({ kind: "retry", error: "invalid_response" });
+    expect(result.detail).toContain(code);
+  });
+
+  it("an https URL on a plain HTTP port says so in the detail", async () => {
+    const result = await sender().send(post(base.replace("http:", "https:")));
+    expect(result.outcome).toMatchObject({ kind: "retry" });
+    expect(result.detail).toMatch(/SSL|TLS|wrong version/i);
+  });
+
   it("an answer after 6 s with a 5 s timeout is a retryable timeout, given up at 5 s", async () => {
     const result = await sender().send(post(`${base}/slow`, { timeoutMs: 5_000 }));
     expect(result.outcome).toEqual({ kind: "retry", error: "timeout" });
