@@ -24,17 +24,176 @@ export function mayHoldInexactNumbers(text: string): boolean {
   return MAY_LOSE_DIGITS.test(text);
 }
 
-export function parseJson(text: string): unknown {
-  return MAY_LOSE_DIGITS.test(text) ? JSON.parse(text, keepInexactNumbers) : JSON.parse(text);
+/**
+ * JSON.parse, made safe from a V8 bug, with numbers a double cannot hold kept as written unless
+ * `exactNumbers` is false (a reader that needs only a message's type and ids).
+ *
+ * The V8 bug (nodejs/node#63785, open in every Node release to date): once JSON.parse has read
+ * an object with a key holding a backslash (`{"t":1,"\\":1}`), a later object with the same
+ * keys before it reads an escaped key (`"\n"`, `"\u00e9"`) as that key instead. A request of one
+ * tenant could so rename fields in another's messages, silently. A key read wrongly always holds
+ * a backslash (V8 took a cached key whose characters matched the escape's), and an escaped key
+ * needs a backslash in the text: so a text with none is read by JSON.parse alone, and a result
+ * with such a key is read again by readJson(), which builds its objects without V8's cache.
+ */
+export function parseJson(text: string, { exactNumbers = true }: { exactNumbers?: boolean } = {}): unknown {
+  let value: unknown;
+  if (exactNumbers && MAY_LOSE_DIGITS.test(text)) {
+    try {
+      value = JSON.parse(text, keepInexactNumbers);
+    } catch (err) {
+      // A reviver recurses: deep nesting overflows the stack where JSON.parse alone does not,
+      // and valid JSON must not become a 400 (the routes judge each message's depth).
+      if (!(err instanceof RangeError)) throw err;
+      return readJson(text, exactNumbers);
+    }
+  } else {
+    value = JSON.parse(text);
+  }
+  return text.includes("\\") && hasKeyWithBackslash(value) ? readJson(text, exactNumbers) : value;
 }
 
 function keepInexactNumbers(_key: string, value: unknown, context?: { source?: string }): unknown {
   if (typeof value !== "number" || context?.source === undefined) return value;
-  const source = context.source;
+  return exactNumber(value, context.source);
+}
+
+/** The number, or its text kept as written when the double differs from it. */
+function exactNumber(value: number, source: string): unknown {
   const inexact =
     !Number.isFinite(value) || // overflowed: 1e400
     (value === 0 ? /[1-9]/.test(source.split(/[eE]/)[0]!) : source.length >= 16 && String(value) !== source); // underflowed, or rounded
   return inexact ? rawJSON(source) : value;
+}
+
+/** Whether any object in `value` has a key with a backslash. Iterative: it may be deeper than the stack. */
+function hasKeyWithBackslash(value: unknown): boolean {
+  const stack: unknown[] = [value];
+  while (stack.length > 0) {
+    const next = stack.pop();
+    if (next === null || typeof next !== "object" || isRawJSON(next)) continue;
+    if (Array.isArray(next)) {
+      for (const item of next) if (item !== null && typeof item === "object") stack.push(item);
+      continue;
+    }
+    for (const key in next) {
+      if (key.includes("\\")) return true;
+      const item = (next as Record<string, unknown>)[key];
+      if (item !== null && typeof item === "object") stack.push(item);
+    }
+  }
+  return false;
+}
+
+const WHITESPACE = /[ \t\n\r]*/y;
+const STRING = /"(?:[^"\\\u0000-\u001f]|\\(?:["\\/bfnrt]|u[0-9a-fA-F]{4}))*"/y;
+const NUMBER = /-?(?:0|[1-9]\d*)(?:\.\d+)?(?:[eE][+-]?\d+)?/y;
+
+/**
+ * A JSON reader of its own, for the texts JSON.parse may get wrong (see parseJson). Strings and
+ * keys are decoded by JSON.parse one at a time, which no cache can confuse; objects are built by
+ * assignment (`__proto__` as an own property, as JSON.parse makes it). Iterative, so nesting
+ * deeper than the stack is read; invalid JSON throws a SyntaxError.
+ */
+export function readJson(text: string, exactNumbers = true): unknown {
+  let at = 0;
+  const fail = (): never => {
+    throw new SyntaxError(`Unexpected ${at < text.length ? `token ${JSON.stringify(text[at])}` : "end of JSON input"} at position ${at}`);
+  };
+  const skip = () => {
+    WHITESPACE.lastIndex = at;
+    WHITESPACE.test(text);
+    at = WHITESPACE.lastIndex;
+  };
+  const string = (): string => {
+    STRING.lastIndex = at;
+    const match = STRING.exec(text) ?? fail();
+    at = STRING.lastIndex;
+    const token = match[0];
+    return token.includes("\\") ? (JSON.parse(token) as string) : token.slice(1, -1);
+  };
+  type Open = { container: unknown[] } | { container: Record<string, unknown>; key: string };
+  const stack: Open[] = [];
+  for (;;) {
+    // A value.
+    skip();
+    let value: unknown;
+    const c = text[at];
+    if (c === "{" || c === "[") {
+      at++;
+      skip();
+      if (c === "[") {
+        if (text[at] === "]") {
+          at++;
+          value = [];
+        } else {
+          stack.push({ container: [] });
+          continue;
+        }
+      } else if (text[at] === "}") {
+        at++;
+        value = {};
+      } else {
+        if (text[at] !== '"') fail();
+        const key = string();
+        skip();
+        if (text[at] !== ":") fail();
+        at++;
+        stack.push({ container: {}, key });
+        continue;
+      }
+    } else if (c === '"') {
+      value = string();
+    } else if (text.startsWith("true", at)) {
+      at += 4;
+      value = true;
+    } else if (text.startsWith("false", at)) {
+      at += 5;
+      value = false;
+    } else if (text.startsWith("null", at)) {
+      at += 4;
+      value = null;
+    } else {
+      NUMBER.lastIndex = at;
+      const match = NUMBER.exec(text) ?? fail();
+      at = NUMBER.lastIndex;
+      const number = Number(match[0]);
+      value = exactNumbers ? exactNumber(number, match[0]) : number;
+    }
+    // Where it goes, and the containers it closes.
+    for (;;) {
+      const open = stack.at(-1);
+      if (!open) {
+        skip();
+        if (at !== text.length) fail();
+        return value;
+      }
+      if ("key" in open) {
+        if (open.key === "__proto__") Object.defineProperty(open.container, "__proto__", { value, writable: true, enumerable: true, configurable: true });
+        else open.container[open.key] = value;
+      } else {
+        open.container.push(value);
+      }
+      skip();
+      const next = text[at];
+      if (next === ",") {
+        at++;
+        if ("key" in open) {
+          skip();
+          if (text[at] !== '"') fail();
+          open.key = string();
+          skip();
+          if (text[at] !== ":") fail();
+        at++;
+        }
+        break;
+      }
+      if (next !== ("key" in open ? "}" : "]")) fail();
+      at++;
+      stack.pop();
+      value = open.container;
+    }
+  }
 }
 
 /** A number kept as written, as text (for ids, which are stored as strings); other values as they are. */

@@ -6,6 +6,7 @@ import { headers as natsHeaders, type NatsConnection } from "@nats-io/transport-
 import { jetstream, type ConsumerMessages, type JetStreamClient, type JetStreamManager, type JsMsg } from "@nats-io/jetstream";
 import type { CompiledDestination } from "../../schema/mod.ts";
 import { isoTimestamp } from "../iso-time.ts";
+import { parseJson } from "../json.ts";
 import type { Logger } from "../logging.ts";
 import type { TurnBatch } from "../nats/mod.ts";
 import { EVENTS_STREAM, attemptsSubject, consumerName, dlqSubject, replaySubject, sourceOfEventSubject } from "../nats/mod.ts";
@@ -398,7 +399,8 @@ export class DestinationWorker {
     const info = m.info;
     let message: DeliverableMessage | undefined;
     try {
-      message = m.json<DeliverableMessage>();
+      // Not m.json(): JSON.parse alone may misread an escaped key (see parseJson).
+      message = parseJson(m.string(), { exactNumbers: false }) as DeliverableMessage;
     } catch {
       message = undefined;
     }

@@ -1,7 +1,7 @@
 // parseJson keeps the numbers a double cannot hold as written, so what is stored and delivered
 // is what the SDK sent; everything else parses as JSON.parse does. Pure logic.
 import { describe, expect, it } from "vitest";
-import { isRawJSON, mayHoldInexactNumbers, parseJson, rawNumberText } from "../../dataplane/json.ts";
+import { isRawJSON, mayHoldInexactNumbers, parseJson, rawNumberText, readJson } from "../../dataplane/json.ts";
 
 const roundTrip = (text: string) => JSON.stringify(parseJson(text));
 
@@ -40,5 +40,77 @@ describe("parseJson", () => {
   it("throws on invalid JSON as JSON.parse does, with or without long numbers", () => {
     expect(() => parseJson("{")).toThrow(SyntaxError);
     expect(() => parseJson('{"a":12345678901234567890')).toThrow(SyntaxError);
+  });
+});
+
+describe("parseJson and V8's escaped-key bug (nodejs/node#63785)", () => {
+  it("reads an escaped key as written after another text had a backslash key (regression: one tenant's request renamed fields in another's messages)", () => {
+    // The poison: any text with a key holding a backslash. V8's JSON.parse then reads `"\u00e9"`
+    // and `"\n"` at the same place in a same-shaped object as that key.
+    parseJson(String.raw`{"tier":1,"\\":1}`);
+    expect(Object.keys(parseJson(String.raw`{"tier":2,"\u00e9":2}`) as object)).toEqual(["tier", "é"]);
+    parseJson(String.raw`{"h":[],"\\":0}`);
+    expect(Object.keys(parseJson(String.raw`{"h":1,"\"":2}`) as object)).toEqual(["h", '"']);
+    parseJson(String.raw`{"properties":{"ab\\":1}}`);
+    expect(parseJson(String.raw`{"properties":{"ab\n":1}}`)).toEqual({ properties: { "ab\n": 1 } });
+  });
+
+  it("also with numbers kept as written, and for readers that do not need them", () => {
+    parseJson(String.raw`{"t":1,"\\":1}`);
+    expect(JSON.stringify(parseJson(String.raw`{"t":12345678901234567890,"\n":2}`))).toBe(String.raw`{"t":12345678901234567890,"\n":2}`);
+    expect(Object.keys(parseJson(String.raw`{"t":1,"\t":2}`, { exactNumbers: false }) as object)).toEqual(["t", "\t"]);
+  });
+
+  it("reads keys that really hold a backslash as written", () => {
+    expect(parseJson(String.raw`{"a\\b":{"\\":[1,{"\\\\":true}]}}`)).toEqual({ "a\\b": { "\\": [1, { "\\\\": true }] } });
+  });
+});
+
+describe("readJson (the reader for texts JSON.parse may get wrong)", () => {
+  const same = (text: string) => expect(JSON.stringify(readJson(text, false))).toBe(JSON.stringify(JSON.parse(text)));
+
+  it("reads what JSON.parse reads, to the same values", () => {
+    for (const text of [
+      '{"a":1,"b":[true,false,null,"x",-0.5e-3,{}],"c":{"d":[]}}',
+      ' \t\n{ "a" : [ 1 , 2 ] , "b" : { } } \r\n',
+      '"just a string"', "42", "null", "[]",
+      String.raw`{"\u00e9\ud83d\ude00\ud800":"\"\\\/\b\f\n\r\t"}`,
+      '{"a":1,"b":2,"a":3}',
+    ]) same(text);
+  });
+
+  it("makes __proto__ an own property, as JSON.parse does, never the prototype", () => {
+    const value = readJson('{"__proto__":{"polluted":true},"a":1}') as Record<string, unknown>;
+    expect(Object.getPrototypeOf(value)).toBe(Object.prototype);
+    expect(Object.hasOwn(value, "__proto__")).toBe(true);
+    expect(({} as Record<string, unknown>).polluted).toBeUndefined();
+    expect(JSON.stringify(value)).toBe('{"__proto__":{"polluted":true},"a":1}');
+  });
+
+  it("keeps numbers a double cannot hold as written", () => {
+    expect(JSON.stringify(readJson('{"id":12345678901234567890,"big":1e400,"tiny":1e-400,"n":1.5}'))).toBe('{"id":12345678901234567890,"big":1e400,"tiny":1e-400,"n":1.5}');
+  });
+
+  it("reads nesting deeper than the stack", () => {
+    const depth = 200_000;
+    const value = readJson(`${"[".repeat(depth)}1${"]".repeat(depth)}`);
+    let inner: unknown = value;
+    for (let i = 0; i < depth; i++) inner = (inner as unknown[])[0];
+    expect(inner).toBe(1);
+  });
+
+  it("throws a SyntaxError for invalid JSON, as JSON.parse does", () => {
+    for (const text of ["", "{", '{"a":}', '{"a":1,}', "[1,]", "[1 2]", '{"a" 1}', "tru", "01", "1.", String.raw`"\x"`, '"a', '"tab\there"', "{} {}", "NaN"]) {
+      expect(() => readJson(text), text).toThrow(SyntaxError);
+      expect(() => JSON.parse(text), text).toThrow(SyntaxError);
+    }
+  });
+});
+
+describe("parseJson with deep nesting and long numbers", () => {
+  it("reads valid JSON nested deeper than a reviver can go (regression: 400 invalid_json for the whole batch)", () => {
+    const deep = `${"[".repeat(5_000)}${"]".repeat(5_000)}`;
+    const value = parseJson(`{"id":12345678901234567890,"x":${deep}}`) as Record<string, unknown>;
+    expect(rawNumberText(value.id)).toBe("12345678901234567890");
   });
 });

@@ -234,3 +234,17 @@ describe("a client that disconnects mid-body", () => {
     expect(metric.values.some((v) => v.labels.status === "500")).toBe(false);
   });
 });
+
+describe("what a client sent is stored as sent (found by a fuzz review)", () => {
+  it("one source's backslash key does not rename another source's escaped key (regression: V8's JSON.parse, nodejs/node#63785, stored `\\u00e9` as `\\\\`)", async () => {
+    const [poison, victim] = [uniqueId("poison"), uniqueId("victim")];
+    const poisonBody = String.raw`{"userId":"a","event":"e","messageId":"${poison}","properties":{"tier":1,"\\":1}}`;
+    const victimBody = String.raw`{"userId":"b","event":"e","messageId":"${victim}","properties":{"tier":2,"\u00e9":2}}`;
+    expect((await post(`${env.ingest.url}/v1/track`, undefined, { raw: poisonBody, headers: { authorization: basic(OTHER_WRITE_KEY) } })).status).toBe(200);
+    expect((await post(`${env.ingest.url}/v1/track`, undefined, { raw: victimBody, headers: auth })).status).toBe(200);
+    const [message] = await stored(victim);
+    expect(message!.body.properties).toEqual({ tier: 2, é: 2 });
+    const [first] = await stored(poison);
+    expect(first!.body.properties).toEqual({ tier: 1, "\\": 1 });
+  });
+});
