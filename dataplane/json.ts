@@ -86,6 +86,7 @@ function hasKeyWithBackslash(value: unknown): boolean {
 }
 
 const WHITESPACE = /[ \t\n\r]*/y;
+// eslint-disable-next-line no-control-regex -- JSON forbids raw control characters in strings
 const STRING = /"(?:[^"\\\u0000-\u001f]|\\(?:["\\/bfnrt]|u[0-9a-fA-F]{4}))*"/y;
 const NUMBER = /-?(?:0|[1-9]\d*)(?:\.\d+)?(?:[eE][+-]?\d+)?/y;
 

@@ -2,7 +2,7 @@
 // schema/messages.ts; the reason is read from which rule failed.
 import type { ErrorObject } from "ajv";
 import { checkableField, rawNumberText } from "../json.ts";
-import { MESSAGE_TYPES, describeErrors, validateMessage, type MessageType } from "../../schema/mod.ts";
+import { MESSAGE_SCHEMAS, MESSAGE_TYPES, describeErrors, validateMessage, type MessageType } from "../../schema/mod.ts";
 
 export const REJECT_REASONS = [
   "invalid_message",
@@ -37,6 +37,21 @@ const ID_FIELDS = new Set(["userId", "anonymousId", "groupId", "previousId"]);
  */
 const idText = (value: unknown): unknown => (typeof value === "number" ? String(value) : rawNumberText(value));
 
+/**
+ * The fields a message schema gives a type (`event`, `properties`, `integrations`...), by message
+ * type: a number kept as written must be judged there as the number it is. Any other field (a
+ * client's own `orderId`, `properties` of an identify, the date fields, which take anything)
+ * keeps it as written.
+ */
+const TYPED_FIELDS = new Map<unknown, ReadonlySet<string>>(
+  Object.entries(MESSAGE_SCHEMAS).map(([type, schema]) => [
+    type,
+    new Set(Object.entries(schema.properties as Record<string, object>).filter(([, field]) => "type" in field || "anyOf" in field).map(([name]) => name)),
+  ]),
+);
+/** An unknown type is refused whatever its fields: `type` alone is judged. */
+const TYPE_ONLY: ReadonlySet<string> = new Set(["type"]);
+
 const isMessageType = (value: unknown): value is MessageType => (MESSAGE_TYPES as readonly unknown[]).includes(value);
 
 /**
@@ -49,13 +64,14 @@ export function judge(item: unknown, routeType: MessageType | undefined): Verdic
   }
   // SDKs send null for absent fields (analytics-python: "userId": null for anonymous users).
   const message: Record<string, unknown> = {};
+  const typed = TYPED_FIELDS.get(routeType ?? (item as { type?: unknown }).type) ?? TYPE_ONLY;
   // for-in rather than Object.entries: no array of pairs per message (5x cheaper for a track call).
   for (const key in item) {
     if (!Object.hasOwn(item, key)) continue;
     const value = (item as Record<string, unknown>)[key];
     // "__proto__" would be assigned as the prototype, letting inherited fields pass `required`.
     if (key === "__proto__" || value === null || (value === "" && (key === "userId" || key === "anonymousId"))) continue;
-    message[key] = ID_FIELDS.has(key) ? idText(value) : checkableField(key, value);
+    message[key] = ID_FIELDS.has(key) ? idText(value) : typed.has(key) ? checkableField(key, value) : value;
   }
   const type = routeType ?? message.type;
   if (!isMessageType(type)) {
