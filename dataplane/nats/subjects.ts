@@ -58,5 +58,23 @@ export function parseConsumerName(name: string): { namespace: string; destinatio
 
 /** Nats-Msg-Id scoped to the source, so one tenant cannot suppress another's messages. */
 export function eventMsgId(namespace: string, source: string, messageId: string): string {
-  return `${namespace}/${source}/${messageId}`;
+  return `${namespace}/${source}/${PLAIN_ID.test(messageId) ? messageId : escapeId(messageId)}`;
+}
+
+/** Ids a header carries unchanged: printable ASCII but `%`, spaces inside only. */
+const PLAIN_ID = /^[\x21-\x24\x26-\x7e](?:[\x20-\x24\x26-\x7e]*[\x21-\x24\x26-\x7e])?$/;
+
+/**
+ * Any other id, one to one: each UTF-16 unit outside that set as `%` and four hex digits (a plain
+ * id has no `%`, so the two forms never meet). A header value loses trailing spaces and carries
+ * UTF-8, where a lone surrogate becomes U+FFFD: "m1" and "m1 ", or "x\ud800" and "x\udfff", were
+ * one id to deduplication, and the second message was dropped as a repeat (found by a fuzz review).
+ */
+function escapeId(id: string): string {
+  let out = "";
+  for (let i = 0; i < id.length; i++) {
+    const unit = id.charCodeAt(i);
+    out += unit > 0x20 && unit < 0x7f && unit !== 0x25 ? id[i] : `%${unit.toString(16).padStart(4, "0")}`;
+  }
+  return out;
 }

@@ -267,3 +267,16 @@ describe("numbers a double cannot hold, in a message's own fields (found by a fu
     expect(await stored(id)).toEqual([]);
   });
 });
+
+describe("messageIds that differ only where a NATS header cannot tell (found by a fuzz review)", () => {
+  it("are different messages: trailing spaces, lone surrogates and % all stored; a real repeat is still dropped (regression: counted duplicate_message_id, not stored)", async () => {
+    const base = uniqueId("msgid");
+    const ids = [base, `${base} `, `${base}\u00a0`, `${base}\ud800`, `${base}\udfff`, `${base}\ufffd`, `${base}%0020`, `${base} x`];
+    for (const messageId of ids) {
+      expect((await post(`${env.ingest.url}/v1/track`, { userId: "u", event: "e", messageId }, { headers: auth })).status).toBe(200);
+    }
+    expect((await post(`${env.ingest.url}/v1/track`, { userId: "u", event: "e", messageId: `${base} ` }, { headers: auth })).status).toBe(200);
+    const got = (await storedMessages(env.nats)).filter((m) => m.body.messageId.startsWith(base));
+    expect(got.map((m) => m.body.messageId).sort()).toEqual([...ids].sort());
+  });
+});
