@@ -1,4 +1,5 @@
-// Graceful shutdown on SIGTERM/SIGINT: run the steps once; a second signal exits at once.
+// Graceful shutdown on SIGTERM, SIGINT and SIGHUP (a closed terminal): run the steps once; a second
+// signal exits at once.
 import type { Logger } from "../dataplane/logging.ts";
 
 export function onShutdown(log: Logger, stop: () => Promise<void>): void {
@@ -23,4 +24,6 @@ export function onShutdown(log: Logger, stop: () => Promise<void>): void {
   };
   process.on("SIGTERM", handler);
   process.on("SIGINT", handler);
+  // Without a handler, Node dies at once on SIGHUP: `dev`'s nats-server was left running.
+  process.on("SIGHUP", handler);
 }

@@ -1,8 +1,9 @@
 // `trackhook dev`: everything in one process for a laptop, from the same YAML as a cluster.
+import { execFileSync } from "node:child_process";
 import { existsSync, mkdirSync, readFileSync, realpathSync, unlinkSync, writeFileSync } from "node:fs";
 import { dirname, join, resolve } from "node:path";
 import { FileConfigProvider } from "../../dataplane/config/mod.ts";
-import { createLogger } from "../../dataplane/logging.ts";
+import { createLogger, type Logger } from "../../dataplane/logging.ts";
 import { LocalNatsServer, connectNats } from "../../dataplane/nats/mod.ts";
 import { UsageError, integerFlag } from "../args.ts";
 import { onShutdown } from "../shutdown.ts";
@@ -34,8 +35,9 @@ export const devCommand: Command = {
     if (!natsUrl) {
       const storeDir = resolve(values["data-dir"] ?? ".trackhook", "nats");
       mkdirSync(storeDir, { recursive: true });
-      lockStoreDir(storeDir);
+      const lock = lockStoreDir(storeDir, log);
       natsServer = await LocalNatsServer.start({ storeDir });
+      lock.natsServerStarted(natsServer.pid);
       natsUrl = natsServer.url;
       log.info({ nats: natsUrl, storeDir, binary: natsServer.binary }, "started nats-server");
     }
@@ -67,6 +69,7 @@ export const devCommand: Command = {
       `\ntrackhook dev is running\n` +
         `  ingest   ${ingest.url}  (health /healthz, metrics /metrics)\n` +
         `  nats     ${natsUrl}\n` +
+        (natsServer ? `  store    ${dirname(natsServer.storeDir)}  (kept across restarts; stop dev and delete it to start over)\n` : "") +
         `  sources  ${sources.join(", ") || "(none: add a Source to " + values.config + ")"}\n` +
         `  webhooks ${destinations.join(", ") || "(none: add a WebhookDestination to " + values.config + ")"}\n\n` +
         `Send a first event, with WRITE_KEY set to a Source's write key (its Secret's value; examples/dev.yaml has dev-write-key):\n` +
@@ -98,22 +101,51 @@ const shellQuote = (text: string) => `'${text.replaceAll("'", `'\\''`)}'`;
 
 /**
  * One `dev` per data dir: two nats-servers writing one JetStream store would corrupt it. The lock
- * is a file with the holder's pid, taken over when that process is gone (a crash, a kill -9).
+ * is a file with the holder's pid and its nats-server's, taken over when the holder is gone (a
+ * crash, a kill -9). A nats-server the holder left running (it cannot die with a process killed
+ * by SIGKILL) is stopped first: a second one on the same store is the corruption the lock exists
+ * to prevent (found by a review: each crash left one more running).
  */
-function lockStoreDir(storeDir: string): void {
+function lockStoreDir(storeDir: string, log: Logger): { natsServerStarted(pid: number | undefined): void } {
   const lock = join(storeDir, "trackhook-dev.pid");
-  const holder = existsSync(lock) ? Number(readFileSync(lock, "utf8").trim()) : NaN;
+  const [holder = NaN, leftServer = NaN] = existsSync(lock) ? readFileSync(lock, "utf8").trim().split(/\s+/).map(Number) : [];
   if (Number.isInteger(holder) && holder > 0 && holder !== process.pid && isAlive(holder)) {
     throw new UsageError(`another trackhook dev (pid ${holder}) uses ${dirname(storeDir)}; stop it, or give this one another --data-dir`);
+  }
+  if (Number.isInteger(leftServer) && leftServer > 0 && isAlive(leftServer) && commandLineOf(leftServer)?.includes(storeDir)) {
+    stopLeftServer(leftServer);
+    log.warn({ pid: leftServer, storeDir }, "stopped the nats-server a trackhook dev that did not exit cleanly left running on this store");
   }
   writeFileSync(lock, String(process.pid));
   process.once("exit", () => {
     try {
-      if (readFileSync(lock, "utf8").trim() === String(process.pid)) unlinkSync(lock);
+      if (readFileSync(lock, "utf8").trim().split(/\s+/)[0] === String(process.pid)) unlinkSync(lock);
     } catch {
       // already gone
     }
   });
+  return { natsServerStarted: (pid) => pid !== undefined && writeFileSync(lock, `${process.pid} ${pid}`) };
+}
+
+/** A process's command line, or undefined when it cannot be read (the pid may be reused by now). */
+function commandLineOf(pid: number): string | undefined {
+  try {
+    return readFileSync(`/proc/${pid}/cmdline`, "utf8").replaceAll("\0", " ");
+  } catch {
+    try {
+      return execFileSync("ps", ["-o", "command=", "-p", String(pid)], { encoding: "utf8" }); // macOS: no /proc
+    } catch {
+      return undefined;
+    }
+  }
+}
+
+/** SIGTERM, up to 5 s to write its store out, then SIGKILL. */
+function stopLeftServer(pid: number): void {
+  process.kill(pid, "SIGTERM");
+  const until = Date.now() + 5_000;
+  while (isAlive(pid) && Date.now() < until) Atomics.wait(new Int32Array(new SharedArrayBuffer(4)), 0, 0, 50);
+  if (isAlive(pid)) process.kill(pid, "SIGKILL");
 }
 
 function isAlive(pid: number): boolean {

@@ -171,6 +171,52 @@ describe("trackhook CLI", () => {
   });
 });
 
+describe("trackhook dev after a crash or a closed terminal (found by a review: each left its nats-server running, and the next dev started a second one on the same store)", () => {
+  /** Starts dev on a data dir and waits until it serves; its output, and its nats-server's pid. */
+  async function startDev(dataDir: string) {
+    const child = spawn(process.execPath, [CLI, "dev", "--config", "examples/", "--port", "0", "--data-dir", dataDir], { cwd: root });
+    let output = "";
+    child.stderr.on("data", (c: Buffer) => (output += c.toString()));
+    child.stdout.on("data", (c: Buffer) => (output += c.toString()));
+    const exited = new Promise<void>((resolve) => child.on("exit", () => resolve()));
+    await expect.poll(() => output, { timeout: 20_000 }).toMatch(/trackhook dev is running/);
+    return { child, exited, output: () => output };
+  }
+  const natsServersOn = (dataDir: string) =>
+    spawnSync("pgrep", ["-f", "--", `-sd ${join(dataDir, "nats")}`], { encoding: "utf8" }).stdout.trim().split("\n").filter(Boolean).map(Number);
+
+  it("kill -9: the next dev stops the nats-server left running, and says so", async () => {
+    const dataDir = mkdtempSync(join(tmpdir(), "trackhook-dev-"));
+    const first = await startDev(dataDir);
+    const [left] = natsServersOn(dataDir);
+    expect(left).toBeGreaterThan(0);
+    first.child.kill("SIGKILL");
+    await first.exited;
+    expect(natsServersOn(dataDir)).toEqual([left]); // a SIGKILLed process cannot stop its child
+    const second = await startDev(dataDir);
+    try {
+      expect(second.output()).toContain("stopped the nats-server a trackhook dev that did not exit cleanly left running on this store");
+      const running = natsServersOn(dataDir);
+      expect(running).toHaveLength(1);
+      expect(running).not.toContain(left);
+    } finally {
+      second.child.kill("SIGTERM");
+      await second.exited;
+    }
+    expect(natsServersOn(dataDir)).toEqual([]);
+  }, 60_000);
+
+  it("SIGHUP (the terminal closed) stops dev and its nats-server cleanly", async () => {
+    const dataDir = mkdtempSync(join(tmpdir(), "trackhook-dev-"));
+    const dev = await startDev(dataDir);
+    dev.child.kill("SIGHUP");
+    await dev.exited;
+    expect(dev.child.exitCode).toBe(0);
+    expect(natsServersOn(dataDir)).toEqual([]);
+    expect(existsSync(join(dataDir, "nats", "trackhook-dev.pid"))).toBe(false);
+  }, 40_000);
+});
+
 describe("trackhook dev failing to start", () => {
   it("reports a port in use clearly and leaves no nats-server behind", async () => {
     const { createServer } = await import("node:net");
