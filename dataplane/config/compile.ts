@@ -59,8 +59,14 @@ export function compileConfig(documents: RawDocument[]): CompiledConfig {
         // A request acts once, when created; a config file is read again on every change.
         problems.push(`${label}: DeletionRequest is acted on by the operator in a cluster; without one, run \`trackhook delete-user --config <file|dir> --source <ns/name> --user-id <id>\``);
         break;
-      default:
+      default: {
+        // A directory applied with `kubectl apply -f` holds other kinds too (the Namespace, a
+        // Deployment): those are not ours to judge. A trackhook.io kind we do not know, or a
+        // document with no kind, is a mistake.
+        const apiVersion = (body as { apiVersion?: unknown })?.apiVersion;
+        if (typeof kind === "string" && typeof apiVersion === "string" && !apiVersion.startsWith("trackhook.io/")) break;
         problems.push(`${label}: kind must be one of Source, WebhookDestination, Secret`);
+      }
     }
   }
 

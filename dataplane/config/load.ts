@@ -80,7 +80,10 @@ function parseFile(file: string, text: string): ParsedFile {
     }
     const body = doc.toJS();
     if (body === null || body === undefined) return; // an empty document between `---` lines
-    documents.push({ origin, body });
+    // What `kubectl get ... -o yaml` writes: a List of the objects.
+    const items = (body as { kind?: unknown; items?: unknown }).kind === "List" ? (body as { items?: unknown }).items : undefined;
+    if (Array.isArray(items)) items.forEach((item: unknown, i) => documents.push({ origin: `${origin}, item ${i + 1}`, body: item }));
+    else documents.push({ origin, body });
   });
   return { text, documents, problems };
 }

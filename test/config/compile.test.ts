@@ -158,7 +158,7 @@ spec:
       "a.yaml": [
         secret("k", "writeKey", "x"),
         source("web", "k", "writeKey"),
-        "apiVersion: v1\nkind: ConfigMap\nmetadata: { name: cm }\n",
+        "apiVersion: trackhook.io/v1alpha1\nkind: Sorce\nmetadata: { name: typo }\n",
         `apiVersion: trackhook.io/v1alpha1
 kind: WebhookDestination
 metadata: { name: six }
@@ -177,11 +177,36 @@ spec: { sources: [mobile], urls: [https://a.example] }
       ].join("---\n"),
     });
     const text = problemsOf(dir).join("\n");
-    expect(text).toMatch(/document 3 \(ConfigMap cm\): kind must be one of/);
+    expect(text).toMatch(/document 3 \(Sorce typo\): kind must be one of/);
     expect(text).toMatch(/WebhookDestination six\): spec.urls: must NOT have more than 5 items/);
     expect(text).toMatch(/WebhookDestination ftp\): spec.urls\[0\]: is not valid: An http or https URL that receives POSTed messages/);
     expect(text).toMatch(/WebhookDestination ftp\): spec: has unknown field "colour"/);
     expect(text).toMatch(/WebhookDestination ghost\): spec.sources\[0\]: no Source "mobile" in namespace default/);
+  });
+
+  it("reads what `kubectl get -o yaml` writes (a List, with server fields), and passes over other Kubernetes kinds (found by a review: both refused the whole config)", () => {
+    const exported = {
+      apiVersion: "v1",
+      kind: "List",
+      metadata: { resourceVersion: "" },
+      items: [
+        { apiVersion: "v1", kind: "Secret", type: "Opaque", metadata: { name: "k", namespace: "shop", uid: "u-1", resourceVersion: "12", managedFields: [{ manager: "kubectl" }] }, data: { writeKey: Buffer.from("shop-key").toString("base64") } },
+        { apiVersion: "trackhook.io/v1alpha1", kind: "Source", metadata: { name: "web", namespace: "shop", generation: 2, finalizers: ["trackhook.io/cleanup"] }, spec: { writeKeySecretRef: { name: "k", key: "writeKey" } }, status: { observedGeneration: 2 } },
+      ],
+    };
+    const dir = configDir({
+      "export.yaml": JSON.stringify(exported),
+      "namespace.yaml": "apiVersion: v1\nkind: Namespace\nmetadata: { name: shop }\n---\napiVersion: apps/v1\nkind: Deployment\nmetadata: { name: app }\nspec: {}\n",
+    });
+    const config = loadConfigFile(dir);
+    expect(config.sources).toMatchObject([{ namespace: "shop", name: "web", writeKeySha256: sha256Hex("shop-key") }]);
+  });
+
+  it("still refuses a document without a kind, and one of our kinds under another apiVersion", () => {
+    const dir = configDir({ "a.yaml": "apiVersion: v1\nmetadata: { name: x }\n---\napiVersion: v1\nkind: Source\nmetadata: { name: web }\nspec: { writeKeySecretRef: { name: k, key: writeKey } }\n" });
+    const text = problemsOf(dir).join("\n");
+    expect(text).toMatch(/document 1 \(no kind x\): kind must be one of/);
+    expect(text).toMatch(/document 2 \(Source web\): apiVersion/);
   });
 
   it("rejects credentials in webhook URLs, and Standard Webhooks without a shared secret", () => {
