@@ -6,7 +6,7 @@ import type { CompiledConfig } from "../../schema/mod.ts";
 import type { Logger } from "../logging.ts";
 import { compileConfig } from "./compile.ts";
 import { ConfigError } from "./errors.ts";
-import { loadDocuments, type ParsedFiles } from "./load.ts";
+import { configFiles, loadDocuments, type ParsedFiles } from "./load.ts";
 
 export interface ConfigProvider {
   current(): CompiledConfig;
@@ -89,7 +89,7 @@ export class FileConfigProvider extends ConfigHolder {
   /** Each config file as last parsed: a reload parses only the files whose text changed. */
   readonly #parsed: ParsedFiles;
 
-  constructor(path: string, log: Logger, debounceMs = 200, settleMs = 1_000) {
+  constructor(path: string, log: Logger, debounceMs = 200, settleMs = 1_000, pollMs = 2_000) {
     const parsed: ParsedFiles = new Map();
     super(loadConfigFile(path, parsed)); // throws ConfigError: invalid config fails at start
     this.#parsed = parsed;
@@ -99,14 +99,31 @@ export class FileConfigProvider extends ConfigHolder {
     const isDir = statSync(path).isDirectory();
     const dir = isDir ? path : dirname(path);
     const file = isDir ? undefined : basename(path);
-    // Watch the directory, not the file: editors save by renaming a new file over the old one.
-    this.#watcher = watch(dir, (_event, name) => {
-      if (file && name !== file) return;
+    const schedule = () => {
       clearTimeout(this.#timer);
       this.#timer = setTimeout(() => this.reload(), debounceMs);
+    };
+    // Watch the directory, not the file: editors save by renaming a new file over the old one.
+    this.#watcher = watch(dir, (_event, name) => {
+      if (!file || name === file) schedule();
     });
     this.#watcher.unref();
+    // A watch does not see through symlinks: a file linked from elsewhere edited in place, or a
+    // Kubernetes ConfigMap mount (its files are links through `..data`, swapped on update). What
+    // the links point to is compared every few seconds too (found by a review: a rotated key in a
+    // linked file never took effect).
+    this.#signature = filesSignature(path);
+    this.#poll = setInterval(() => {
+      const signature = filesSignature(path);
+      if (signature === this.#signature) return;
+      this.#signature = signature;
+      schedule();
+    }, pollMs);
+    this.#poll.unref();
   }
+
+  #signature: string;
+  readonly #poll: NodeJS.Timeout;
 
   /** @param settled a second read, `settleMs` after a first that removed something. */
   reload(settled = false): void {
@@ -152,9 +169,24 @@ export class FileConfigProvider extends ConfigHolder {
   }
 
   override close(): void {
+    clearInterval(this.#poll);
     clearTimeout(this.#timer);
     clearTimeout(this.#settling);
     this.#watcher.close();
+  }
+}
+
+/** What the config files (through any symlinks) are now: their paths, sizes, times and inodes. */
+function filesSignature(path: string): string {
+  try {
+    return configFiles(path)
+      .map((file) => {
+        const stat = statSync(file); // follows links
+        return `${file}:${stat.ino}:${stat.size}:${stat.mtimeMs}`;
+      })
+      .join("\n");
+  } catch {
+    return ""; // gone for a moment (a swap under way): the next poll looks again
   }
 }
 

@@ -5,7 +5,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { Registry } from "prom-client";
-import { FileConfigProvider, configMetrics } from "../../dataplane/config/mod.ts";
+import { FileConfigProvider, configMetrics, sha256Hex } from "../../dataplane/config/mod.ts";
 import { createLogger } from "../../dataplane/logging.ts";
 import { startNats, type NatsHarness } from "../harness/nats.ts";
 import { basic, post, startIngest, type IngestHarness } from "../harness/ingest.ts";
@@ -173,6 +173,40 @@ describe("the log of a file config", () => {
       expect(await sample("trackhook_config_rejected_total")).toBe(1);
     } finally {
       watched.close();
+    }
+  });
+});
+
+describe("config files behind symlinks (found by a review: an edit of a linked file never took effect)", () => {
+  it("a Kubernetes-ConfigMap-style mount (files linked through ..data, swapped on update) and a linked file edited in place are both reloaded", async () => {
+    const { mkdirSync, symlinkSync } = await import("node:fs");
+    const mount = mkdtempSync(join(tmpdir(), "trackhook-cm-"));
+    const outside = mkdtempSync(join(tmpdir(), "trackhook-linked-"));
+    // As the kubelet lays a ConfigMap out: ..<timestamp>/file, ..data -> ..<timestamp>, file -> ..data/file.
+    mkdirSync(join(mount, "..2026_a"));
+    writeFileSync(join(mount, "..2026_a", "cm.yaml"), doc({ cm: "cm-key-one" }));
+    symlinkSync("..2026_a", join(mount, "..data"));
+    symlinkSync("..data/cm.yaml", join(mount, "cm.yaml"));
+    writeFileSync(join(outside, "linked.yaml"), doc({ linked: "linked-key-one" }));
+    symlinkSync(join(outside, "linked.yaml"), join(mount, "linked.yaml"));
+
+    const files = new FileConfigProvider(mount, createLogger({ level: "silent" }), 50, 100, 200);
+    const single = new FileConfigProvider(join(mount, "cm.yaml"), createLogger({ level: "silent" }), 50, 100, 200);
+    const keyOf = (p: FileConfigProvider, name: string) => p.current().sources.find((s) => s.name === name)?.writeKeySha256;
+    try {
+      expect([keyOf(files, "cm"), keyOf(files, "linked"), keyOf(single, "cm")]).toEqual([sha256Hex("cm-key-one"), sha256Hex("linked-key-one"), sha256Hex("cm-key-one")]);
+      // The kubelet's update: a new timestamped dir, ..data swapped to it by a rename.
+      mkdirSync(join(mount, "..2026_b"));
+      writeFileSync(join(mount, "..2026_b", "cm.yaml"), doc({ cm: "cm-key-two" }));
+      symlinkSync("..2026_b", join(mount, "..data_tmp"));
+      renameSync(join(mount, "..data_tmp"), join(mount, "..data"));
+      // And a linked file edited in place.
+      writeFileSync(join(outside, "linked.yaml"), doc({ linked: "linked-key-two" }));
+      await eventually(async () => keyOf(files, "cm") === sha256Hex("cm-key-two") && keyOf(files, "linked") === sha256Hex("linked-key-two"));
+      await eventually(async () => keyOf(single, "cm") === sha256Hex("cm-key-two"));
+    } finally {
+      files.close();
+      single.close();
     }
   });
 });
