@@ -15,16 +15,21 @@ const FORBIDDEN_IPV4 = [
 for (const [network, prefix] of FORBIDDEN_IPV4) FORBIDDEN.addSubnet(network, prefix, "ipv4");
 for (const [network, prefix] of [
   // ::/96 holds ::, ::1 and the deprecated IPv4-compatible ::a.b.c.d; ::ffff:0:a.b.c.d is SIIT's
-  // IPv4-translated form; 64:ff9b::/96 and 64:ff9b:1::/48 are NAT64 prefixes; fec0::/10 is the
-  // deprecated site-local range; 2001::/32 is Teredo, which tunnels to an (obfuscated) IPv4.
-  ["::", 96], ["::ffff:0:0:0", 96], ["64:ff9b::", 96], ["64:ff9b:1::", 48], ["100::", 64], ["2001::", 32], ["2001:db8::", 32],
+  // IPv4-translated form; 64:ff9b:1::/48 is the local-use NAT64 prefix (where it holds the IPv4
+  // address depends on the network's prefix length); fec0::/10 is the deprecated site-local
+  // range; 2001::/32 is Teredo, which tunnels to an (obfuscated) IPv4.
+  ["::", 96], ["::ffff:0:0:0", 96], ["64:ff9b:1::", 48], ["100::", 64], ["2001::", 32], ["2001:db8::", 32],
   ["fc00::", 7], ["fe80::", 10], ["fec0::", 10], ["ff00::", 8],
 ] as const) FORBIDDEN.addSubnet(network, prefix, "ipv6");
-// 6to4 (2002::/16) carries an IPv4 address in its next 32 bits: refused when that one would be.
+// 6to4 (2002::/16) carries an IPv4 address in its next 32 bits, NAT64's well-known prefix
+// (64:ff9b::/96) in its last 32: refused when that one would be. A DNS64 resolver (IPv6-only
+// clusters) answers 64:ff9b::808:808 for 8.8.8.8: refusing the whole prefix refused every receiver
+// without IPv6 there (found by a review).
 for (const [network, prefix] of FORBIDDEN_IPV4) {
   const [a, b, c, d] = network.split(".").map(Number) as [number, number, number, number];
   const hex = (hi: number, lo: number) => ((hi << 8) | lo).toString(16);
   FORBIDDEN.addSubnet(`2002:${hex(a, b)}:${hex(c, d)}::`, 16 + prefix, "ipv6");
+  FORBIDDEN.addSubnet(`64:ff9b::${hex(a, b)}:${hex(c, d)}`, 96 + prefix, "ipv6");
 }
 
 /** Whether an IP address is one webhooks may not reach (IPv4-mapped IPv6 is judged as its IPv4). */

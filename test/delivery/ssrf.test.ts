@@ -13,9 +13,13 @@ describe("forbidden addresses", () => {
     // Regressions (the security review): IPv4-compatible, SIIT-translated, local-use NAT64,
     // site-local, and 6to4 forms of forbidden IPv4 addresses were dialled.
     "::127.0.0.1", "::7f00:1", "::ffff:0:7f00:1", "64:ff9b:1::a9fe:a9fe", "fec0::1", "2002:7f00:1::", "2002:a9fe:a9fe::1", "2002:c0a8:101::", "2001:0:4136:e378:8000:63bf:3fff:fdd2",
+    // NAT64's well-known prefix holding a forbidden IPv4 address.
+    "64:ff9b::7f00:1", "64:ff9b::a9fe:a9fe", "64:ff9b::a00:1", "64:ff9b::",
   ])("%s is refused", (address) => expect(isForbiddenAddress(address)).toBe(true));
 
-  it.each(["8.8.8.8", "1.1.1.1", "172.32.0.1", "100.128.0.1", "2606:4700:4700::1111", "::ffff:8.8.8.8", "2002:808:808::1"])("%s is allowed", (address) =>
+  it.each(["8.8.8.8", "1.1.1.1", "172.32.0.1", "100.128.0.1", "2606:4700:4700::1111", "::ffff:8.8.8.8", "2002:808:808::1",
+    // DNS64's answer for 8.8.4.4 in an IPv6-only cluster (regression: the whole prefix was refused).
+    "64:ff9b::808:404", "64:ff9b::8.8.4.4"])("%s is allowed", (address) =>
     expect(isForbiddenAddress(address)).toBe(false));
 
   it("refuses IP-literal URLs before dialling, in every notation", () => {
