@@ -11,7 +11,9 @@
 // destination that worked never waits for the pool again. (The CLI also enlarges the pool: see
 // cli/main.ts.) The addresses are still judged on every connection by the SSRF guard.
 import { ADDRCONFIG, lookup as dnsLookup, type LookupAddress } from "node:dns";
-import type { LookupFunction } from "node:net";
+import { Resolver } from "node:dns/promises";
+import { isIP, type LookupFunction } from "node:net";
+import { networkInterfaces } from "node:os";
 
 /** How long an answer is used before it is looked up again (served meanwhile). */
 export const ANSWER_TTL_MS = 30_000;
@@ -40,13 +42,63 @@ interface Entry {
 const systemLookup: Lookup = (hostname, callback) =>
   dnsLookup(hostname, { all: true, family: 0, hints: process.platform === "win32" ? 0 : ADDRCONFIG }, callback);
 
+/** How long one DNS query waits for an answer, and how often it is asked (c-ares doubles the wait). */
+export const DNS_QUERY = { timeoutMs: 1_500, tries: 2 } as const;
+
+/**
+ * Names looked up by querying DNS directly (c-ares, no thread), the system's getaddrinfo only for
+ * what DNS does not know: single-label and `.localhost` names, names in /etc/hosts, and names found
+ * through the resolver's search domains (a cluster's `svc.cluster.local`).
+ *
+ * Why: getaddrinfo holds one of libuv's threads (32 here: cli/main.ts) until the system resolver
+ * gives up, and cannot be cancelled. A review gave 40 destinations five names each whose DNS never
+ * answered: every thread was held, and a healthy destination's first lookup waited behind them,
+ * nothing delivered for 90 s. A query here costs a socket and a timer, and gives up after
+ * DNS_QUERY; a DNS server failing (a timeout, SERVFAIL, REFUSED) is reported as EAI_AGAIN without
+ * asking getaddrinfo, which would only wait on the same server again.
+ */
+export function dnsFirstLookup(resolver: Resolver = new Resolver({ timeout: DNS_QUERY.timeoutMs, tries: DNS_QUERY.tries })): Lookup {
+  return (hostname, callback) => {
+    if (!hostname.includes(".") || hostname === "localhost" || hostname.endsWith(".localhost") || isIP(hostname)) {
+      return systemLookup(hostname, callback);
+    }
+    const v6 = hasIPv6();
+    void Promise.allSettled([resolver.resolve4(hostname), v6 ? resolver.resolve6(hostname) : Promise.resolve([])]).then(([a, aaaa]) => {
+      const addresses: LookupAddress[] = [
+        ...(a.status === "fulfilled" ? a.value.map((address) => ({ address, family: 4 })) : []),
+        ...(aaaa.status === "fulfilled" ? aaaa.value.map((address) => ({ address, family: 6 })) : []),
+      ];
+      if (addresses.length > 0) return callback(null, addresses);
+      const failures = [a, aaaa].flatMap((r) => (r.status === "rejected" ? [r.reason as NodeJS.ErrnoException] : []));
+      // Not in DNS as asked: the system may know it another way.
+      if (failures.every((e) => NOT_IN_DNS.has(e.code ?? ""))) return systemLookup(hostname, callback);
+      const cause = failures.find((e) => !NOT_IN_DNS.has(e.code ?? ""))!;
+      callback(Object.assign(new Error(`DNS lookup of ${hostname} failed: ${cause.code}`), { code: "EAI_AGAIN", hostname, cause }) as NodeJS.ErrnoException, []);
+    });
+  };
+}
+
+/** c-ares answers that say only that DNS has no such record. */
+const NOT_IN_DNS = new Set(["ENOTFOUND", "ENODATA", "ENONAME", "EBADNAME"]);
+
+let ipv6Checked = 0;
+let ipv6 = false;
+/** Whether this host has a global IPv6 address (what getaddrinfo's ADDRCONFIG asks), checked at most once a minute. */
+function hasIPv6(): boolean {
+  const now = Date.now();
+  if (now - ipv6Checked < 60_000) return ipv6;
+  ipv6Checked = now;
+  ipv6 = Object.values(networkInterfaces()).some((list) => list?.some((i) => i.family === "IPv6" && !i.internal && !i.address.startsWith("fe80")));
+  return ipv6;
+}
+
 export class DnsCache {
   readonly #lookup: Lookup;
   readonly #now: () => number;
   readonly #entries = new Map<string, Entry>();
 
-  /** @param lookup the resolver (tests give a fake one); the system's getaddrinfo (systemLookup) by default. */
-  constructor(lookup: Lookup = systemLookup, now: () => number = Date.now) {
+  /** @param lookup the resolver (tests give a fake one); DNS first, then the system's getaddrinfo (dnsFirstLookup), by default. */
+  constructor(lookup: Lookup = dnsFirstLookup(), now: () => number = Date.now) {
     this.#lookup = lookup;
     this.#now = now;
   }

@@ -4,7 +4,7 @@
 // test/delivery/sender.test.ts and ssrf.test.ts send through the real one.
 import type { LookupAddress } from "node:dns";
 import { describe, expect, it } from "vitest";
-import { ANSWER_TTL_MS, DnsCache, FAILURE_TTL_MS } from "../../dataplane/delivery/dns-cache.ts";
+import { ANSWER_TTL_MS, DnsCache, FAILURE_TTL_MS, dnsFirstLookup } from "../../dataplane/delivery/dns-cache.ts";
 import { guardLookup } from "../../dataplane/delivery/ssrf.ts";
 
 type Callback = (err: NodeJS.ErrnoException | null, addresses: LookupAddress[]) => void;
@@ -106,5 +106,68 @@ describe("DnsCache", () => {
     const guarded = new DnsCache((_, answer) => answer(null, [...A, { address: "10.0.0.1", family: 4 }]));
     const [err] = await new Promise<unknown[]>((done) => guardLookup(guarded.lookupFunction)("rebind.example.com", {}, (...args: unknown[]) => done(args)));
     expect((err as Error).message).toMatch(/resolves to 10\.0\.0\.1, a private or reserved address/);
+  });
+});
+
+describe("dnsFirstLookup (real sockets: a DNS server on loopback)", () => {
+  /** A UDP DNS server on loopback that never answers, or answers every A query with `answer`. */
+  async function dnsServer(answer?: string): Promise<{ address: string; close: () => void; queries: () => number }> {
+    const { createSocket } = await import("node:dgram");
+    const socket = createSocket("udp4");
+    let queries = 0;
+    socket.on("message", (query, peer) => {
+      queries++;
+      if (!answer) return;
+      // The question section ends after the name's zero byte and QTYPE/QCLASS (4 bytes).
+      let end = 12;
+      while (query[end] !== 0) end += query[end]! + 1;
+      const question = query.subarray(12, end + 5);
+      const isA = question.readUInt16BE(question.length - 4) === 1;
+      const header = Buffer.from(query.subarray(0, 12));
+      header.writeUInt16BE(0x8180, 2); // a response, recursion available, no error
+      header.writeUInt16BE(isA ? 1 : 0, 6); // answers
+      const record = Buffer.concat([Buffer.from([0xc0, 0x0c, 0, 1, 0, 1, 0, 0, 0, 60, 0, 4]), Buffer.from(answer.split(".").map(Number))]);
+      socket.send(Buffer.concat([header, question, isA ? record : Buffer.alloc(0)]), peer.port, peer.address);
+    });
+    await new Promise<void>((resolve) => socket.bind(0, "127.0.0.1", resolve));
+    return { address: `127.0.0.1:${socket.address().port}`, close: () => socket.close(), queries: () => queries };
+  }
+  const resolverOf = async (server: string) => {
+    const { Resolver } = await import("node:dns/promises");
+    const resolver = new Resolver({ timeout: 200, tries: 1 });
+    resolver.setServers([server]);
+    return resolver;
+  };
+  const lookupWith = (lookup: ReturnType<typeof dnsFirstLookup>, name: string) =>
+    new Promise<{ err: NodeJS.ErrnoException | null; addresses: LookupAddress[] }>((done) => lookup(name, (err, addresses) => done({ err, addresses })));
+
+  it("answers from DNS", async () => {
+    const server = await dnsServer("93.184.216.34");
+    try {
+      const result = await lookupWith(dnsFirstLookup(await resolverOf(server.address)), "hooks.example.com");
+      expect(result).toEqual({ err: null, addresses: [{ address: "93.184.216.34", family: 4 }] });
+    } finally {
+      server.close();
+    }
+  });
+
+  it("a DNS server that never answers: EAI_AGAIN after the query's timeout, and no thread of libuv's pool held meanwhile (regression: 40 destinations' dead DNS held every thread, and a healthy destination's lookup waited 90 s)", async () => {
+    const server = await dnsServer();
+    try {
+      const lookup = dnsFirstLookup(await resolverOf(server.address));
+      const hanging = Array.from({ length: 200 }, (_, i) => lookupWith(lookup, `hang-${i}.example.com`));
+      // getaddrinfo (localhost goes to the system) and file reads share the pool: both still fast.
+      const started = performance.now();
+      const local = await lookupWith(lookup, "localhost");
+      const { readFile } = await import("node:fs/promises");
+      await readFile(new URL(import.meta.url));
+      expect(performance.now() - started).toBeLessThan(500);
+      expect(local.err).toBeNull();
+      const results = await Promise.all(hanging);
+      expect(results.every((r) => r.err?.code === "EAI_AGAIN")).toBe(true);
+      expect(server.queries()).toBeGreaterThanOrEqual(200);
+    } finally {
+      server.close();
+    }
   });
 });
