@@ -71,22 +71,33 @@ export function readBoundedBody(raw: Readable, headers: IncomingHttpHeaders, lim
       decoder.on("end", onEnd);
       decoder.on("error", (err) => stop(errors.invalidCompression(err)));
     };
+    // The first two bytes tell the formats apart; a client may send them one at a time (found by
+    // a fuzz review: a 1-byte first chunk of raw DEFLATE was read as zlib and refused).
+    let head: Buffer | undefined;
     // Written to the decoder without backpressure: the compressed input is bounded by wireLimit.
     const onWire = (chunk: Buffer) => {
       wireBytes += chunk.length;
       if (wireBytes > wireLimit) stop(tooLarge());
       else if (!compressed) onOutput(chunk);
+      else if (decoder) decoder.write(chunk);
       else {
-        if (!decoder) startDecoder(chunk);
-        decoder!.write(chunk);
+        head = head ? Buffer.concat([head, chunk]) : chunk;
+        if (head.length < 2) return;
+        startDecoder(head);
+        decoder!.write(head);
+        head = undefined;
       }
     };
 
     raw.on("data", onWire);
     raw.on("end", () => {
       received = true;
-      if (!compressed) onEnd();
-      else if (!decoder) stop(errors.invalidCompression(new Error("empty compressed body")));
+      if (!compressed) return onEnd();
+      if (!decoder && head) {
+        startDecoder(head);
+        decoder!.write(head);
+      }
+      if (!decoder) stop(errors.invalidCompression(new Error("empty compressed body")));
       else decoder.end();
     });
     raw.on("error", (err) => stop(errors.clientAborted(err)));

@@ -4,10 +4,10 @@
 import { execFile } from "node:child_process";
 import { connect, type Socket } from "node:net";
 import { promisify } from "node:util";
-import { deflateRawSync } from "node:zlib";
+import { deflateRawSync, deflateSync } from "node:zlib";
 import { describe, expect, it } from "vitest";
 import { DRAIN_LIMIT_BYTES } from "../../dataplane/ingest/body.ts";
-import { WRITE_KEY, basic, post, storedMessages, uniqueId, useIngest } from "../harness/ingest.ts";
+import { WRITE_KEY, basic, post, postChunked, storedMessages, uniqueId, useIngest } from "../harness/ingest.ts";
 
 const execFileAsync = promisify(execFile);
 
@@ -195,5 +195,15 @@ describe("content headers (ADR 2: any Content-Type is read as JSON)", () => {
     expect(res.status).toBe(200);
     const stored = new Set((await storedMessages(env.nats)).map((m) => m.body.messageId));
     expect(stored.has(plain) && stored.has(rawId)).toBe(true);
+  });
+
+  it("raw DEFLATE whose first byte arrives alone is read too (found by a fuzz review: read as zlib, 400 invalid_compression)", async () => {
+    for (const [format, compress] of [["raw", deflateRawSync], ["zlib", deflateSync]] as const) {
+      const id = uniqueId(format);
+      const body = compress(JSON.stringify({ userId: "u", event: "Split deflate", messageId: id }));
+      const res = await postChunked(`${env.ingest.url}/v1/track`, [body.subarray(0, 1), body.subarray(1)], { ...auth, "content-encoding": "deflate" });
+      expect(res.status, format).toBe(200);
+      expect((await storedMessages(env.nats)).some((m) => m.body.messageId === id)).toBe(true);
+    }
   });
 });
