@@ -1,4 +1,6 @@
 // Parsing of flag values shared by the commands.
+import { readFileSync } from "node:fs";
+import { join } from "node:path";
 import { parseDuration } from "../schema/mod.ts";
 
 export class UsageError extends Error {
@@ -55,9 +57,13 @@ export const listFlag = (text: string | undefined): string[] | undefined =>
 const NATS_SCHEMES = ["nats", "tls", "ws", "wss"];
 
 /** --nats, or TRACKHOOK_NATS_URL. */
-export function natsUrl(values: { nats?: string | undefined }): string {
-  const url = values.nats ?? process.env.TRACKHOOK_NATS_URL;
-  if (!url) throw new UsageError("--nats <url> is required (or set TRACKHOOK_NATS_URL)");
+/**
+ * The --nats URL, else TRACKHOOK_NATS_URL; for an admin command (`orDev`), else the NATS of the
+ * `trackhook dev` running from this directory: its nats-server takes a new port at every start.
+ */
+export function natsUrl(values: { nats?: string | undefined }, { orDev = false }: { orDev?: boolean } = {}): string {
+  const url = values.nats ?? process.env.TRACKHOOK_NATS_URL ?? (orDev ? devNatsUrl() : undefined);
+  if (!url) throw new UsageError(`--nats <url> is required (or set TRACKHOOK_NATS_URL${orDev ? "; or run it where `trackhook dev` runs" : ""})`);
   for (const server of url.split(",")) {
     const scheme = /^([a-z][a-z0-9+.-]*):\/\//i.exec(server.trim())?.[1]?.toLowerCase();
     if (scheme !== undefined && !NATS_SCHEMES.includes(scheme)) {
@@ -70,4 +76,31 @@ export function natsUrl(values: { nats?: string | undefined }): string {
 /** The settings whose flag (`flagOf`) was not given: an existing stream keeps its own value for them. */
 export function settingsLeftOut<S extends string>(values: Record<string, string | undefined>, flagOf: Record<S, string>): S[] {
   return (Object.keys(flagOf) as S[]).filter((setting) => values[flagOf[setting]] === undefined);
+}
+
+/** Where `trackhook dev` writes its pid, its nats-server's and that server's URL (cli/commands/dev.ts). */
+export const DEV_LOCK_FILE = join(".trackhook", "nats", "trackhook-dev.pid");
+
+function devNatsUrl(): string | undefined {
+  let fields: string[];
+  try {
+    fields = readFileSync(DEV_LOCK_FILE, "utf8").trim().split(/\s+/);
+  } catch {
+    return undefined;
+  }
+  const [pid, , url] = fields;
+  if (!url || !isRunning(Number(pid))) return undefined;
+  process.stderr.write(`trackhook: using the NATS of the trackhook dev running here (pid ${pid}): ${url}\n`);
+  return url;
+}
+
+/** Whether a process is alive (someone else's counts). */
+export function isRunning(pid: number): boolean {
+  if (!Number.isInteger(pid) || pid <= 0) return false;
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch (err) {
+    return (err as NodeJS.ErrnoException).code === "EPERM";
+  }
 }

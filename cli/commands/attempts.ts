@@ -44,7 +44,7 @@ export const attemptsCommand: Command = {
   },
   async run(values) {
     const { namespace, name } = qualifiedName("destination", values.destination);
-    const url = natsUrl(values);
+    const url = natsUrl(values, { orDev: true });
     const json = Boolean(values.json as unknown);
     const { "message-id": messageId, since, limit } = values;
     const selection = {

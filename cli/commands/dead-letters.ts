@@ -27,7 +27,7 @@ ${SELECTION_HELP}
   async run(values) {
     const selection = deadLetterSelection(values);
     const { namespace, destination: name } = selection;
-    const url = natsUrl(values);
+    const url = natsUrl(values, { orDev: true });
     const json = Boolean(values.json as unknown);
     const nc = await connectAdmin(url, "trackhook-dead-letters");
     if (!nc) return;

@@ -42,7 +42,7 @@ export const deleteUserCommand: Command = {
     const odd = userIds.find((id) => !USER_ID.test(id));
     if (odd !== undefined) throw new UsageError(`--user-id ${JSON.stringify(odd)}: no whitespace at either end and no control characters (it would notify a user who does not exist)`);
     if (values["dead-letters-only"] && values["request-id"]) throw new UsageError("--dead-letters-only sends no notification: it takes no --request-id");
-    const url = natsUrl(values);
+    const url = natsUrl(values, { orDev: true });
     const config = loadConfigFile(values.config);
     if (!config.sources.some((s) => s.namespace === namespace && s.name === name)) {
       throw new UsageError(`no Source ${namespace}/${name} in ${values.config}`);

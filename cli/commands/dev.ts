@@ -5,7 +5,7 @@ import { dirname, join, resolve } from "node:path";
 import { FileConfigProvider } from "../../dataplane/config/mod.ts";
 import { createLogger, type Logger } from "../../dataplane/logging.ts";
 import { LocalNatsServer, connectNats } from "../../dataplane/nats/mod.ts";
-import { UsageError, integerFlag } from "../args.ts";
+import { UsageError, integerFlag, isRunning as isAlive } from "../args.ts";
 import { onShutdown } from "../shutdown.ts";
 import { DeliveryMetrics } from "../../dataplane/delivery/mod.ts";
 import { startDelivery, type RunningDelivery } from "./deliver.ts";
@@ -37,7 +37,7 @@ export const devCommand: Command = {
       mkdirSync(storeDir, { recursive: true });
       const lock = lockStoreDir(storeDir, log);
       natsServer = await LocalNatsServer.start({ storeDir });
-      lock.natsServerStarted(natsServer.pid);
+      lock.natsServerStarted(natsServer.pid, natsServer.url);
       natsUrl = natsServer.url;
       log.info({ nats: natsUrl, storeDir, binary: natsServer.binary }, "started nats-server");
     }
@@ -79,8 +79,8 @@ export const devCommand: Command = {
         `and not stored: the log says "message not accepted" and why.\n` +
         `SDKs take ${ingest.url} as their host (README: "Point your SDKs at trackhook"); a web page can load\n` +
         `analytics.js from ${ingest.url}/analytics.js/v1/$WRITE_KEY/analytics.min.js (with analytics._cdn = "${ingest.url}").\n\n` +
-        `The admin commands (attempts, dead-letters, replay, tail, delete-user) take this NATS; in another terminal\n` +
-        `(the port changes with every start):\n` +
+        `The admin commands (attempts, dead-letters, replay, tail, delete-user) find this NATS when run from this\n` +
+        `directory; from elsewhere (the port changes with every start):\n` +
         `  export TRACKHOOK_NATS_URL=${natsUrl}\n` +
         `  alias trackhook=${shellQuote(`${process.execPath} ${realpathSync(process.argv[1]!)}`)}\n` +
         `  trackhook tail      # or: trackhook dead-letters --destination <name>\n\n`,
@@ -106,7 +106,7 @@ const shellQuote = (text: string) => `'${text.replaceAll("'", `'\\''`)}'`;
  * by SIGKILL) is stopped first: a second one on the same store is the corruption the lock exists
  * to prevent (found by a review: each crash left one more running).
  */
-function lockStoreDir(storeDir: string, log: Logger): { natsServerStarted(pid: number | undefined): void } {
+function lockStoreDir(storeDir: string, log: Logger): { natsServerStarted(pid: number | undefined, url: string): void } {
   const lock = join(storeDir, "trackhook-dev.pid");
   const [holder = NaN, leftServer = NaN] = existsSync(lock) ? readFileSync(lock, "utf8").trim().split(/\s+/).map(Number) : [];
   if (Number.isInteger(holder) && holder > 0 && holder !== process.pid && isAlive(holder)) {
@@ -124,7 +124,8 @@ function lockStoreDir(storeDir: string, log: Logger): { natsServerStarted(pid: n
       // already gone
     }
   });
-  return { natsServerStarted: (pid) => pid !== undefined && writeFileSync(lock, `${process.pid} ${pid}`) };
+  // The admin commands run from the same directory read the URL here (cli/args.ts).
+  return { natsServerStarted: (pid, url) => pid !== undefined && writeFileSync(lock, `${process.pid} ${pid} ${url}`) };
 }
 
 /** A process's command line, or undefined when it cannot be read (the pid may be reused by now). */
@@ -148,11 +149,3 @@ function stopLeftServer(pid: number): void {
   if (isAlive(pid)) process.kill(pid, "SIGKILL");
 }
 
-function isAlive(pid: number): boolean {
-  try {
-    process.kill(pid, 0);
-    return true;
-  } catch (err) {
-    return (err as NodeJS.ErrnoException).code === "EPERM"; // alive, someone else's
-  }
-}

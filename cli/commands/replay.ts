@@ -86,7 +86,7 @@ ${SELECTION_HELP}
     const selection = deadLetterSelection(values);
     const perSecond = values.rate === undefined ? undefined : integerFlag("rate", values.rate, 1, 1_000_000);
     const { namespace, destination: name } = selection;
-    const url = natsUrl(values);
+    const url = natsUrl(values, { orDev: true });
     const nc = await connectAdmin(url, "trackhook-replay");
     if (!nc) return;
     // A long replay says how far it has got, every few seconds (on stderr: stdout keeps the result).

@@ -19,7 +19,7 @@ export const tailCommand: Command = {
   flags: { source: { type: "string" }, nats: { type: "string" } },
   async run(values) {
     const source = values.source !== undefined ? qualifiedName("source", values.source) : undefined;
-    const url = natsUrl(values);
+    const url = natsUrl(values, { orDev: true });
     const nc = await connectAdmin(url, "trackhook-tail");
     if (!nc) return;
     const stop = new AbortController();

@@ -206,6 +206,30 @@ describe("trackhook dev after a crash or a closed terminal (found by a review: e
     expect(natsServersOn(dataDir)).toEqual([]);
   }, 60_000);
 
+  it("the admin commands run where dev runs find its NATS without --nats (found by a review: its port changes at every start)", async () => {
+    const here = mkdtempSync(join(tmpdir(), "trackhook-here-"));
+    const env = { ...process.env };
+    delete env.TRACKHOOK_NATS_URL;
+    const child = spawn(process.execPath, [CLI, "dev", "--config", join(root, "examples"), "--port", "0"], { cwd: here, env });
+    let output = "";
+    child.stderr.on("data", (c: Buffer) => (output += c.toString()));
+    const exited = new Promise<void>((resolve) => child.on("exit", () => resolve()));
+    try {
+      await expect.poll(() => output, { timeout: 20_000 }).toMatch(/trackhook dev is running/);
+      const admin = spawnSync(process.execPath, [CLI, "dead-letters", "--destination", "nobody"], { cwd: here, env, encoding: "utf8", timeout: 20_000 });
+      expect(admin.stderr).toMatch(/using the NATS of the trackhook dev running here \(pid \d+\): nats:\/\/127\.0\.0\.1:\d+/);
+      expect(admin.stderr).toContain("no dead letters for default/nobody");
+      expect(admin.status).toBe(0);
+    } finally {
+      child.kill("SIGTERM");
+      await exited;
+    }
+    // Once it has stopped, --nats is asked for again.
+    const after = spawnSync(process.execPath, [CLI, "dead-letters", "--destination", "nobody"], { cwd: here, env, encoding: "utf8", timeout: 20_000 });
+    expect(after.status).toBe(2);
+    expect(after.stderr).toContain("--nats <url> is required");
+  }, 40_000);
+
   it("SIGHUP (the terminal closed) stops dev and its nats-server cleanly", async () => {
     const dataDir = mkdtempSync(join(tmpdir(), "trackhook-dev-"));
     const dev = await startDev(dataDir);
