@@ -66,8 +66,13 @@ export function natsUrl(values: { nats?: string | undefined }, { orDev = false }
   if (!url) throw new UsageError(`--nats <url> is required (or set TRACKHOOK_NATS_URL${orDev ? "; or run it where `trackhook dev` runs" : ""})`);
   for (const server of url.split(",")) {
     const scheme = /^([a-z][a-z0-9+.-]*):\/\//i.exec(server.trim())?.[1]?.toLowerCase();
+    const shown = server.trim().replace(/\/\/[^/@]*@/, "//");
     if (scheme !== undefined && !NATS_SCHEMES.includes(scheme)) {
-      throw new UsageError(`--nats: "${server.trim().replace(/\/\/[^/@]*@/, "//")}" is not a NATS URL (use nats://host:4222, tls://, ws:// or wss://, or host:port)`);
+      throw new UsageError(`--nats: "${shown}" is not a NATS URL (use nats://host:4222, tls://, ws:// or wss://, or host:port)`);
+    }
+    // `localhost:4222x` made the NATS client throw a TypeError, printed with its stack.
+    if (!URL.canParse(scheme === undefined ? `nats://${server.trim()}` : server.trim())) {
+      throw new UsageError(`--nats: "${shown}" is not a valid URL (use nats://host:4222, or host:port)`);
     }
   }
   return url;

@@ -10,7 +10,8 @@ export function onShutdown(log: Logger, stop: () => Promise<void>): void {
       process.exit(1);
     }
     stopping = true;
-    log.info({ signal }, "shutting down: finishing in-flight work");
+    // A webhook request may take its destination's whole timeout (up to a minute): say how to skip it.
+    log.info({ signal }, "shutting down: finishing in-flight work (a second Ctrl-C or signal exits at once)");
     stop().then(
       () => {
         log.info("stopped");

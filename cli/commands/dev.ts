@@ -5,7 +5,7 @@ import { dirname, join, resolve } from "node:path";
 import { FileConfigProvider } from "../../dataplane/config/mod.ts";
 import { createLogger, type Logger } from "../../dataplane/logging.ts";
 import { LocalNatsServer, connectNats } from "../../dataplane/nats/mod.ts";
-import { UsageError, integerFlag, isRunning as isAlive } from "../args.ts";
+import { UsageError, integerFlag, isRunning as isAlive, natsUrl as natsUrlFlag } from "../args.ts";
 import { onShutdown } from "../shutdown.ts";
 import { DeliveryMetrics } from "../../dataplane/delivery/mod.ts";
 import { startDelivery, type RunningDelivery } from "./deliver.ts";
@@ -31,7 +31,7 @@ export const devCommand: Command = {
     const config = new FileConfigProvider(values.config, log); // invalid config fails here, before anything starts
 
     let natsServer: LocalNatsServer | undefined;
-    let natsUrl = values.nats;
+    let natsUrl = values.nats !== undefined ? natsUrlFlag(values) : undefined; // checked before anything starts
     if (!natsUrl) {
       const storeDir = resolve(values["data-dir"] ?? ".trackhook", "nats");
       mkdirSync(storeDir, { recursive: true });

@@ -119,6 +119,15 @@ describe("trackhook CLI", () => {
     expect(Date.now() - started).toBeLessThan(10_000);
   });
 
+  it("a --nats that is no URL at all is a usage error, not a TypeError's stack (found by a review)", () => {
+    for (const command of ["tail", "dev"]) {
+      const result = run(command, "--nats", "localhost:4222x", ...(command === "dev" ? ["--config", "examples/", "--port", "0"] : []));
+      expect(result.status, command).toBe(2);
+      expect(result.stderr).toContain('trackhook: --nats: "localhost:4222x" is not a valid URL (use nats://host:4222, or host:port)\n');
+      expect(result.stderr).not.toContain("TypeError");
+    }
+  });
+
   it("invalid config fails at start, naming the document and field", () => {
     const dir = mkdtempSync(join(tmpdir(), "trackhook-cli-"));
     writeFileSync(join(dir, "bad.yaml"), "apiVersion: trackhook.io/v1alpha1\nkind: Source\nmetadata: { name: web }\nspec: { writeKeySecretRef: { name: k } }\n");
