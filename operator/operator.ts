@@ -31,7 +31,7 @@ import {
 } from "./reconcile/context.ts";
 import { reconcileDeletion } from "./reconcile/deletion.ts";
 import { reconcileDestination } from "./reconcile/destination.ts";
-import { reconcileSource } from "./reconcile/source.ts";
+import { reconcileSource, sourceKeysOf } from "./reconcile/source.ts";
 
 export interface OperatorOptions {
   /** Namespace and name of the leader Lease. */
@@ -197,7 +197,7 @@ export class Operator {
     // would take that key's traffic until the older one's turn. (An entry whose Source is gone
     // loses the key to the first live claimant, as the orphan collection below removes it.)
     const owners = await KvConfigProvider.start(this.#nc, this.#log.child({ reading: "write-key owners" }), { part: "sources", kv });
-    for (const s of owners.current().sources) if (this.#inScope(s.namespace)) ctx.sourceDigests.set(`${s.namespace}/${s.name}`, { writeKeySha256: s.writeKeySha256, ...(s.additionalWriteKeys ? { additionalWriteKeys: s.additionalWriteKeys } : {}) });
+    for (const s of owners.current().sources) if (this.#inScope(s.namespace)) ctx.sourceDigests.set(`${s.namespace}/${s.name}`, sourceKeysOf(s));
     owners.close();
     this.#synced = true;
     this.#ctx = ctx;

@@ -6,6 +6,8 @@ import { DNS_LABEL } from "./resources.ts";
 
 const Name = Type.String({ minLength: 1, maxLength: 63, pattern: DNS_LABEL });
 
+const WriteKeyDigest = Type.Object({ sha256: Type.String({ pattern: "^[0-9a-f]{64}$" }), secretKey: Type.String() }, { additionalProperties: false });
+
 export const CompiledSource = Type.Object(
   {
     namespace: Name,
@@ -13,12 +15,12 @@ export const CompiledSource = Type.Object(
     enabled: Type.Boolean(),
     writeKeySha256: Type.String({ pattern: "^[0-9a-f]{64}$" }),
     /** Keys accepted besides the main one, each with the Secret it came from (`<name>/<key>`), for metrics. */
-    additionalWriteKeys: Type.Optional(
-      Type.Array(
-        Type.Object({ sha256: Type.String({ pattern: "^[0-9a-f]{64}$" }), secretKey: Type.String() }, { additionalProperties: false }),
-        { maxItems: 4 },
-      ),
-    ),
+    additionalWriteKeys: Type.Optional(Type.Array(WriteKeyDigest, { maxItems: 4 })),
+    /**
+     * Additional keys held for the source but not accepted (their Secret cannot be read now): no
+     * other Source may take them meanwhile. Read by the operator only.
+     */
+    reservedWriteKeys: Type.Optional(Type.Array(WriteKeyDigest, { maxItems: 4 })),
     displayName: Type.Optional(Type.String()),
     /** Messages a second per ingest replica, and how many at once after a quiet spell. */
     rateLimit: Type.Optional(

@@ -94,14 +94,16 @@ function secretValue(lookup: SecretLookup, namespace: string, field: string, ref
  * An additional key that cannot be read is left out and reported in `skipped`, not refused: the
  * old key's Secret deleted before its reference would otherwise stop the source's every key.
  */
-export function compileSource(namespace: string, doc: SourceDocument, secrets: SecretLookup): CompileResult<CompiledSource> & { skipped?: Problem[] } {
+export function compileSource(namespace: string, doc: SourceDocument, secrets: SecretLookup): CompileResult<CompiledSource> & { skipped?: SkippedKey[] } {
   const problems: Problem[] = [];
   const key = writeKey(secrets, namespace, "spec.writeKeySecretRef", doc.spec.writeKeySecretRef, problems);
   if (key === undefined) return { ok: false, problems };
-  const skipped: Problem[] = [];
+  const skipped: SkippedKey[] = [];
   const additional = new Map<string, string>();
   (doc.spec.additionalWriteKeySecretRefs ?? []).forEach((ref, i) => {
-    const value = writeKey(secrets, namespace, `spec.additionalWriteKeySecretRefs[${i}]`, ref, skipped);
+    const unread: Problem[] = [];
+    const value = writeKey(secrets, namespace, `spec.additionalWriteKeySecretRefs[${i}]`, ref, unread);
+    skipped.push(...unread.map((p) => ({ ...p, secretKey: `${ref.name}/${ref.key}` })));
     const digest = value === undefined ? undefined : sha256Hex(value);
     // The main key listed again, or one key twice, is harmless: accepted once.
     if (value !== undefined && value !== key && !additional.has(digest!)) additional.set(digest!, `${ref.name}/${ref.key}`);
@@ -134,9 +136,12 @@ function writeKey(secrets: SecretLookup, namespace: string, field: string, ref: 
   return key;
 }
 
-/** Every write-key digest of a compiled source, the main one first. */
-export function writeKeyDigests(source: Pick<CompiledSource, "writeKeySha256" | "additionalWriteKeys">): string[] {
-  return [source.writeKeySha256, ...(source.additionalWriteKeys ?? []).map((k) => k.sha256)];
+/** An additional key left out, and the Secret and key it names (`<name>/<key>`). */
+export type SkippedKey = Problem & { secretKey: string };
+
+/** Every write-key digest a compiled source holds (reserved ones too), the main one first. */
+export function writeKeyDigests(source: Pick<CompiledSource, "writeKeySha256" | "additionalWriteKeys" | "reservedWriteKeys">): string[] {
+  return [source.writeKeySha256, ...[...(source.additionalWriteKeys ?? []), ...(source.reservedWriteKeys ?? [])].map((k) => k.sha256)];
 }
 
 export interface SourceRef {

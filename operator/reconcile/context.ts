@@ -30,7 +30,7 @@ export const PLURALS = { Source: "sources", WebhookDestination: "webhookdestinat
 type Kind = keyof typeof PLURALS;
 
 /** A compiled Source's write keys, as digests. */
-export type SourceKeys = Pick<CompiledSource, "writeKeySha256" | "additionalWriteKeys">;
+export type SourceKeys = Pick<CompiledSource, "writeKeySha256" | "additionalWriteKeys" | "reservedWriteKeys">;
 
 export interface OperatorContext {
   kube: Kube;

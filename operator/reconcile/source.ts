@@ -2,7 +2,7 @@
 // whose main key cannot be read is disabled in the bucket: its old keys must stop working, and
 // stay its own until the Source is deleted.
 import { compileSource, secretNamesOf, sourceKey, writeKeyDigests } from "../../dataplane/config/mod.ts";
-import type { SourceDocument } from "../../schema/mod.ts";
+import type { CompiledSource, SourceDocument } from "../../schema/mod.ts";
 import { readyOf } from "../conditions.ts";
 import type { ReconcileResult } from "../queue.ts";
 import { addFinalizer, isDeleting, readSecrets, removeFinalizer, reportingFailures, setReady, type OperatorContext, type SourceKeys } from "./context.ts";
@@ -49,37 +49,66 @@ async function applySource(ctx: OperatorContext, namespace: string, name: string
   // traffic); who holds which key is read back from the bucket before the first reconcile. A
   // holder whose Source is gone (its removal not reconciled yet) holds nothing.
   const id = `${namespace}/${name}`;
-  const mine = new Set(writeKeyDigests(result.value));
-  const clash = [...digests].find(([other, keys]) => other !== id && writeKeyDigests(keys).some((d) => mine.has(d)));
-  if (clash) {
-    const [otherNs, otherName] = clash[0].split("/") as [string, string];
-    if (ctx.sources.get(otherNs, otherName)) {
-      digests.delete(id);
-      await ctx.config.delete(key);
-      // Another namespace's Source is not named: the key may have been copied from a public page.
-      const holder = otherNs === namespace ? `Source ${clash[0]}` : "a Source in another namespace";
-      await setReady(ctx, source, { status: "False", reason: "DuplicateWriteKey", message: `${holder} already uses the same write key; give each Source its own` });
-      return;
-    }
-    digests.delete(clash[0]);
-    await ctx.config.delete(sourceKey(otherNs, otherName));
-  }
   const previous = digests.get(id);
-  const keys: SourceKeys = { writeKeySha256: result.value.writeKeySha256, ...(result.value.additionalWriteKeys ? { additionalWriteKeys: result.value.additionalWriteKeys } : {}) };
+  const owners = new Map<string, string>(); // digest -> the other Source holding it
+  for (const [other, keys] of digests) if (other !== id) for (const digest of writeKeyDigests(keys)) owners.set(digest, other);
+  const live = (other: string) => Boolean(ctx.sources.get(...(other.split("/") as [string, string])));
+  const holderName = (other: string) => (other.startsWith(`${namespace}/`) ? `Source ${other}` : "a Source in another namespace");
+  const mainHolder = owners.get(result.value.writeKeySha256);
+  if (mainHolder && live(mainHolder)) {
+    digests.delete(id);
+    await ctx.config.delete(key);
+    // Another namespace's Source is not named: the key may have been copied from a public page.
+    await setReady(ctx, source, { status: "False", reason: "DuplicateWriteKey", message: `${holderName(mainHolder)} already uses the same write key; give each Source its own` });
+    return;
+  }
+  // An additional key another Source holds is left out, like one that cannot be read: the source
+  // keeps its main key. One that cannot be read now stays reserved for this source if it held
+  // it: deleting the old key's Secret before its reference must not hand the key, and the old
+  // apps' traffic, to a copy waiting with DuplicateWriteKey.
+  const notes = (result.skipped ?? []).map((p) => `${p.field} is not accepted: ${p.message}`);
+  const additionalWriteKeys = (result.value.additionalWriteKeys ?? []).filter((k) => {
+    const holder = owners.get(k.sha256);
+    if (holder && live(holder)) notes.push(`additional write key ${k.secretKey} is not accepted: ${holderName(holder)} already uses it`);
+    return !(holder && live(holder));
+  });
+  const held = [...(previous?.additionalWriteKeys ?? []), ...(previous?.reservedWriteKeys ?? [])];
+  const reservedWriteKeys = (result.skipped ?? []).flatMap((p) => held.filter((k) => k.secretKey === p.secretKey && !owners.has(k.sha256)));
+  if (reservedWriteKeys.length > 0) notes.push(`${reservedWriteKeys.length === 1 ? "that key stays" : "those keys stay"} reserved for this source`);
+  const value: CompiledSource = { ...result.value };
+  delete value.additionalWriteKeys;
+  if (additionalWriteKeys.length > 0) value.additionalWriteKeys = additionalWriteKeys;
+  if (reservedWriteKeys.length > 0) value.reservedWriteKeys = reservedWriteKeys;
+  for (const digest of writeKeyDigests(value)) {
+    const holder = owners.get(digest);
+    if (holder && !live(holder)) {
+      digests.delete(holder);
+      await ctx.config.delete(sourceKey(...(holder.split("/") as [string, string])));
+    }
+  }
+  const keys = sourceKeysOf(value);
   digests.set(id, keys);
   if (!previous || writeKeyDigests(previous).join() !== writeKeyDigests(keys).join()) requeueRefused(ctx, id);
-  const changed = await ctx.config.put(key, result.value);
-  if (changed) ctx.log.info({ source: `${namespace}/${name}`, enabled: result.value.enabled }, "source config written");
-  const count = writeKeyDigests(keys).length;
+  const changed = await ctx.config.put(key, value);
+  if (changed) ctx.log.info({ source: `${namespace}/${name}`, enabled: value.enabled }, "source config written");
+  const count = 1 + (value.additionalWriteKeys?.length ?? 0);
   const accepted = count === 1 ? "the write key is accepted by ingest" : `its ${count} write keys are accepted by ingest`;
-  // An additional key that cannot be read is left out rather than stopping the source: said here,
-  // and in an Event when Ready's reason changes.
-  const skipped = (result.skipped ?? []).map((p) => `; ${p.field} is not accepted: ${p.message}`).join("");
+  // A left-out additional key is said here, and in an Event when Ready's reason changes.
+  const skipped = notes.map((note) => `; ${note}`).join("");
   await setReady(ctx, source, {
     status: "True",
     reason: skipped ? "AdditionalWriteKeySkipped" : "Reconciled",
-    message: (result.value.enabled ? accepted : "disabled: the write keys are refused as unknown") + skipped,
+    message: (value.enabled ? accepted : "disabled: the write keys are refused as unknown") + skipped,
   }, {}, skipped !== "");
+}
+
+/** The keys of a compiled source that decide who holds which key. */
+export function sourceKeysOf(source: CompiledSource): SourceKeys {
+  return {
+    writeKeySha256: source.writeKeySha256,
+    ...(source.additionalWriteKeys ? { additionalWriteKeys: source.additionalWriteKeys } : {}),
+    ...(source.reservedWriteKeys ? { reservedWriteKeys: source.reservedWriteKeys } : {}),
+  };
 }
 
 /** A key given up or taken may change who may use it: refused Sources look again. */

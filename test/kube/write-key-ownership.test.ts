@@ -122,10 +122,10 @@ spec:
   writeKeySecretRef: { name: rotated-new, key: writeKey }
   additionalWriteKeySecretRefs: ${additional}
 `;
+  const trackWith = (key: string) => post(`${env.ingest.url}/v1/track`, { userId: "u-1", event: "Rotated" }, { headers: { authorization: basic(key) } });
 
-  it("accepts both keys; an unreadable old key is skipped with a warning, not the source stopped; a key another Source holds is refused", async () => {
-    const operator = await startOperator(env);
-    const trackWith = (key: string) => post(`${env.ingest.url}/v1/track`, { userId: "u-1", event: "Rotated" }, { headers: { authorization: basic(key) } });
+  it("accepts both keys; an old key whose Secret is deleted stops working but stays reserved, across an operator restart (regression: a copy waiting with DuplicateWriteKey took it, and the old apps' traffic)", async () => {
+    let operator = await startOperator(env);
     try {
       await env.apply([
         secretYaml("rotated-new", { writeKey: "rotated-key-2" }),
@@ -135,25 +135,50 @@ spec:
       const ready = await env.waitReady("Source", "rotated");
       expect(ready.status!.conditions![0]).toMatchObject({ reason: "Reconciled", message: "its 2 write keys are accepted by ingest" });
       await env.waitFor("both keys accepted", async () => (await trackWith("rotated-key-1")).status === 200 && (await trackWith("rotated-key-2")).status === 200);
+      // Another tenant copies the old key (a browser key is public): refused.
+      await env.apply([secretYaml("copy-of-old", { writeKey: "rotated-key-1" }), sourceYaml("copier", { name: "copy-of-old" })].join("---\n"));
+      expect((await env.waitReady("Source", "copier", "False")).status!.conditions![0]).toMatchObject({ reason: "DuplicateWriteKey" });
 
-      // The old key's Secret deleted before its reference: the new key keeps working.
+      // The old key's Secret deleted before its reference: that key stops, the new one works...
       await env.cluster.kubectlOk(["delete", "secret", "rotated-old", "-n", env.namespace]);
       await env.waitFor("the old key skipped", async () => readyReason(await env.get("Source", "rotated")) === "AdditionalWriteKeySkipped");
-      const skipped = await env.get("Source", "rotated");
-      expect(skipped!.status!.conditions![0]).toMatchObject({
+      expect((await env.get("Source", "rotated"))!.status!.conditions![0]).toMatchObject({
         status: "True",
-        message: expect.stringContaining(`spec.additionalWriteKeySecretRefs[0] is not accepted: Secret ${env.namespace}/rotated-old does not exist`),
+        message: expect.stringContaining(`spec.additionalWriteKeySecretRefs[0] is not accepted: Secret ${env.namespace}/rotated-old does not exist; that key stays reserved for this source`),
       });
       await env.waitFor("the old key refused", async () => (await trackWith("rotated-key-1")).status === 401);
       expect((await trackWith("rotated-key-2")).status).toBe(200);
+      // ...and the copy does not get it, now or after an operator restart.
+      await operator.stop();
+      operator = await startOperator(env);
+      await new Promise((r) => setTimeout(r, 2_000));
+      expect((await env.get("Source", "copier"))!.status!.conditions![0]).toMatchObject({ reason: "DuplicateWriteKey" });
+      expect((await trackWith("rotated-key-1")).status).toBe(401);
 
-      // Another Source's key as an additional one: refused whole, like a shared main key.
+      // The Secret back: the old key is the rotated source's again.
+      await env.apply(secretYaml("rotated-old", { writeKey: "rotated-key-1" }));
+      await env.waitFor("the old key accepted again", async () => (await trackWith("rotated-key-1")).status === 200);
+      expect(readyReason(await env.get("Source", "rotated"))).toBe("Reconciled");
+    } finally {
+      await operator.stop();
+    }
+  }, 60_000);
+
+  it("an additional key another Source holds is left out; the source keeps its main key (regression: the whole source was refused)", async () => {
+    const operator = await startOperator(env);
+    try {
       await env.apply([secretYaml("other-key", { writeKey: "other-tenant-key" }), sourceYaml("other-tenant", { name: "other-key" })].join("---\n"));
       await env.waitReady("Source", "other-tenant");
-      await env.apply(rotatedSource("[{ name: other-key, key: writeKey }]"));
-      await env.waitFor("the copy refused", async () => readyReason(await env.get("Source", "rotated")) === "DuplicateWriteKey");
-      expect((await trackWith("other-tenant-key")).status).toBe(200);
-      expect((await env.get("Source", "other-tenant"))!.status!.conditions![0]).toMatchObject({ status: "True" });
+      await env.apply([secretYaml("rotated-new", { writeKey: "rotated-key-2" }), rotatedSource("[{ name: other-key, key: writeKey }]")].join("---\n"));
+      await env.waitFor("the copied key left out", async () => readyReason(await env.get("Source", "rotated")) === "AdditionalWriteKeySkipped");
+      expect((await env.get("Source", "rotated"))!.status!.conditions![0]).toMatchObject({
+        status: "True",
+        message: expect.stringContaining(`additional write key other-key/writeKey is not accepted: Source ${env.namespace}/other-tenant already uses it`),
+      });
+      await env.waitFor("the main key accepted", async () => (await trackWith("rotated-key-2")).status === 200);
+      const stored = async () => (await post(`${env.ingest.url}/v1/track`, { userId: "u-2", event: "Other", messageId: `other-${Date.now()}` }, { headers: { authorization: basic("other-tenant-key") } })).status;
+      expect(await stored()).toBe(200);
+      expect((await env.get("Source", "other-tenant"))!.status!.conditions![0]).toMatchObject({ status: "True", reason: "Reconciled" });
     } finally {
       await operator.stop();
     }
