@@ -1,7 +1,7 @@
 // `trackhook dev`: everything in one process for a laptop, from the same YAML as a cluster.
 import { execFileSync } from "node:child_process";
 import { existsSync, mkdirSync, readFileSync, realpathSync, unlinkSync, writeFileSync } from "node:fs";
-import { dirname, join, resolve } from "node:path";
+import { basename, dirname, join, resolve } from "node:path";
 import { FileConfigProvider } from "../../dataplane/config/mod.ts";
 import { createLogger, type Logger } from "../../dataplane/logging.ts";
 import { LocalNatsServer, connectNats } from "../../dataplane/nats/mod.ts";
@@ -112,9 +112,13 @@ function lockStoreDir(storeDir: string, log: Logger): { natsServerStarted(pid: n
   if (Number.isInteger(holder) && holder > 0 && holder !== process.pid && isAlive(holder)) {
     throw new UsageError(`another trackhook dev (pid ${holder}) uses ${dirname(storeDir)}; stop it, or give this one another --data-dir`);
   }
-  if (Number.isInteger(leftServer) && leftServer > 0 && isAlive(leftServer) && commandLineOf(leftServer)?.includes(storeDir)) {
-    stopLeftServer(leftServer);
-    log.warn({ pid: leftServer, storeDir }, "stopped the nats-server a trackhook dev that did not exit cleanly left running on this store");
+  if (Number.isInteger(leftServer) && leftServer > 0 && isAlive(leftServer) && isNatsServerOn(leftServer, storeDir)) {
+    try {
+      stopLeftServer(leftServer);
+      log.warn({ pid: leftServer, storeDir }, "stopped the nats-server a trackhook dev that did not exit cleanly left running on this store");
+    } catch (err) {
+      throw new UsageError(`a nats-server (pid ${leftServer}) left by an earlier trackhook dev still uses ${storeDir} and could not be stopped (${(err as Error).message}); stop it, or give this dev another --data-dir`);
+    }
   }
   writeFileSync(lock, String(process.pid));
   process.once("exit", () => {
@@ -128,17 +132,23 @@ function lockStoreDir(storeDir: string, log: Logger): { natsServerStarted(pid: n
   return { natsServerStarted: (pid, url) => pid !== undefined && writeFileSync(lock, `${process.pid} ${pid} ${url}`) };
 }
 
-/** A process's command line, or undefined when it cannot be read (the pid may be reused by now). */
-function commandLineOf(pid: number): string | undefined {
+/**
+ * Whether a process is a nats-server on this store (the pid in the lock file may be another
+ * process's by now): its program is nats-server and its `-sd` is this directory, exactly.
+ */
+function isNatsServerOn(pid: number, storeDir: string): boolean {
+  let argv: string[];
   try {
-    return readFileSync(`/proc/${pid}/cmdline`, "utf8").replaceAll("\0", " ");
+    argv = readFileSync(`/proc/${pid}/cmdline`, "utf8").split("\0");
   } catch {
     try {
-      return execFileSync("ps", ["-o", "command=", "-p", String(pid)], { encoding: "utf8" }); // macOS: no /proc
+      argv = execFileSync("ps", ["-o", "command=", "-p", String(pid)], { encoding: "utf8" }).trim().split(/\s+/); // macOS: no /proc
     } catch {
-      return undefined;
+      return false;
     }
   }
+  const sd = argv.indexOf("-sd");
+  return /^nats-server/.test(basename(argv[0] ?? "")) && sd > 0 && argv[sd + 1] === storeDir;
 }
 
 /** SIGTERM, up to 5 s to write its store out, then SIGKILL. */

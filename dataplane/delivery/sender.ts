@@ -338,8 +338,10 @@ export function outcomeOfError(err: unknown, aborted: boolean): AttemptOutcome {
   if (aborted) return retry("timeout");
   // Retryable: the receiver may renew or fix its certificate within the retry window.
   if ([...codes].some((c) => TLS_VERIFY_CODES.has(c) || c.startsWith("CERT_"))) return retry("tls_verification_failed");
-  if (codes.has("ECONNREFUSED")) return retry("connection_refused");
+  // DNS first: a DNS server that refuses queries is ECONNREFUSED too (the cause of our EAI_AGAIN),
+  // and must not be blamed on the receiver.
   if (["ENOTFOUND", "EAI_AGAIN", "EAI_FAIL", "EAI_NODATA", "ENODATA"].some((c) => codes.has(c))) return retry("dns_error");
+  if (codes.has("ECONNREFUSED")) return retry("connection_refused");
   if (["UND_ERR_CONNECT_TIMEOUT", "UND_ERR_HEADERS_TIMEOUT", "UND_ERR_BODY_TIMEOUT", "ETIMEDOUT"].some((c) => codes.has(c))) {
     return retry("timeout");
   }

@@ -44,21 +44,30 @@ describe("parseJson", () => {
 });
 
 describe("parseJson and V8's escaped-key bug (nodejs/node#63785)", () => {
+  // Each case: a poison (a key holding a backslash), then a same-shaped object whose escaped key
+  // V8 reads as the poison's. Small-integer values: a heap number changes the shape, and V8 then
+  // reads the key right anyway.
+  const cases = [
+    [String.raw`{"tier":1,"\\":1}`, String.raw`{"tier":2,"\u00e9":2}`, ["tier", "é"]],
+    [String.raw`{"h":[],"\\":0}`, String.raw`{"h":1,"\"":2}`, ["h", '"']],
+  ] as const;
+  const keysOf = (value: unknown) => Object.keys(value as object);
+
   it("reads an escaped key as written after another text had a backslash key (regression: one tenant's request renamed fields in another's messages)", () => {
-    // The poison: any text with a key holding a backslash. V8's JSON.parse then reads `"\u00e9"`
-    // and `"\n"` at the same place in a same-shaped object as that key.
-    parseJson(String.raw`{"tier":1,"\\":1}`);
-    expect(Object.keys(parseJson(String.raw`{"tier":2,"\u00e9":2}`) as object)).toEqual(["tier", "é"]);
-    parseJson(String.raw`{"h":[],"\\":0}`);
-    expect(Object.keys(parseJson(String.raw`{"h":1,"\"":2}`) as object)).toEqual(["h", '"']);
-    parseJson(String.raw`{"properties":{"ab\\":1}}`);
-    expect(parseJson(String.raw`{"properties":{"ab\n":1}}`)).toEqual({ properties: { "ab\n": 1 } });
+    for (const [poison, victim, keys] of cases) {
+      JSON.parse(poison);
+      // The bug itself, so that this test says so when a Node upgrade fixes it (parseJson's re-read can go then).
+      expect(keysOf(JSON.parse(victim)), `V8 misreads ${victim} (nodejs/node#63785)`).not.toEqual(keys);
+      JSON.parse(poison);
+      expect(keysOf(parseJson(victim))).toEqual(keys);
+    }
   });
 
-  it("also with numbers kept as written, and for readers that do not need them", () => {
-    parseJson(String.raw`{"t":1,"\\":1}`);
-    expect(JSON.stringify(parseJson(String.raw`{"t":12345678901234567890,"\n":2}`))).toBe(String.raw`{"t":12345678901234567890,"\n":2}`);
-    expect(Object.keys(parseJson(String.raw`{"t":1,"\t":2}`, { exactNumbers: false }) as object)).toEqual(["t", "\t"]);
+  it("also without keeping numbers as written (the reader of stored messages)", () => {
+    for (const [poison, victim, keys] of cases) {
+      JSON.parse(poison);
+      expect(keysOf(parseJson(victim, { exactNumbers: false }))).toEqual(keys);
+    }
   });
 
   it("reads keys that really hold a backslash as written", () => {

@@ -10,7 +10,7 @@ import { createServer as createTcpServer, type Socket } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it, vi } from "vitest";
-import { BODY_GRACE_MS, MAX_CONNECTIONS_PER_ORIGIN, WebhookSender, type SendRequest } from "../../dataplane/delivery/sender.ts";
+import { BODY_GRACE_MS, MAX_CONNECTIONS_PER_ORIGIN, WebhookSender, outcomeOfError, type SendRequest } from "../../dataplane/delivery/sender.ts";
 
 const USER_AGENT = "trackhook-test/1.0";
 const cleanups: (() => unknown)[] = [];
@@ -217,6 +217,13 @@ describe("the connection after an answer", () => {
 });
 
 describe("failures on the way", () => {
+  it("a DNS server that refuses queries is a dns_error, not the receiver's connection_refused (found by a diff review)", () => {
+    const refused = Object.assign(new Error("queryA ECONNREFUSED hooks.example.com"), { code: "ECONNREFUSED" });
+    const lookupFailed = Object.assign(new Error("DNS lookup of hooks.example.com failed: ECONNREFUSED"), { code: "EAI_AGAIN", cause: refused });
+    expect(outcomeOfError(lookupFailed, false)).toEqual({ kind: "retry", error: "dns_error" });
+    expect(outcomeOfError(refused, false)).toEqual({ kind: "retry", error: "connection_refused" });
+  });
+
   /** A raw TCP receiver that answers every request with `answer`, then closes. */
   async function raw(answer: string): Promise<string> {
     const server = createTcpServer((socket) => {
