@@ -14,6 +14,7 @@ import { ADDRCONFIG, lookup as dnsLookup, type LookupAddress } from "node:dns";
 import { Resolver } from "node:dns/promises";
 import { isIP, type LookupFunction } from "node:net";
 import { networkInterfaces } from "node:os";
+import { readFileSync, statSync } from "node:fs";
 
 /** How long an answer is used before it is looked up again (served meanwhile). */
 export const ANSWER_TTL_MS = 30_000;
@@ -45,10 +46,20 @@ const systemLookup: Lookup = (hostname, callback) =>
 /** How long one DNS query waits for an answer, and how often it is asked (c-ares doubles the wait). */
 export const DNS_QUERY = { timeoutMs: 1_500, tries: 2 } as const;
 
+/** What getaddrinfo reads besides DNS itself: the hosts file, and the resolver's search list. */
+export interface SystemNames {
+  /** Addresses of a name in the hosts file (lower case), if it is there. */
+  hosts(name: string): LookupAddress[] | undefined;
+  /** `search` (or `domain`) and `options ndots` of resolv.conf. */
+  search(): { domains: string[]; ndots: number };
+}
+
 /**
- * Names looked up by querying DNS directly (c-ares, no thread), the system's getaddrinfo only for
- * what DNS does not know: single-label and `.localhost` names, names in /etc/hosts, and names found
- * through the resolver's search domains (a cluster's `svc.cluster.local`).
+ * Names looked up by querying DNS directly (c-ares: no thread held), as getaddrinfo would: the
+ * hosts file first, then the resolver's search list the way resolv.conf orders it (a name with
+ * fewer dots than `ndots` tries the search domains first: in a pod, `api.dev` is the Service
+ * `api.dev.svc.cluster.local`, not a public `api.dev`), then getaddrinfo itself for a name DNS does
+ * not know at all (other name services), and for single-label and `.localhost` names.
  *
  * Why: getaddrinfo holds one of libuv's threads (32 here: cli/main.ts) until the system resolver
  * gives up, and cannot be cancelled. A review gave 40 destinations five names each whose DNS never
@@ -57,29 +68,98 @@ export const DNS_QUERY = { timeoutMs: 1_500, tries: 2 } as const;
  * DNS_QUERY; a DNS server failing (a timeout, SERVFAIL, REFUSED) is reported as EAI_AGAIN without
  * asking getaddrinfo, which would only wait on the same server again.
  */
-export function dnsFirstLookup(resolver: Resolver = new Resolver({ timeout: DNS_QUERY.timeoutMs, tries: DNS_QUERY.tries })): Lookup {
+export function dnsFirstLookup(
+  resolver: Resolver = new Resolver({ timeout: DNS_QUERY.timeoutMs, tries: DNS_QUERY.tries }),
+  system: SystemNames = systemNames(),
+): Lookup {
   return (hostname, callback) => {
     if (!hostname.includes(".") || hostname === "localhost" || hostname.endsWith(".localhost") || isIP(hostname)) {
       return systemLookup(hostname, callback);
     }
-    const v6 = hasIPv6();
-    void Promise.allSettled([resolver.resolve4(hostname), v6 ? resolver.resolve6(hostname) : Promise.resolve([])]).then(([a, aaaa]) => {
-      const addresses: LookupAddress[] = [
-        ...(a.status === "fulfilled" ? a.value.map((address) => ({ address, family: 4 })) : []),
-        ...(aaaa.status === "fulfilled" ? aaaa.value.map((address) => ({ address, family: 6 })) : []),
-      ];
-      if (addresses.length > 0) return callback(null, addresses);
-      const failures = [a, aaaa].flatMap((r) => (r.status === "rejected" ? [r.reason as NodeJS.ErrnoException] : []));
-      // Not in DNS as asked: the system may know it another way.
-      if (failures.every((e) => NOT_IN_DNS.has(e.code ?? ""))) return systemLookup(hostname, callback);
-      const cause = failures.find((e) => !NOT_IN_DNS.has(e.code ?? ""))!;
-      callback(Object.assign(new Error(`DNS lookup of ${hostname} failed: ${cause.code}`), { code: "EAI_AGAIN", hostname, cause }) as NodeJS.ErrnoException, []);
-    });
+    const absolute = hostname.endsWith(".");
+    const name = (absolute ? hostname.slice(0, -1) : hostname).toLowerCase();
+    const inHosts = system.hosts(name);
+    if (inHosts) return callback(null, inHosts);
+    const { domains, ndots } = system.search();
+    const searched = absolute ? [] : domains.map((domain) => `${name}.${domain}`);
+    const candidates = absolute ? [name] : name.split(".").length - 1 >= ndots ? [name, ...searched] : [...searched, name];
+    void (async () => {
+      let failure: NodeJS.ErrnoException | undefined;
+      for (const candidate of candidates) {
+        const answer = await query(resolver, candidate);
+        if (Array.isArray(answer)) return callback(null, answer);
+        if (answer) failure ??= answer;
+      }
+      // Not in DNS under any name: the system may know it another way.
+      if (!failure) return systemLookup(hostname, callback);
+      callback(Object.assign(new Error(`DNS lookup of ${hostname} failed: ${failure.code}`), { code: "EAI_AGAIN", hostname, cause: failure }) as NodeJS.ErrnoException, []);
+    })();
   };
+}
+
+/** A name's A and AAAA records; undefined when DNS has none; the error when DNS failed. */
+async function query(resolver: Resolver, name: string): Promise<LookupAddress[] | NodeJS.ErrnoException | undefined> {
+  const [a, aaaa] = await Promise.allSettled([resolver.resolve4(name), hasIPv6() ? resolver.resolve6(name) : Promise.resolve([])]);
+  const addresses: LookupAddress[] = [
+    ...(a.status === "fulfilled" ? a.value.map((address) => ({ address, family: 4 })) : []),
+    ...(aaaa.status === "fulfilled" ? aaaa.value.map((address) => ({ address, family: 6 })) : []),
+  ];
+  if (addresses.length > 0) return addresses;
+  const failures = [a, aaaa].flatMap((r) => (r.status === "rejected" ? [r.reason as NodeJS.ErrnoException] : []));
+  return failures.find((e) => !NOT_IN_DNS.has(e.code ?? ""));
 }
 
 /** c-ares answers that say only that DNS has no such record. */
 const NOT_IN_DNS = new Set(["ENOTFOUND", "ENODATA", "ENONAME", "EBADNAME"]);
+
+/** The hosts file and resolv.conf, read again when they change (checked at most every 5 s). */
+export function systemNames(hostsPath = "/etc/hosts", resolvConfPath = "/etc/resolv.conf"): SystemNames {
+  const hosts = watchedFile(hostsPath, (text) => {
+    const byName = new Map<string, LookupAddress[]>();
+    for (const line of text.split("\n")) {
+      const [address, ...names] = line.replace(/#.*/, "").trim().split(/\s+/);
+      const family = address ? isIP(address) : 0;
+      if (family === 0) continue;
+      for (const n of names) {
+        const key = n.toLowerCase();
+        byName.set(key, [...(byName.get(key) ?? []), { address: address!, family }]);
+      }
+    }
+    return byName;
+  });
+  const search = watchedFile(resolvConfPath, (text) => {
+    let domains: string[] = [];
+    let ndots = 1;
+    for (const line of text.split("\n")) {
+      const [keyword, ...args] = line.replace(/[#;].*/, "").trim().split(/\s+/);
+      if (keyword === "search" || keyword === "domain") domains = args.map((d) => d.replace(/\.$/, "").toLowerCase()).filter(Boolean);
+      if (keyword === "options") for (const option of args) if (option.startsWith("ndots:")) ndots = Math.min(15, Number(option.slice(6)) || 0);
+    }
+    return { domains, ndots };
+  });
+  return { hosts: (name) => hosts()?.get(name), search: () => search() ?? { domains: [], ndots: 1 } };
+}
+
+function watchedFile<T>(path: string, parse: (text: string) => T): () => T | undefined {
+  let checked = 0;
+  let mtime = -1;
+  let value: T | undefined;
+  return () => {
+    const now = Date.now();
+    if (now - checked < 5_000) return value;
+    checked = now;
+    try {
+      const stat = statSync(path);
+      if (stat.mtimeMs !== mtime) {
+        mtime = stat.mtimeMs;
+        value = parse(readFileSync(path, "utf8"));
+      }
+    } catch {
+      value = undefined;
+    }
+    return value;
+  };
+}
 
 let ipv6Checked = 0;
 let ipv6 = false;

@@ -4,7 +4,7 @@
 // test/delivery/sender.test.ts and ssrf.test.ts send through the real one.
 import type { LookupAddress } from "node:dns";
 import { describe, expect, it } from "vitest";
-import { ANSWER_TTL_MS, DnsCache, FAILURE_TTL_MS, dnsFirstLookup } from "../../dataplane/delivery/dns-cache.ts";
+import { ANSWER_TTL_MS, DnsCache, FAILURE_TTL_MS, dnsFirstLookup, systemNames, type SystemNames } from "../../dataplane/delivery/dns-cache.ts";
 import { guardLookup } from "../../dataplane/delivery/ssrf.ts";
 
 type Callback = (err: NodeJS.ErrnoException | null, addresses: LookupAddress[]) => void;
@@ -110,28 +110,46 @@ describe("DnsCache", () => {
 });
 
 describe("dnsFirstLookup (real sockets: a DNS server on loopback)", () => {
-  /** A UDP DNS server on loopback that never answers, or answers every A query with `answer`. */
-  async function dnsServer(answer?: string): Promise<{ address: string; close: () => void; queries: () => number }> {
+  /**
+   * A UDP DNS server on loopback: it answers the A queries of the names in `answers`, and NXDOMAIN
+   * for others; with no `answers`, it never answers at all.
+   */
+  async function dnsServer(answers?: Record<string, string>): Promise<{ address: string; close: () => void; queries: () => number; asked: string[] }> {
     const { createSocket } = await import("node:dgram");
     const socket = createSocket("udp4");
     let queries = 0;
+    const asked: string[] = [];
     socket.on("message", (query, peer) => {
       queries++;
-      if (!answer) return;
-      // The question section ends after the name's zero byte and QTYPE/QCLASS (4 bytes).
+      if (!answers) return;
+      // The question: length-prefixed labels up to a zero byte, then QTYPE and QCLASS.
+      const labels: string[] = [];
       let end = 12;
-      while (query[end] !== 0) end += query[end]! + 1;
+      while (query[end] !== 0) {
+        labels.push(query.subarray(end + 1, end + 1 + query[end]!).toString());
+        end += query[end]! + 1;
+      }
+      const name = labels.join(".").toLowerCase();
       const question = query.subarray(12, end + 5);
       const isA = question.readUInt16BE(question.length - 4) === 1;
+      if (isA) asked.push(name);
+      const address = answers[name];
       const header = Buffer.from(query.subarray(0, 12));
-      header.writeUInt16BE(0x8180, 2); // a response, recursion available, no error
-      header.writeUInt16BE(isA ? 1 : 0, 6); // answers
-      const record = Buffer.concat([Buffer.from([0xc0, 0x0c, 0, 1, 0, 1, 0, 0, 0, 60, 0, 4]), Buffer.from(answer.split(".").map(Number))]);
+      header.writeUInt16BE(address === undefined ? 0x8183 : 0x8180, 2); // a response; NXDOMAIN or no error
+      header.writeUInt16BE(isA && address !== undefined ? 1 : 0, 6); // answers
+      header.writeUInt16BE(0, 8);
+      header.writeUInt16BE(0, 10);
+      const record = address === undefined ? Buffer.alloc(0) : Buffer.concat([Buffer.from([0xc0, 0x0c, 0, 1, 0, 1, 0, 0, 0, 60, 0, 4]), Buffer.from(address.split(".").map(Number))]);
       socket.send(Buffer.concat([header, question, isA ? record : Buffer.alloc(0)]), peer.port, peer.address);
     });
     await new Promise<void>((resolve) => socket.bind(0, "127.0.0.1", resolve));
-    return { address: `127.0.0.1:${socket.address().port}`, close: () => socket.close(), queries: () => queries };
+    return { address: `127.0.0.1:${socket.address().port}`, close: () => socket.close(), queries: () => queries, asked };
   }
+  /** What resolv.conf and the hosts file would say. */
+  const system = (search: string[] = [], ndots = 1, hosts: Record<string, string> = {}): SystemNames => ({
+    hosts: (name) => (hosts[name] ? [{ address: hosts[name], family: 4 }] : undefined),
+    search: () => ({ domains: search, ndots }),
+  });
   const resolverOf = async (server: string) => {
     const { Resolver } = await import("node:dns/promises");
     const resolver = new Resolver({ timeout: 200, tries: 1 });
@@ -142,19 +160,60 @@ describe("dnsFirstLookup (real sockets: a DNS server on loopback)", () => {
     new Promise<{ err: NodeJS.ErrnoException | null; addresses: LookupAddress[] }>((done) => lookup(name, (err, addresses) => done({ err, addresses })));
 
   it("answers from DNS", async () => {
-    const server = await dnsServer("93.184.216.34");
+    const server = await dnsServer({ "hooks.example.com": "93.184.216.34" });
     try {
-      const result = await lookupWith(dnsFirstLookup(await resolverOf(server.address)), "hooks.example.com");
+      const result = await lookupWith(dnsFirstLookup(await resolverOf(server.address), system()), "hooks.example.com");
       expect(result).toEqual({ err: null, addresses: [{ address: "93.184.216.34", family: 4 }] });
     } finally {
       server.close();
     }
   });
 
+  it("tries the search domains as resolv.conf orders them, so a cluster's Service wins over a public name (found by a diff review)", async () => {
+    const server = await dnsServer({ "api.dev.svc.cluster.local": "10.96.0.7", "api.dev": "203.0.113.9", "hooks.example.com": "93.184.216.34" });
+    try {
+      const lookup = dnsFirstLookup(await resolverOf(server.address), system(["shop.svc.cluster.local", "svc.cluster.local", "cluster.local"], 5));
+      expect(await lookupWith(lookup, "api.dev")).toEqual({ err: null, addresses: [{ address: "10.96.0.7", family: 4 }] });
+      expect(server.asked).toEqual(["api.dev.shop.svc.cluster.local", "api.dev.svc.cluster.local"]);
+      expect((await lookupWith(lookup, "hooks.example.com")).addresses).toEqual([{ address: "93.184.216.34", family: 4 }]);
+      // With ndots 1 the name itself comes first; a trailing dot asks only the name.
+      const plain = dnsFirstLookup(await resolverOf(server.address), system(["svc.cluster.local"], 1));
+      expect((await lookupWith(plain, "api.dev")).addresses).toEqual([{ address: "203.0.113.9", family: 4 }]);
+      expect((await lookupWith(lookup, "api.dev.")).addresses).toEqual([{ address: "203.0.113.9", family: 4 }]);
+    } finally {
+      server.close();
+    }
+  });
+
+  it("the hosts file wins over DNS (hostAliases, --add-host)", async () => {
+    const server = await dnsServer({ "hooks.example.com": "93.184.216.34" });
+    try {
+      const lookup = dnsFirstLookup(await resolverOf(server.address), system([], 1, { "hooks.example.com": "192.0.2.10" }));
+      expect(await lookupWith(lookup, "Hooks.Example.com")).toEqual({ err: null, addresses: [{ address: "192.0.2.10", family: 4 }] });
+      expect(server.asked).toEqual([]);
+    } finally {
+      server.close();
+    }
+  });
+
+  it("reads search, ndots and the hosts file as the system does", async () => {
+    const { mkdtempSync, writeFileSync } = await import("node:fs");
+    const { join } = await import("node:path");
+    const { tmpdir } = await import("node:os");
+    const dir = mkdtempSync(join(tmpdir(), "trackhook-dns-"));
+    writeFileSync(join(dir, "hosts"), "127.0.0.1 localhost\n# a comment\n10.0.0.5  Receiver.internal  receiver # trailing\n::1 ip6-localhost\n");
+    writeFileSync(join(dir, "resolv.conf"), "nameserver 10.96.0.10\nsearch shop.svc.cluster.local svc.cluster.local cluster.local\noptions ndots:5 timeout:2\n");
+    const names = systemNames(join(dir, "hosts"), join(dir, "resolv.conf"));
+    expect(names.hosts("receiver.internal")).toEqual([{ address: "10.0.0.5", family: 4 }]);
+    expect(names.hosts("ip6-localhost")).toEqual([{ address: "::1", family: 6 }]);
+    expect(names.hosts("a-comment")).toBeUndefined();
+    expect(names.search()).toEqual({ domains: ["shop.svc.cluster.local", "svc.cluster.local", "cluster.local"], ndots: 5 });
+  });
+
   it("a DNS server that never answers: EAI_AGAIN after the query's timeout, and no thread of libuv's pool held meanwhile (regression: 40 destinations' dead DNS held every thread, and a healthy destination's lookup waited 90 s)", async () => {
     const server = await dnsServer();
     try {
-      const lookup = dnsFirstLookup(await resolverOf(server.address));
+      const lookup = dnsFirstLookup(await resolverOf(server.address), system());
       const hanging = Array.from({ length: 200 }, (_, i) => lookupWith(lookup, `hang-${i}.example.com`));
       // getaddrinfo (localhost goes to the system) and file reads share the pool: both still fast.
       const started = performance.now();
