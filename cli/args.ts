@@ -1,7 +1,6 @@
 // Parsing of flag values shared by the commands.
-import { readFileSync } from "node:fs";
-import { join } from "node:path";
 import { parseDuration } from "../schema/mod.ts";
+import { devLockPath, isRunning, readDevLock } from "./dev-lock.ts";
 
 export class UsageError extends Error {
   readonly code = "TRACKHOOK_USAGE";
@@ -83,29 +82,10 @@ export function settingsLeftOut<S extends string>(values: Record<string, string 
   return (Object.keys(flagOf) as S[]).filter((setting) => values[flagOf[setting]] === undefined);
 }
 
-/** Where `trackhook dev` writes its pid, its nats-server's and that server's URL (cli/commands/dev.ts). */
-export const DEV_LOCK_FILE = join(".trackhook", "nats", "trackhook-dev.pid");
-
+/** The NATS URL of the `trackhook dev` running from this directory with its default --data-dir. */
 function devNatsUrl(): string | undefined {
-  let fields: string[];
-  try {
-    fields = readFileSync(DEV_LOCK_FILE, "utf8").trim().split(/\s+/);
-  } catch {
-    return undefined;
-  }
-  const [pid, , url] = fields;
-  if (!url || !isRunning(Number(pid))) return undefined;
-  process.stderr.write(`trackhook: using the NATS of the trackhook dev running here (pid ${pid}): ${url}\n`);
-  return url;
-}
-
-/** Whether a process is alive (someone else's counts). */
-export function isRunning(pid: number): boolean {
-  if (!Number.isInteger(pid) || pid <= 0) return false;
-  try {
-    process.kill(pid, 0);
-    return true;
-  } catch (err) {
-    return (err as NodeJS.ErrnoException).code === "EPERM";
-  }
+  const lock = readDevLock(devLockPath());
+  if (!lock?.natsUrl || !isRunning(lock.holder)) return undefined;
+  process.stderr.write(`trackhook: using the NATS of the trackhook dev running here (pid ${lock.holder}): ${lock.natsUrl}\n`);
+  return lock.natsUrl;
 }

@@ -1,11 +1,12 @@
 // `trackhook dev`: everything in one process for a laptop, from the same YAML as a cluster.
 import { execFileSync } from "node:child_process";
-import { existsSync, mkdirSync, readFileSync, realpathSync, unlinkSync, writeFileSync } from "node:fs";
-import { basename, dirname, join, resolve } from "node:path";
+import { mkdirSync, readFileSync, realpathSync, unlinkSync, writeFileSync } from "node:fs";
+import { basename, dirname, resolve } from "node:path";
 import { FileConfigProvider } from "../../dataplane/config/mod.ts";
 import { createLogger, type Logger } from "../../dataplane/logging.ts";
 import { LocalNatsServer, connectNats } from "../../dataplane/nats/mod.ts";
-import { UsageError, integerFlag, isRunning as isAlive, natsUrl as natsUrlFlag } from "../args.ts";
+import { UsageError, integerFlag, natsUrl as natsUrlFlag } from "../args.ts";
+import { devLockPath, formatDevLock, isRunning as isAlive, readDevLock } from "../dev-lock.ts";
 import { onShutdown } from "../shutdown.ts";
 import { DeliveryMetrics } from "../../dataplane/delivery/mod.ts";
 import { startDelivery, type RunningDelivery } from "./deliver.ts";
@@ -33,9 +34,10 @@ export const devCommand: Command = {
     let natsServer: LocalNatsServer | undefined;
     let natsUrl = values.nats !== undefined ? natsUrlFlag(values) : undefined; // checked before anything starts
     if (!natsUrl) {
-      const storeDir = resolve(values["data-dir"] ?? ".trackhook", "nats");
+      const dataDir = resolve(values["data-dir"] ?? ".trackhook");
+      const storeDir = dirname(devLockPath(dataDir));
       mkdirSync(storeDir, { recursive: true });
-      const lock = lockStoreDir(storeDir, log);
+      const lock = lockStoreDir(dataDir, log);
       natsServer = await LocalNatsServer.start({ storeDir });
       lock.natsServerStarted(natsServer.pid, natsServer.url);
       natsUrl = natsServer.url;
@@ -106,30 +108,32 @@ const shellQuote = (text: string) => `'${text.replaceAll("'", `'\\''`)}'`;
  * by SIGKILL) is stopped first: a second one on the same store is the corruption the lock exists
  * to prevent (found by a review: each crash left one more running).
  */
-function lockStoreDir(storeDir: string, log: Logger): { natsServerStarted(pid: number | undefined, url: string): void } {
-  const lock = join(storeDir, "trackhook-dev.pid");
-  const [holder = NaN, leftServer = NaN] = existsSync(lock) ? readFileSync(lock, "utf8").trim().split(/\s+/).map(Number) : [];
-  if (Number.isInteger(holder) && holder > 0 && holder !== process.pid && isAlive(holder)) {
-    throw new UsageError(`another trackhook dev (pid ${holder}) uses ${dirname(storeDir)}; stop it, or give this one another --data-dir`);
+function lockStoreDir(dataDir: string, log: Logger): { natsServerStarted(pid: number | undefined, url: string): void } {
+  const path = devLockPath(dataDir);
+  const storeDir = dirname(path);
+  const lock = readDevLock(path);
+  if (lock && lock.holder !== process.pid && isAlive(lock.holder)) {
+    throw new UsageError(`another trackhook dev (pid ${lock.holder}) uses ${dataDir}; stop it, or give this one another --data-dir`);
   }
-  if (Number.isInteger(leftServer) && leftServer > 0 && isAlive(leftServer) && isNatsServerOn(leftServer, storeDir)) {
+  const left = lock?.natsServer;
+  if (left !== undefined && isAlive(left) && isNatsServerOn(left, storeDir)) {
     try {
-      stopLeftServer(leftServer);
-      log.warn({ pid: leftServer, storeDir }, "stopped the nats-server a trackhook dev that did not exit cleanly left running on this store");
+      stopLeftServer(left);
+      log.warn({ pid: left, storeDir }, "stopped the nats-server a trackhook dev that did not exit cleanly left running on this store");
     } catch (err) {
-      throw new UsageError(`a nats-server (pid ${leftServer}) left by an earlier trackhook dev still uses ${storeDir} and could not be stopped (${(err as Error).message}); stop it, or give this dev another --data-dir`);
+      throw new UsageError(`a nats-server (pid ${left}) left by an earlier trackhook dev still uses ${storeDir} and could not be stopped (${(err as Error).message}); stop it, or give this dev another --data-dir`);
     }
   }
-  writeFileSync(lock, String(process.pid));
+  writeFileSync(path, formatDevLock({ holder: process.pid }));
   process.once("exit", () => {
     try {
-      if (readFileSync(lock, "utf8").trim().split(/\s+/)[0] === String(process.pid)) unlinkSync(lock);
+      if (readDevLock(path)?.holder === process.pid) unlinkSync(path);
     } catch {
       // already gone
     }
   });
   // The admin commands run from the same directory read the URL here (cli/args.ts).
-  return { natsServerStarted: (pid, url) => pid !== undefined && writeFileSync(lock, `${process.pid} ${pid} ${url}`) };
+  return { natsServerStarted: (pid, url) => pid !== undefined && writeFileSync(path, formatDevLock({ holder: process.pid, natsServer: pid, natsUrl: url })) };
 }
 
 /**

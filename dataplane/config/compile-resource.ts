@@ -101,12 +101,13 @@ export function compileSource(namespace: string, doc: SourceDocument, secrets: S
   const skipped: SkippedKey[] = [];
   const additional = new Map<string, string>();
   (doc.spec.additionalWriteKeySecretRefs ?? []).forEach((ref, i) => {
+    const secretKey = `${ref.name}/${ref.key}`;
     const unread: Problem[] = [];
     const value = writeKey(secrets, namespace, `spec.additionalWriteKeySecretRefs[${i}]`, ref, unread);
-    skipped.push(...unread.map((p) => ({ ...p, secretKey: `${ref.name}/${ref.key}` })));
-    const digest = value === undefined ? undefined : sha256Hex(value);
-    // The main key listed again, or one key twice, is harmless: accepted once.
-    if (value !== undefined && value !== key && !additional.has(digest!)) additional.set(digest!, `${ref.name}/${ref.key}`);
+    skipped.push(...unread.map((p) => ({ ...p, secretKey })));
+    if (value === undefined || value === key) return; // the main key listed again: accepted once
+    const digest = sha256Hex(value);
+    if (!additional.has(digest)) additional.set(digest, secretKey); // one key twice: accepted once
   });
   return {
     ok: true,

@@ -114,10 +114,7 @@ export class FileConfigProvider extends ConfigHolder {
     // linked file never took effect).
     this.#signature = filesSignature(path);
     this.#poll = setInterval(() => {
-      const signature = filesSignature(path);
-      if (signature === this.#signature) return;
-      this.#signature = signature;
-      schedule();
+      if (filesSignature(path) !== this.#signature) schedule();
     }, pollMs);
     this.#poll.unref();
   }
@@ -127,6 +124,9 @@ export class FileConfigProvider extends ConfigHolder {
 
   /** @param settled a second read, `settleMs` after a first that removed something. */
   reload(settled = false): void {
+    // What this reload reads: the poll then fires only for a change made after it, not once more
+    // for one the watch already brought (which logged and counted a broken edit twice).
+    this.#signature = filesSignature(this.path);
     let next: CompiledConfig;
     try {
       next = loadConfigFile(this.path, this.#parsed);
