@@ -535,6 +535,25 @@ describe("TLS", () => {
 });
 
 describe("observability", () => {
+  it("an answer the client cannot read is recorded as invalid_response with what the client said, not as not answering (found by a receiver review: network_error, and the URL paused as not answering)", async () => {
+    // A receiver that answers every request with a repeated Content-Length.
+    const raw = createServer((socket) => {
+      socket.once("data", () => socket.end("HTTP/1.1 200 OK\r\nContent-Length: 2\r\nContent-Length: 2\r\n\r\nok"));
+      socket.on("error", () => {});
+    });
+    await new Promise<void>((resolve) => raw.listen(0, "127.0.0.1", resolve));
+    try {
+      const url = `http://127.0.0.1:${(raw.address() as AddressInfo).port}/hook`;
+      const key = await addDestination("garbled", { urls: [url] });
+      await send(key, "/v1/track", { userId: "u1", event: "Garbled", messageId: "garbled-1" });
+      await expect.poll(async () => (await attemptRecords("garbled")).length, { timeout: 10_000, interval: 50 }).toBeGreaterThan(0);
+      const [record] = await attemptRecords("garbled");
+      expect(record).toMatchObject({ messageId: "garbled-1", outcome: "retry", error: "invalid_response", detail: expect.stringContaining("CONTENT_LENGTH") });
+    } finally {
+      raw.close();
+    }
+  });
+
   it("attempt records carry status, latency and the first bytes of the response", async () => {
     const records = await attemptRecords("gone");
     expect(records).toEqual(expect.arrayContaining([expect.objectContaining({ status: 404, outcome: "permanent", response: "nope", attempt: 1, latencyMs: expect.any(Number) })]));
