@@ -1,9 +1,10 @@
-// `trackhook tail`: prints the messages stored from now on, one JSON line each, until Ctrl-C.
+// `trackhook tail`: prints the messages stored from now on (or from --since ago), one JSON line
+// each, until Ctrl-C.
 import { once } from "node:events";
 import { jetstreamManager } from "@nats-io/jetstream";
 import { tail } from "../../dataplane/delivery/admin.ts";
 import { EVENTS_STREAM, hasMessagesOn, isStreamNotFound, sourceSubjects } from "../../dataplane/nats/mod.ts";
-import { natsUrl } from "../args.ts";
+import { durationFlag, natsUrl } from "../args.ts";
 import { connectAdmin, fail, qualifiedName } from "./replay.ts";
 import type { Command } from "./types.ts";
 import { jsonLine } from "./terminal.ts";
@@ -12,13 +13,16 @@ import { NATS_AUTH_HELP } from "./nats-help.ts";
 export const tailCommand: Command = {
   name: "tail",
   summary: "Print messages as they are stored, one JSON line each, until Ctrl-C",
-  usage: `trackhook tail --nats <url> [--source <namespace/name>]
+  usage: `trackhook tail --nats <url> [--source <namespace/name>] [--since <duration>]
 
   --source <ns/name>         only this Source's messages (namespace "default" when omitted)
+  --since <duration>         first print the messages stored within this long (e.g. 10m, 1h),
+                             then the new ones; without it, only new ones
   --nats <url>               NATS server URL(s), comma-separated (or TRACKHOOK_NATS_URL)${NATS_AUTH_HELP}`,
-  flags: { source: { type: "string" }, nats: { type: "string" } },
+  flags: { source: { type: "string" }, since: { type: "string" }, nats: { type: "string" } },
   async run(values) {
     const source = values.source !== undefined ? qualifiedName("source", values.source) : undefined;
+    const sinceMs = values.since !== undefined ? durationFlag("since", values.since) : undefined;
     const url = natsUrl(values, { orDev: true });
     const nc = await connectAdmin(url, "trackhook-tail");
     if (!nc) return;
@@ -29,7 +33,7 @@ export const tailCommand: Command = {
     // `trackhook tail | head`: stop when the reader goes away.
     process.stdout.on("error", onSignal);
     try {
-      const messages = await tail(nc, { ...(source ? { namespace: source.namespace, source: source.name } : {}), signal: stop.signal }).catch((err: unknown) => {
+      const messages = await tail(nc, { ...(source ? { namespace: source.namespace, source: source.name } : {}), ...(sinceMs !== undefined ? { sinceMs } : {}), signal: stop.signal }).catch((err: unknown) => {
         if (!isStreamNotFound(err)) throw err;
         // A new NATS, before any ingest ran (or --nats names another server): no stack trace.
         fail(`${EVENTS_STREAM} is not on NATS at ${url}: no ingest has run against it yet (start \`trackhook ingest\` or \`dev\` first), or --nats names another server`);
@@ -44,7 +48,7 @@ export const tailCommand: Command = {
       }
       for await (const m of messages) {
         if (!process.stdout.write(jsonLine(m))) {
-          await once(process.stdout, "drain", { signal: stop.signal }).catch(() => {});
+          await once(process.stdout, "drain", { ...(sinceMs !== undefined ? { sinceMs } : {}), signal: stop.signal }).catch(() => {});
         }
       }
       // The messages end on their own only when NATS is gone for good (the client gave up

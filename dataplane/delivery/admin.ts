@@ -380,6 +380,8 @@ export interface TailOptions {
   namespace?: string;
   /** Only this source's messages. */
   source?: string;
+  /** Start with the messages stored within this long before now, instead of only new ones. */
+  sinceMs?: number;
   signal: AbortSignal;
 }
 
@@ -413,7 +415,10 @@ export function tailFilter(options: { namespace?: string; source?: string }): st
  */
 export async function tail(nc: NatsConnection, options: TailOptions): Promise<AsyncIterable<TailedMessage>> {
   const filter = tailFilter(options);
-  const consumer = await jetstream(nc).consumers.get(EVENTS_STREAM, { filter_subjects: filter, deliver_policy: DeliverPolicy.New, inactive_threshold: INACTIVE_THRESHOLD_MS });
+  const start = options.sinceMs !== undefined
+    ? { deliver_policy: DeliverPolicy.StartTime, opt_start_time: new Date(Date.now() - options.sinceMs).toISOString() }
+    : { deliver_policy: DeliverPolicy.New };
+  const consumer = await jetstream(nc).consumers.get(EVENTS_STREAM, { filter_subjects: filter, ...start, inactive_threshold: INACTIVE_THRESHOLD_MS });
   const messages = await consumer.consume({ max_messages: FETCH_BATCH });
   let cleaned: Promise<void> | undefined;
   const cleanup = () => (cleaned ??= (async () => {

@@ -474,9 +474,26 @@ describe("tail", () => {
     expect(await strayConsumers()).toEqual([]);
   });
 
+  it("with sinceMs, first yields the messages stored within that long, then new ones", async () => {
+    const key = addSource("tail-since");
+    await send(key, { userId: "u7", event: "Old", messageId: "tail-since-old" });
+    await sleep(1_200);
+    await send(key, { userId: "u7", event: "Recent", messageId: "tail-since-recent" });
+
+    const stop = new AbortController();
+    const messages = await tail(env.nc, { source: "tail-since", sinceMs: 1_000, signal: stop.signal });
+    const iterator = messages[Symbol.asyncIterator]();
+    expect((await iterator.next()).value).toMatchObject({ message: { messageId: "tail-since-recent" } });
+    await send(key, { userId: "u7", event: "New", messageId: "tail-since-new" });
+    expect((await iterator.next()).value).toMatchObject({ message: { messageId: "tail-since-new" } });
+    stop.abort();
+    expect((await iterator.next()).done).toBe(true);
+    expect(await strayConsumers()).toEqual([]);
+  });
+
   it("`trackhook tail` prints one JSON line per message and stops on SIGINT", async () => {
     const key = addSource("tail-cli");
-    const child = spawn(process.execPath, [CLI, "tail", "--source", "tail-cli", "--nats", env.nats.server.url], { cwd: root });
+    const child = spawn(process.execPath, [CLI, "tail", "--source", "tail-cli", "--since", "5m", "--nats", env.nats.server.url], { cwd: root });
     let stdout = "";
     let stderr = "";
     child.stdout.on("data", (c: Buffer) => (stdout += c.toString()));
