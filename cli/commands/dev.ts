@@ -9,6 +9,8 @@ import { UsageError, integerFlag, natsUrl as natsUrlFlag } from "../args.ts";
 import { devLockPath, formatDevLock, isRunning as isAlive, readDevLock } from "../dev-lock.ts";
 import { onShutdown } from "../shutdown.ts";
 import { DeliveryMetrics } from "../../dataplane/delivery/mod.ts";
+import type { IngestActivity } from "../../dataplane/ingest/mod.ts";
+import { startActivityFeed, type ActivityFeed } from "../dev-activity.ts";
 import { startDelivery, type RunningDelivery } from "./deliver.ts";
 import { startIngest } from "./ingest.ts";
 import { ingestFlags, ingestFlagsHelp, ingestOptions, streamSettings } from "./shared-flags.ts";
@@ -21,8 +23,10 @@ export const devCommand: Command = {
 
   --nats <url>               use this NATS server instead of starting one
   --config <file|dir>        Source, WebhookDestination and Secret YAML documents (reloaded on change)
-  --data-dir <dir>           where the started nats-server keeps its store (default .trackhook/)${ingestFlagsHelp}`,
-  flags: { ...ingestFlags, config: { type: "string" }, nats: { type: "string" }, "data-dir": { type: "string" } },
+  --data-dir <dir>           where the started nats-server keeps its store (default .trackhook/)
+  --quiet                    no activity lines on stderr (one per message stored, delivery attempt,
+                             dead letter, message not accepted, request refused); the JSON log stays${ingestFlagsHelp}`,
+  flags: { ...ingestFlags, config: { type: "string" }, nats: { type: "string" }, "data-dir": { type: "string" }, quiet: { type: "boolean" } },
   async run(values) {
     if (!values.config) throw new UsageError("--config <file|dir> is required");
     const log = createLogger({ level: values["log-level"], name: "dev" });
@@ -45,19 +49,24 @@ export const devCommand: Command = {
     }
     const nc = await connectNats({ servers: natsUrl, name: "trackhook-dev", log });
     let ingest;
-    let delivery: RunningDelivery;
+    let delivery: RunningDelivery | undefined;
+    let feed: ActivityFeed | undefined;
+    // The feed watches streams that ingest and delivery create, so it starts after them.
+    const activity: IngestActivity = { notAccepted: (e) => feed?.ingest.notAccepted(e), refused: (e) => feed?.ingest.refused(e) };
     // One /metrics for both: process metrics come from the ingest's registry only.
     const deliveryMetrics = new DeliveryMetrics({ defaultMetrics: false });
     try {
       ingest = await startIngest({
-        nc, config, log, stream, options, extraRegistries: [deliveryMetrics.registry],
+        nc, config, log, stream, options, extraRegistries: [deliveryMetrics.registry], activity,
         host: values.host ?? "127.0.0.1",
         port,
       });
       // On a laptop the webhook receivers are usually local too.
       delivery = await startDelivery({ nc, config, log, allowPrivateNetworks: true, metrics: deliveryMetrics });
+      if (!values.quiet) feed = await startActivityFeed(nc, (line) => process.stderr.write(line));
     } catch (err) {
       await ingest?.close();
+      await delivery?.close();
       // Leave nothing running behind a failed start (a port in use, say).
       config.close();
       await nc.close();
@@ -78,19 +87,21 @@ export const devCommand: Command = {
         `  curl -u "$WRITE_KEY:" ${ingest.url}/v1/track -H 'content-type: application/json' \\\n` +
         `    -d '{"userId":"user-1","event":"Signed Up","properties":{"plan":"pro"}}'\n` +
         `A message without userId/anonymousId (or a track without event) is answered 200 too, as by Segment,\n` +
-        `and not stored: the log says "message not accepted" and why.\n` +
+        `and not stored: a "not accepted" line below says why.\n` +
         `SDKs take ${ingest.url} as their host (README: "Point your SDKs at trackhook"); a web page can load\n` +
         `analytics.js from ${ingest.url}/analytics.js/v1/$WRITE_KEY/analytics.min.js (with analytics._cdn = "${ingest.url}").\n\n` +
         `The admin commands (attempts, dead-letters, replay, tail, delete-user) find this NATS when run from this\n` +
         `directory; from elsewhere (the port changes with every start):\n` +
         `  export TRACKHOOK_NATS_URL=${natsUrl}\n` +
         `  alias trackhook=${shellQuote(`${process.execPath} ${realpathSync(process.argv[1]!)}`)}\n` +
-        `  trackhook tail      # or: trackhook dead-letters --destination <name>\n\n`,
+        `  trackhook tail      # or: trackhook dead-letters --destination <name>\n\n` +
+        (feed ? `What happens shows below, a line each (--quiet: none); the JSON log is on stdout.\n\n` : ""),
     );
 
     onShutdown(log, async () => {
       await ingest.close();
       await delivery.close();
+      await feed?.close();
       config.close();
       await nc.drain();
       await natsServer?.stop();

@@ -4,7 +4,7 @@ import type { NatsConnection } from "@nats-io/transport-node";
 import type { FastifyInstance } from "fastify";
 import { Registry } from "prom-client";
 import type { ConfigProvider } from "../../dataplane/config/mod.ts";
-import { buildIngestApp, type IngestOptionsInput } from "../../dataplane/ingest/mod.ts";
+import { buildIngestApp, type IngestActivity, type IngestOptionsInput } from "../../dataplane/ingest/mod.ts";
 import { errors } from "../../dataplane/ingest/errors.ts";
 import { OPS_PATHS, buildOpsServer } from "../../dataplane/ops/server.ts";
 import { createLogger, type Logger } from "../../dataplane/logging.ts";
@@ -51,9 +51,10 @@ export async function startIngest(args: {
   options: IngestOptionsInput;
   /** More registries for /metrics (dev serves delivery's too). */
   extraRegistries?: Registry[];
+  activity?: IngestActivity;
 }): Promise<RunningIngest> {
   const jsm = args.jsm ?? (await ensureEventsStream(args.nc, args.stream, args.log));
-  const app = await buildIngestApp({ nc: args.nc, config: args.config, logger: args.log, ...(args.extraRegistries ? { extraRegistries: args.extraRegistries } : {}) }, args.options);
+  const app = await buildIngestApp({ nc: args.nc, config: args.config, logger: args.log, ...(args.extraRegistries ? { extraRegistries: args.extraRegistries } : {}), ...(args.activity ? { activity: args.activity } : {}) }, args.options);
   const address = await listenOrExplain(app, args.host, args.port);
   const guard = new StreamGuard(args.nc, jsm, [eventsStreamConfig(args.stream)], args.log);
   args.log.info({ address, sources: args.config.current().sources.length }, "ingest listening");

@@ -18,6 +18,7 @@ import { SourceDirectory } from "./auth.ts";
 import { parseJsonObject, readBoundedBody } from "./body.ts";
 import { IngestError, errors } from "./errors.ts";
 import { IngestMetrics } from "./metrics.ts";
+import type { RejectReason } from "./accept.ts";
 import { resolveIngestOptions, type IngestOptionsInput } from "./options.ts";
 import { EventPublisher } from "./publish.ts";
 import { SourceRateLimits } from "./rate-limit.ts";
@@ -34,6 +35,19 @@ export interface IngestAppDeps {
   metrics?: IngestMetrics;
   /** More registries served on /metrics (dev puts delivery's here). */
   extraRegistries?: Registry[];
+  /** Hears every answer that stores nothing, unthrottled (dev's activity lines). */
+  activity?: IngestActivity;
+}
+
+/**
+ * What a watcher hears of what ingest did not store: each message not accepted and each request
+ * refused, as they happen. The log says the same at most once per 10 s per kind (an SDK drops a
+ * 401 silently, so on a laptop each one is worth a line); accepted messages are not told here,
+ * they are in the stream.
+ */
+export interface IngestActivity {
+  notAccepted(event: { source: string; reason: RejectReason; detail: string; messageId?: string }): void;
+  refused(event: { route: string; status: number; code: string; message: string }): void;
 }
 
 const READINESS_CACHE_MS = 1000;
@@ -70,6 +84,7 @@ export async function buildIngestApp(deps: IngestAppDeps, input: IngestOptionsIn
   const state: IngestState = {
     options, metrics, registry, publisher, directory: new SourceDirectory(deps.config.current()), rateLimits: new SourceRateLimits(), ready,
     repeatedLines: new KeyedLogInterval(REPEATED_LINE_INTERVAL_MS),
+    ...(deps.activity ? { activity: deps.activity } : {}),
   };
   const sourcesIn = (config: CompiledConfig) => {
     metrics.sources.set(state.directory.size);
@@ -167,6 +182,7 @@ export async function buildIngestApp(deps: IngestAppDeps, input: IngestOptionsIn
       const held = state.repeatedLines.pass(`answer ${error.code}`);
       if (held !== undefined) request.log.info({ reqId: request.id, code: error.code, route: request.routeOptions.url, moreLikeThisSinceLastLine: held }, error.message);
     }
+    state.activity?.refused({ route: request.routeOptions.url ?? request.url.split("?")[0]!, status: error.statusCode, code: error.code, message: error.message });
     if (error.retryAfter) reply.header("retry-after", String(error.retryAfter));
     reply.header("x-request-id", request.id);
     if (!request.raw.complete) {

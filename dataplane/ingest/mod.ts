@@ -1,5 +1,5 @@
 // The ingest service: Segment's Tracking API in front of JetStream.
-export { buildIngestApp, type IngestAppDeps } from "./app.ts";
+export { buildIngestApp, type IngestActivity, type IngestAppDeps } from "./app.ts";
 export { resolveIngestOptions, InvalidOptionsError, IngestOptionsSchema, type IngestOptions, type IngestOptionsInput } from "./options.ts";
 export { IngestError, errors as ingestErrors, type IngestErrorCode } from "./errors.ts";
 export { IngestMetrics } from "./metrics.ts";

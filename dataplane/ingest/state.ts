@@ -6,6 +6,7 @@ import type { EventPublisher } from "./publish.ts";
 import type { SourceDirectory } from "./auth.ts";
 import type { SourceRateLimits } from "./rate-limit.ts";
 import type { KeyedLogInterval } from "../ops/log-interval.ts";
+import type { IngestActivity } from "./app.ts";
 
 export interface IngestState {
   readonly options: IngestOptions;
@@ -23,6 +24,7 @@ export interface IngestState {
    * one batch of 2,500 bad messages would otherwise be 2,500 lines.
    */
   readonly repeatedLines: KeyedLogInterval;
+  readonly activity?: IngestActivity;
   /** Resolves true when JetStream answers. */
   ready(): Promise<{ ready: boolean; reason?: string }>;
 }

@@ -2,7 +2,9 @@
 // example config with its own nats-server, then stopping cleanly on SIGTERM.
 import { gzipSync } from "node:zlib";
 import { spawn, spawnSync } from "node:child_process";
-import { existsSync, mkdtempSync, writeFileSync } from "node:fs";
+import { existsSync, mkdtempSync, readFileSync, writeFileSync } from "node:fs";
+import { createServer } from "node:http";
+import type { AddressInfo } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
@@ -485,4 +487,70 @@ describe("trackhook and a NATS that comes and goes", () => {
       await server.stop();
     }
   }, 60_000);
+});
+
+describe("trackhook dev's activity lines", () => {
+  /** Starts dev on a config of its own; resolves with its ingest URL once the banner is out. */
+  const startDev = async (config: string, ...flags: string[]) => {
+    const dataDir = mkdtempSync(join(tmpdir(), "trackhook-dev-"));
+    const child = spawn(process.execPath, [CLI, "dev", "--config", config, "--port", "0", "--data-dir", dataDir, "--log-level", "warn", ...flags], { cwd: root });
+    const output = { stderr: "" };
+    child.stderr.on("data", (c: Buffer) => (output.stderr += c.toString()));
+    const exited = new Promise<number | null>((resolve) => child.on("exit", (code) => resolve(code)));
+    await expect.poll(() => output.stderr, { timeout: 20_000 }).toContain("trackhook tail");
+    const url = /ingest\s+(http:\/\/127\.0\.0\.1:\d+)/.exec(output.stderr)![1]!;
+    return { url, output, stop: async () => { child.kill("SIGTERM"); return exited; } };
+  };
+
+  it("say what became of each message: stored, delivered, failed, dead-lettered, not accepted, refused", async () => {
+    const receiver = createServer((req, res) => {
+      req.resume();
+      req.on("end", () => res.writeHead(req.url === "/gone" ? 404 : 200).end("ok"));
+    });
+    await new Promise<void>((resolve) => receiver.listen(0, "127.0.0.1", resolve));
+    const port = (receiver.address() as AddressInfo).port;
+    const dir = mkdtempSync(join(tmpdir(), "trackhook-activity-"));
+    writeFileSync(join(dir, "config.yaml"), `${readFileSync(join(root, "examples", "dev.yaml"), "utf8")}
+---
+apiVersion: trackhook.io/v1alpha1
+kind: WebhookDestination
+metadata: { name: hook }
+spec: { sources: [website], urls: ["http://127.0.0.1:${port}/hook"] }
+---
+apiVersion: trackhook.io/v1alpha1
+kind: WebhookDestination
+metadata: { name: gone }
+spec: { sources: [website], urls: ["http://127.0.0.1:${port}/gone"] }
+`);
+    const dev = await startDev(dir);
+    try {
+      const auth = { headers: { authorization: basic("dev-write-key") } };
+      expect((await post(`${dev.url}/v1/track`, { userId: "u1", event: "Signed Up", messageId: "act-1" }, auth)).status).toBe(200);
+      expect((await post(`${dev.url}/v1/track`, { event: "Anonymous", messageId: "act-2" }, auth)).status).toBe(200);
+      expect((await post(`${dev.url}/v1/identify`, { userId: "u1" }, { headers: { authorization: basic("not-a-key") } })).status).toBe(401);
+      const line = (pattern: RegExp) => expect.poll(() => dev.output.stderr, { timeout: 15_000 }).toMatch(pattern);
+      await line(/^\d\d:\d\d:\d\d {2}stored +default\/website {2}track "Signed Up" userId u1 {2}\[act-1\]$/m);
+      await line(/^\d\d:\d\d:\d\d {2}delivered +default\/hook {2}200 in \d+ ms from http:\/\/127\.0\.0\.1:\d+\/hook {2}\[act-1\]$/m);
+      await line(/^\d\d:\d\d:\d\d {2}failed +default\/gone {2}404 in \d+ ms from http:\/\/127\.0\.0\.1:\d+\/gone {2}\[act-1, not retried\]$/m);
+      await line(/^\d\d:\d\d:\d\d {2}dead-lettered default\/gone {2}permanent_failure, last answer 404 {2}\[act-1\] {2}\(trackhook replay --destination default\/gone\)$/m);
+      await line(/^\d\d:\d\d:\d\d {2}not accepted +default\/website {2}no_user_anon_id: neither userId nor anonymousId is set {2}\[act-2\]$/m);
+      await line(/^\d\d:\d\d:\d\d {2}refused 401 +\/v1\/identify {2}invalid_write_key: Unknown or disabled write key$/m);
+    } finally {
+      expect(await dev.stop()).toBe(0);
+      receiver.close();
+    }
+  });
+
+  it("--quiet prints none", async () => {
+    const dev = await startDev("examples/", "--quiet");
+    try {
+      expect((await post(`${dev.url}/v1/track`, { event: "Anonymous" }, { headers: { authorization: basic("dev-write-key") } })).status).toBe(200);
+      expect((await post(`${dev.url}/v1/track`, { userId: "u1", event: "Quiet" }, { headers: { authorization: basic("dev-write-key") } })).status).toBe(200);
+      await new Promise((resolve) => setTimeout(resolve, 1_000));
+      expect(dev.output.stderr).not.toMatch(/^\d\d:\d\d:\d\d {2}/m);
+      expect(dev.output.stderr).not.toContain("What happens shows below");
+    } finally {
+      expect(await dev.stop()).toBe(0);
+    }
+  });
 });

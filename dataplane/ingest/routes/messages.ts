@@ -130,6 +130,7 @@ async function handle(state: IngestState, request: FastifyRequest, config: Route
   const notAccepted = (reason: RejectReason, detail: string, item: unknown) => {
     state.metrics.countMessages(sourceId, "not_accepted", reason);
     const messageId = (item as { messageId?: unknown } | null)?.messageId;
+    state.activity?.notAccepted({ source: sourceId, reason, detail, ...(typeof messageId === "string" ? { messageId } : {}) });
     const held = state.repeatedLines.pass(`not accepted ${sourceId} ${reason}`);
     if (held !== undefined) request.log.info({ reqId: request.id, source: sourceId, reason, detail, messageId, moreLikeThisSinceLastLine: held }, "message not accepted");
   };

@@ -1,0 +1,97 @@
+// `trackhook dev`'s activity lines: one short human line on stderr per message stored, per
+// delivery attempt, per dead letter, and per message or request ingest did not take. On a laptop
+// the question is "did my event arrive, and what did my receiver answer?"; the JSON log says
+// only what went wrong, and at most once per 10 s per kind.
+import { DeliverPolicy, jetstream } from "@nats-io/jetstream";
+import type { NatsConnection } from "@nats-io/transport-node";
+import type { IngestActivity } from "../dataplane/ingest/mod.ts";
+import { parseJson } from "../dataplane/json.ts";
+import { ATTEMPTS_STREAM, ATTEMPTS_SUBJECTS, DLQ_STREAM, DLQ_SUBJECTS, EVENTS_STREAM, EVENTS_SUBJECTS } from "../dataplane/nats/mod.ts";
+import type { AttemptRecord } from "../dataplane/delivery/mod.ts";
+
+export interface ActivityFeed {
+  /** Hears what ingest did not store (startIngest's `activity`). */
+  readonly ingest: IngestActivity;
+  close(): Promise<void>;
+}
+
+type Write = (line: string) => void;
+
+/** Watches the three streams from now on; lines go to `write` (stderr), each ending in "\n". */
+export async function startActivityFeed(nc: NatsConnection, write: Write, now: () => Date = () => new Date()): Promise<ActivityFeed> {
+  const say = (what: string, who: string, text: string) => write(`${clock(now())}  ${what.padEnd(13)} ${who}  ${text}\n`);
+  const js = jetstream(nc);
+  const watched: Array<{ close(): Promise<void> }> = [];
+  const watch = async (stream: string, subjects: string, line: (subject: string, body: string, header: (name: string) => string | undefined) => void) => {
+    const consumer = await js.consumers.get(stream, { filter_subjects: subjects, deliver_policy: DeliverPolicy.New });
+    const messages = await consumer.consume({ max_messages: 256 });
+    const done = (async () => {
+      for await (const m of messages) {
+        try {
+          line(m.subject, m.string(), (name) => m.headers?.get(name) || undefined);
+        } catch {
+          // A line that cannot be made is not worth stopping the others for.
+        }
+      }
+    })();
+    watched.push({ close: async () => { await messages.close(); await done; await consumer.delete().catch(() => {}); } });
+  };
+
+  await watch(EVENTS_STREAM, EVENTS_SUBJECTS, (subject, body) => {
+    const [, , namespace, source] = subject.split(".");
+    say("stored", `${namespace}/${source}`, describeMessage(parseJson(body) as Record<string, unknown>));
+  });
+  await watch(ATTEMPTS_STREAM, ATTEMPTS_SUBJECTS, (_subject, body) => {
+    const record = JSON.parse(body) as AttemptRecord;
+    const [what, tail] = ATTEMPT_WORDS[record.outcome];
+    const answer = record.status !== undefined ? String(record.status) : (record.error ?? "no answer");
+    const retried = record.attempt > 1 ? `, attempt ${record.attempt}` : "";
+    const detail = record.detail ? ` (${record.detail})` : "";
+    say(what, record.destination, `${answer} in ${Math.round(record.latencyMs)} ms from ${record.url}${detail}  [${record.messageId}${retried}${tail}]`);
+  });
+  await watch(DLQ_STREAM, DLQ_SUBJECTS, (subject, body, header) => {
+    const [, , namespace, destination] = subject.split(".");
+    const message = parseJson(body) as { messageId?: unknown };
+    const last = header("Trackhook-Last-Status") ?? header("Trackhook-Last-Error");
+    const name = `${namespace}/${destination}`;
+    say("dead-lettered", name, `${header("Trackhook-Reason") ?? "unknown"}${last ? `, last answer ${last}` : ""}  [${String(message.messageId)}]  (trackhook replay --destination ${name})`);
+  });
+
+  return {
+    ingest: {
+      notAccepted: ({ source, reason, detail, messageId }) => say("not accepted", source, `${reason}: ${detail}${messageId !== undefined ? `  [${messageId}]` : ""}`),
+      refused: ({ route, status, code, message }) => say(`refused ${status}`, route, `${code}: ${message}`),
+    },
+    close: async () => {
+      await Promise.all(watched.map((w) => w.close()));
+    },
+  };
+}
+
+const ATTEMPT_WORDS: Record<AttemptRecord["outcome"], [string, string]> = {
+  delivered: ["delivered", ""],
+  retry: ["will retry", ""],
+  permanent: ["failed", ", not retried"],
+};
+
+/** `track "Signed Up" userId u1 [id]`: what tells one message from the next at a glance. */
+export function describeMessage(message: Record<string, unknown>): string {
+  const type = String(message.type);
+  const quoted = (value: unknown) => (typeof value === "string" ? JSON.stringify(value) : undefined);
+  const what = {
+    track: quoted(message.event),
+    page: quoted(message.name),
+    screen: quoted(message.name),
+    group: message.groupId !== undefined ? `groupId ${String(message.groupId)}` : undefined,
+    alias: message.previousId !== undefined ? `previousId ${String(message.previousId)}` : undefined,
+    delete: undefined,
+    identify: undefined,
+  }[type];
+  const who = message.userId !== undefined ? `userId ${String(message.userId)}` : message.anonymousId !== undefined ? `anonymousId ${String(message.anonymousId)}` : undefined;
+  return [type, what, who].filter((part) => part !== undefined).join(" ") + `  [${String(message.messageId)}]`;
+}
+
+/** HH:MM:SS in local time: the terminal's reader compares it with their own clock. */
+function clock(at: Date): string {
+  return [at.getHours(), at.getMinutes(), at.getSeconds()].map((n) => String(n).padStart(2, "0")).join(":");
+}
