@@ -2,7 +2,7 @@ import js from "@eslint/js";
 import tseslint from "typescript-eslint";
 
 export default tseslint.config(
-  { ignores: ["dist/", ".tools/", "node_modules/", "coverage/", "schema/generated/"] },
+  { ignores: ["dist/", ".tools/", "node_modules/", "coverage/"] },
   js.configs.recommended,
   ...tseslint.configs.recommended,
   {

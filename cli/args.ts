@@ -55,7 +55,6 @@ export const listFlag = (text: string | undefined): string[] | undefined =>
 /** Schemes a NATS client dials; anything else (an http:// ingest URL by mistake) would only time out. */
 const NATS_SCHEMES = ["nats", "tls", "ws", "wss"];
 
-/** --nats, or TRACKHOOK_NATS_URL. */
 /**
  * The --nats URL, else TRACKHOOK_NATS_URL; for an admin command (`orDev`), else the NATS of the
  * `trackhook dev` running from this directory: its nats-server takes a new port at every start.

@@ -1,5 +1,5 @@
-// The compiled config: what `--config` files (or, later, the operator via the trackhook-config
-// KV bucket) turn into, and the only config shape the data plane reads. Write keys appear as
+// The compiled config: what `--config` files (or the operator, via the trackhook-config KV
+// bucket) turn into, and the only config shape the data plane reads. Write keys appear as
 // SHA-256 digests only.
 import { Type, type Static } from "@sinclair/typebox";
 import { DNS_LABEL } from "./resources.ts";

@@ -83,7 +83,7 @@ export const KINDS: KindInfo[] = [
  * additionalProperties, closed objects lose `additionalProperties: false` (the API server prunes
  * unknown fields instead), and keywords Kubernetes rejects are dropped.
  */
-export function toStructural(schema: unknown): unknown {
+function toStructural(schema: unknown): unknown {
   if (Array.isArray(schema)) return schema.map(toStructural);
   if (schema === null || typeof schema !== "object") return schema;
   const out: Record<string, unknown> = {};

@@ -1,4 +1,5 @@
-// The custom resources users write (Source, WebhookDestination) and the Secrets they reference.
+// The custom resources users write (Source, WebhookDestination, DeletionRequest), their statuses,
+// and the Secrets they reference.
 // One definition serves three readers: the CRDs in crds/ (generated), the `--config` loader of
 // `trackhook dev|ingest|deliver` (ajv), and the TypeScript types of both (Static<>).
 import { Type, type Static, type TSchema } from "@sinclair/typebox";
@@ -85,15 +86,15 @@ const LabelSelector = Type.Object(
   { additionalProperties: false, description: "Selects Sources of the same namespace by label." },
 );
 
+/** Why a reserved header is refused, in the CRD's CEL rule and in compile's problems alike. */
+export const RESERVED_HEADER_REASON = "is set by trackhook itself (framing, signature or delivery id) and cannot be a custom header";
+
 /**
  * Header names a destination cannot set: HTTP framing and connection headers (a wrong
  * Content-Length or an Expect would fail every request, and be retried for hours), Host, and the
  * headers delivery sets itself. User-Agent may be replaced; a Content-Type is accepted but the
  * body always goes as application/json (as before this list existed).
  */
-/** Why a reserved header is refused, in the CRD's CEL rule and in compile's problems alike. */
-export const RESERVED_HEADER_REASON = "is set by trackhook itself (framing, signature or delivery id) and cannot be a custom header";
-
 export const RESERVED_WEBHOOK_HEADERS: readonly string[] = [
   "host", "content-length", "transfer-encoding", "connection", "keep-alive", "upgrade", "expect", "te", "trailer",
   "proxy-connection", "content-encoding", "x-signature", "x-delivery-id", "webhook-id", "webhook-timestamp", "webhook-signature",

@@ -7,18 +7,21 @@ export type AttemptOutcome =
   | { kind: "retry"; status?: number; error?: DeliveryErrorCode; retryAfterMs?: number }
   | { kind: "permanent"; status?: number; error?: DeliveryErrorCode };
 
-export type DeliveryErrorCode =
-  | "timeout"
-  | "connection_refused"
-  | "connection_reset"
-  | "dns_error"
-  | "tls_verification_failed"
-  | "private_address_refused"
-  | "network_error"
+/** What an attempt without an HTTP status ended in; each is documented in docs/operations.md (a test checks). */
+export const DELIVERY_ERROR_CODES = [
+  "timeout",
+  "connection_refused",
+  "connection_reset",
+  "dns_error",
+  "tls_verification_failed",
+  "private_address_refused",
+  "network_error",
   /** An answer came that is not HTTP the client can read (bad framing, headers past 64 KiB). */
-  | "invalid_response"
+  "invalid_response",
   /** No request: every URL was pausing (Retry-After, or not answering) for the whole window. */
-  | "url_paused";
+  "url_paused",
+] as const;
+export type DeliveryErrorCode = (typeof DELIVERY_ERROR_CODES)[number];
 
 /**
  * Retry-After is honoured within these bounds: a receiver cannot stall us for hours, nor make us

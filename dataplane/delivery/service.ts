@@ -265,8 +265,8 @@ export class DeliveryService {
       const next = wanted.get(key);
       const change = next ? changeOf(next, worker.destination) : "restart";
       if (change === "none") continue;
-      if (next && change === "signing") {
-        worker.resign(next);
+      if (next && change === "live") {
+        worker.applyLive(next);
         log.info({ destination: key }, "destination's shared secret or headers changed; in force for the next requests");
         continue;
       }

@@ -34,18 +34,38 @@ function customHeaders(destination: CompiledDestination): Record<string, string>
 }
 
 /**
- * How a destination's new config differs from the one its worker runs with: "none" (createdAt
- * only says where a consumer starts when it is made, and leaves the config once the destination
- * took effect: that must not restart the worker and lose its URL pauses and round state),
- * "signing" (only the shared secret, headers or signing scheme: DestinationWorker.resign takes
- * them in place), or "restart".
+ * What a change of each field of a destination asks of its running worker. Every field must be
+ * here (the compiler says so when one is added), so a new knob is a decision, not a silent
+ * restart:
+ * - "none": createdAt only says where a consumer starts when it is made; a change must not
+ *   restart the worker and lose its URL pauses and round state.
+ * - "live": DestinationWorker.applyLive takes it in place, for the next requests.
+ * - "restart": the worker is replaced (a new consumer filter, new URL pauses, new limits).
  */
-export function changeOf(next: CompiledDestination, running: CompiledDestination): "none" | "signing" | "restart" {
-  const { createdAt: _next, ...a } = next;
-  const { createdAt: _running, ...b } = running;
-  if (JSON.stringify(a) === JSON.stringify(b)) return "none";
-  const unsigned = ({ sharedSecret: _s, headers: _h, standardWebhooks: _w, ...rest }: typeof a) => JSON.stringify(rest);
-  return unsigned(a) === unsigned(b) ? "signing" : "restart";
+const FIELD_CHANGE = {
+  createdAt: "none",
+  sharedSecret: "live",
+  headers: "live",
+  standardWebhooks: "live",
+  namespace: "restart",
+  name: "restart",
+  enabled: "restart",
+  sources: "restart",
+  urls: "restart",
+  timeoutMs: "restart",
+  retryWindowMs: "restart",
+  maxInFlight: "restart",
+} as const satisfies Record<keyof CompiledDestination, "none" | "live" | "restart">;
+
+/** How a destination's new config differs from the one its worker runs with: the largest change of any field. */
+export function changeOf(next: CompiledDestination, running: CompiledDestination): "none" | "live" | "restart" {
+  let change: "none" | "live" | "restart" = "none";
+  for (const field of Object.keys(FIELD_CHANGE) as Array<keyof CompiledDestination>) {
+    if (JSON.stringify(next[field]) === JSON.stringify(running[field])) continue;
+    if (FIELD_CHANGE[field] === "restart") return "restart";
+    if (FIELD_CHANGE[field] === "live") change = "live";
+  }
+  return change;
 }
 
 /** A message's messageId for a log line, if its body has one (it may not be JSON at all). */
@@ -175,8 +195,8 @@ const MIN_FINAL_ROUND_DELAY_MS = 1_000;
 /** How often #rounds is swept of entries whose message finished elsewhere (another replica). */
 const ROUND_SWEEP_MS = 60_000;
 
-/** At most one "webhook timed out" line per destination this often. */
-const TIMEOUT_LOG_INTERVAL_MS = 10_000;
+/** At most one line of a kind (timed out, dead-lettered, dead letter refused) per destination this often. */
+const LINE_INTERVAL_MS = 10_000;
 const RETRY_AFTER_LOG_INTERVAL_MS = 60_000;
 /** A message whose dead letter was refused comes back this much later. */
 const DEAD_LETTER_RETRY_MS = 60_000;
@@ -248,12 +268,12 @@ export class DestinationWorker {
    */
   readonly #rounds = new Map<number, RoundState>();
   #roundsSweptAt = 0;
-  /** One "webhook timed out" line per TIMEOUT_LOG_INTERVAL_MS at most (see #logTimeout). */
-  readonly #timeoutLog = new LogInterval(TIMEOUT_LOG_INTERVAL_MS);
-  /** One "moved to the dead-letter queue" line per reason per TIMEOUT_LOG_INTERVAL_MS at most. */
-  readonly #deadLetterLog = new KeyedLogInterval(TIMEOUT_LOG_INTERVAL_MS);
+  /** One "webhook timed out" line per LINE_INTERVAL_MS at most (see #logTimeout). */
+  readonly #timeoutLog = new LogInterval(LINE_INTERVAL_MS);
+  /** One "moved to the dead-letter queue" line per reason per LINE_INTERVAL_MS at most. */
+  readonly #deadLetterLog = new KeyedLogInterval(LINE_INTERVAL_MS);
   readonly #retryAfterLog = new KeyedLogInterval(RETRY_AFTER_LOG_INTERVAL_MS);
-  readonly #deadLetterRefusedLog = new LogInterval(TIMEOUT_LOG_INTERVAL_MS);
+  readonly #deadLetterRefusedLog = new LogInterval(LINE_INTERVAL_MS);
   readonly #deadLetterRetryMs: number;
   /** When the dead-letter stream last refused one of this destination's messages. */
   #deadLetterRefusedAt = -Infinity;
@@ -261,7 +281,7 @@ export class DestinationWorker {
   /** Attempt records of this turn not yet published (see #publishRecords). */
   #records: string[] = [];
   readonly #replaySubject: string;
-  /** The destination's own headers, names lower-cased once. */
+  /** The destination's own headers, names as configured (customHeaders). */
   #customHeaders: Record<string, string>;
   /** The shared secret's keys, made once: a string key is converted again on every signature. */
   #signingKeys: SigningKeys | undefined;
@@ -370,11 +390,11 @@ export class DestinationWorker {
   }
 
   /**
-   * Takes a new shared secret, headers or signing scheme in place (changeOf "signing"): a rotated
+   * Takes a new shared secret, headers or signing scheme in place (changeOf "live"): a rotated
    * Secret used by many destinations would otherwise restart each worker, and the messages in
    * transit to a closed pull wait out ack_wait (35 s) before anyone sends them.
    */
-  resign(next: CompiledDestination): void {
+  applyLive(next: CompiledDestination): void {
     this.#destination = next;
     this.#customHeaders = customHeaders(next);
     this.#signingKeys = next.sharedSecret ? signingKeys(next.sharedSecret) : undefined;
@@ -672,7 +692,7 @@ export class DestinationWorker {
 
   /**
    * The spec asks for a timeout to be logged. A receiver that stops answering times out on every
-   * message, so this is one line per destination every TIMEOUT_LOG_INTERVAL_MS at most, counting
+   * message, so this is one line per destination every LINE_INTERVAL_MS at most, counting
    * the ones in between; each attempt is in TRACKHOOK_ATTEMPTS and the metrics anyway.
    */
   #logTimeout(url: string, messageId: string, attempt: number): void {

@@ -189,7 +189,7 @@ export async function buildIngestApp(deps: IngestAppDeps, input: IngestOptionsIn
       // A body left unread (corrupt compression, say) would hold the connection until the
       // request timeout. An over-size one is drained instead; if it stalls, the timeout ends it
       // without a second answer.
-      if (!error.code.endsWith("_too_large")) reply.header("connection", "close");
+      if (!error.drainBody) reply.header("connection", "close");
       const socket = request.raw.socket;
       answeredMidBody.add(socket);
       request.raw.once("end", () => answeredMidBody.delete(socket));
@@ -286,7 +286,7 @@ function answerClientError(err: NodeJS.ErrnoException, socket: Duplex, metrics: 
 
 function fromFastifyError(err: FastifyError): IngestError {
   if (err.statusCode && err.statusCode < 500) {
-    return new IngestError(err.statusCode === 413 ? "request_too_large" : "invalid_body", 400, err.message, { cause: err });
+    return new IngestError(err.statusCode === 413 ? "request_too_large" : "invalid_body", 400, err.message, { cause: err, drainBody: err.statusCode === 413 });
   }
   return errors.internal(err);
 }

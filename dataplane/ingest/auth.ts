@@ -1,5 +1,6 @@
-// Write-key authentication. Keys are never held in memory as text: the directory maps SHA-256
-// digests to sources. A lookup's timing therefore depends only on the digest of what the caller
+// Write-key authentication. The directory maps SHA-256 digests of keys to sources; the config
+// holds no key as text (an Authorization header that matched is remembered as sent, see
+// matchHeader). A lookup's timing therefore depends only on the digest of what the caller
 // sent, which tells an attacker nothing about any real key (this is the constant-time property;
 // comparing a digest with the entry found by that same digest would add nothing).
 import { createHash } from "node:crypto";

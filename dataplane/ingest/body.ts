@@ -51,7 +51,7 @@ export function readBoundedBody(raw: Readable, headers: IncomingHttpHeaders, lim
       decoder?.destroy();
       // The rest of an over-size body is read and dropped, so that the 400 reaches the client;
       // after any other failure nothing more is wanted from this request.
-      if (err.code.endsWith("_too_large") && !received) drain(raw, wireBytes);
+      if (err.drainBody && !received) drain(raw, wireBytes);
       else raw.pause();
       reject(err);
     };

@@ -2,40 +2,50 @@
 // branch on. The body is {"success": false, "code", "message"}: analytics-python reads code and
 // message, analytics-ruby reads `error`, so `error` repeats the message.
 
-export type IngestErrorCode =
-  | "invalid_json"
-  | "invalid_body"
-  | "invalid_compression"
-  | "unsupported_content_encoding"
-  | "request_too_large"
-  | "batch_too_large"
-  | "batch_item_too_large"
-  | "too_many_batch_items"
-  | "missing_write_key"
-  | "invalid_write_key"
-  | "not_found"
-  | "method_not_allowed"
-  | "storage_unavailable"
-  | "client_aborted"
-  | "request_timeout"
-  | "headers_too_large"
-  | "malformed_request"
-  | "storage_full"
-  | "rate_limited"
-  | "shutting_down"
-  | "internal_error";
+/** Every code an error answer can carry; each is documented in docs/operations.md (a test checks). */
+export const INGEST_ERROR_CODES = [
+  "invalid_json",
+  "invalid_body",
+  "invalid_compression",
+  "unsupported_content_encoding",
+  "request_too_large",
+  "batch_too_large",
+  "batch_item_too_large",
+  "too_many_batch_items",
+  "missing_write_key",
+  "invalid_write_key",
+  "not_found",
+  "method_not_allowed",
+  "storage_unavailable",
+  "client_aborted",
+  "request_timeout",
+  "headers_too_large",
+  "malformed_request",
+  "storage_full",
+  "rate_limited",
+  "shutting_down",
+  "internal_error",
+] as const;
+export type IngestErrorCode = (typeof INGEST_ERROR_CODES)[number];
 
 export class IngestError extends Error {
   readonly code: IngestErrorCode;
   readonly statusCode: number;
   /** Seconds, for 503s and 429s. */
   readonly retryAfter: number | undefined;
-  constructor(code: IngestErrorCode, statusCode: number, message: string, options: { cause?: unknown; retryAfter?: number } = {}) {
+  /**
+   * Answered before the body was read in full, the rest is read and dropped rather than the
+   * connection closed: true for a body over a size limit, whose rest is well-formed and bounded
+   * by the request timeout (an SDK that reads the answer only after sending all of it gets it).
+   */
+  readonly drainBody: boolean;
+  constructor(code: IngestErrorCode, statusCode: number, message: string, options: { cause?: unknown; retryAfter?: number; drainBody?: boolean } = {}) {
     super(message, { cause: options.cause });
     this.name = "IngestError";
     this.code = code;
     this.statusCode = statusCode;
     this.retryAfter = options.retryAfter;
+    this.drainBody = options.drainBody ?? false;
   }
 
   toJSON() {
@@ -52,11 +62,11 @@ export const errors = {
     new IngestError("invalid_compression", 400, "Body could not be decompressed with its Content-Encoding", { cause }),
   unsupportedEncoding: (encoding: string) =>
     new IngestError("unsupported_content_encoding", 415, `Content-Encoding "${encoding}" is not supported (use gzip, deflate or none)`),
-  requestTooLarge: (limit: number) => new IngestError("request_too_large", 400, `Request body is over the ${kb(limit)} limit for a single message`),
+  requestTooLarge: (limit: number) => new IngestError("request_too_large", 400, `Request body is over the ${kb(limit)} limit for a single message`, { drainBody: true }),
   batchTooLarge: (limit: number, when = "") =>
-    new IngestError("batch_too_large", 400, `Batch request body is over the ${kb(limit)} limit${when ? ` ${when}` : ""}`),
+    new IngestError("batch_too_large", 400, `Batch request body is over the ${kb(limit)} limit${when ? ` ${when}` : ""}`, { drainBody: true }),
   batchItemTooLarge: (index: number, limit: number, when = "") =>
-    new IngestError("batch_item_too_large", 400, `Batch item ${index} is over the ${kb(limit)} limit for one message${when ? ` ${when}` : ""}`),
+    new IngestError("batch_item_too_large", 400, `Batch item ${index} is over the ${kb(limit)} limit for one message${when ? ` ${when}` : ""}`, { drainBody: true }),
   tooManyBatchItems: (count: number, limit: number) =>
     new IngestError("too_many_batch_items", 400, `Batch has ${count} items; the limit is ${limit}`),
   missingWriteKey: () =>

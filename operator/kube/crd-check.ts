@@ -1,4 +1,5 @@
-// The installed CRDs must know every field this operator writes. Helm installs crds/ once and
+// The installed CRDs must know every field this operator writes or reads (status and spec alike:
+// a CRD without a new spec knob would drop it from what users apply, unseen). Helm installs crds/ once and
 // never upgrades them, and the API server drops the fields its schema does not know, without an
 // error: after an upgrade that skipped `kubectl apply -f crds/`, a review found a destination's
 // status.inEffectSince dropped at every write (enabling it again replayed the stream since its

@@ -5,7 +5,8 @@ import { describe, expect, it } from "vitest";
 import { routesTo } from "../../dataplane/delivery/routing.ts";
 import { signingKeys, standardWebhookHeaders, webhookBody, xSignature, type DeliverableMessage } from "../../dataplane/delivery/payload.ts";
 import { DeliveryMetrics } from "../../dataplane/delivery/metrics.ts";
-import { pullAhead, redactUrl } from "../../dataplane/delivery/worker.ts";
+import { changeOf, pullAhead, redactUrl } from "../../dataplane/delivery/worker.ts";
+import type { CompiledDestination } from "../../schema/mod.ts";
 import { RETRY_AFTER_BOUNDS_MS, backoffMs, classifyStatus, combine, nextRoundDelayMs, parseRetryAfter } from "../../dataplane/delivery/outcome.ts";
 
 const track = (integrations?: Record<string, unknown>) => ({ type: "track" as const, ...(integrations ? { integrations } : {}) });
@@ -236,5 +237,22 @@ describe("pulling ahead of the delivery slots", () => {
     expect(pullAhead(1000, 4, 5)).toBe(100);
     // The whole process's buffer stays a small multiple of its slots.
     for (const n of [1, 10, 50, 125, 300]) expect(Math.min(100, pullAhead(1000, 1, n)) * n).toBeLessThanOrEqual(Math.max(2 * 1000 + n, 16 * n));
+  });
+});
+
+describe("a destination's config change, for its running worker", () => {
+  const running: CompiledDestination = {
+    namespace: "default", name: "hook", enabled: true, sources: ["web"], urls: ["https://a.example/h"], headers: [],
+    timeoutMs: 5_000, retryWindowMs: 14_400_000, maxInFlight: 100, standardWebhooks: false, createdAt: "2026-11-01T00:00:00Z",
+  };
+  it("secret, headers and signing scheme apply live; createdAt alone is no change; anything else restarts the worker", () => {
+    expect(changeOf({ ...running }, running)).toBe("none");
+    expect(changeOf({ ...running, createdAt: "2026-11-02T00:00:00Z" }, running)).toBe("none");
+    expect(changeOf({ ...running, sharedSecret: "s" }, running)).toBe("live");
+    expect(changeOf({ ...running, headers: [{ name: "User-Agent", value: "x" }] }, running)).toBe("live");
+    expect(changeOf({ ...running, standardWebhooks: true }, running)).toBe("live");
+    expect(changeOf({ ...running, sharedSecret: "s", urls: ["https://b.example/h"] }, running)).toBe("restart");
+    expect(changeOf({ ...running, timeoutMs: 1_000 }, running)).toBe("restart");
+    expect(changeOf({ ...running, sources: ["web", "app"] }, running)).toBe("restart");
   });
 });
