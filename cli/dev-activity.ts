@@ -2,12 +2,13 @@
 // delivery attempt, per dead letter, and per message or request ingest did not take. On a laptop
 // the question is "did my event arrive, and what did my receiver answer?"; the JSON log says
 // only what went wrong, and at most once per 10 s per kind.
-import { DeliverPolicy, jetstream } from "@nats-io/jetstream";
+import { DeliverPolicy, jetstream, type JsMsg } from "@nats-io/jetstream";
 import type { NatsConnection } from "@nats-io/transport-node";
 import type { IngestActivity } from "../dataplane/ingest/mod.ts";
 import { parseJson } from "../dataplane/json.ts";
 import { ATTEMPTS_STREAM, ATTEMPTS_SUBJECTS, DLQ_STREAM, DLQ_SUBJECTS, EVENTS_STREAM, EVENTS_SUBJECTS } from "../dataplane/nats/mod.ts";
 import type { AttemptRecord } from "../dataplane/delivery/mod.ts";
+import { deadLetterOf } from "../dataplane/delivery/admin.ts";
 
 export interface ActivityFeed {
   /** Hears what ingest did not store (startIngest's `activity`). */
@@ -22,13 +23,13 @@ export async function startActivityFeed(nc: NatsConnection, write: Write, now: (
   const say = (what: string, who: string, text: string) => write(`${clock(now())}  ${what.padEnd(13)} ${who}  ${text}\n`);
   const js = jetstream(nc);
   const watched: Array<{ close(): Promise<void> }> = [];
-  const watch = async (stream: string, subjects: string, line: (subject: string, body: string, header: (name: string) => string | undefined) => void) => {
+  const watch = async (stream: string, subjects: string, line: (m: JsMsg) => void) => {
     const consumer = await js.consumers.get(stream, { filter_subjects: subjects, deliver_policy: DeliverPolicy.New });
     const messages = await consumer.consume({ max_messages: 256 });
     const done = (async () => {
       for await (const m of messages) {
         try {
-          line(m.subject, m.string(), (name) => m.headers?.get(name) || undefined);
+          line(m);
         } catch {
           // A line that cannot be made is not worth stopping the others for.
         }
@@ -37,24 +38,24 @@ export async function startActivityFeed(nc: NatsConnection, write: Write, now: (
     watched.push({ close: async () => { await messages.close(); await done; await consumer.delete().catch(() => {}); } });
   };
 
-  await watch(EVENTS_STREAM, EVENTS_SUBJECTS, (subject, body) => {
-    const [, , namespace, source] = subject.split(".");
-    say("stored", `${namespace}/${source}`, describeMessage(parseJson(body) as Record<string, unknown>));
+  await watch(EVENTS_STREAM, EVENTS_SUBJECTS, (m) => {
+    const [, , namespace, source] = m.subject.split(".");
+    say("stored", `${namespace}/${source}`, describeMessage(parseJson(m.string()) as Record<string, unknown>));
   });
-  await watch(ATTEMPTS_STREAM, ATTEMPTS_SUBJECTS, (_subject, body) => {
-    const record = JSON.parse(body) as AttemptRecord;
+  await watch(ATTEMPTS_STREAM, ATTEMPTS_SUBJECTS, (m) => {
+    const record = JSON.parse(m.string()) as AttemptRecord;
     const [what, tail] = ATTEMPT_WORDS[record.outcome];
     const answer = record.status !== undefined ? String(record.status) : (record.error ?? "no answer");
     const retried = record.attempt > 1 ? `, attempt ${record.attempt}` : "";
     const detail = record.detail ? ` (${record.detail})` : "";
     say(what, record.destination, `${answer} in ${Math.round(record.latencyMs)} ms from ${record.url}${detail}  [${record.messageId}${retried}${tail}]`);
   });
-  await watch(DLQ_STREAM, DLQ_SUBJECTS, (subject, body, header) => {
-    const [, , namespace, destination] = subject.split(".");
-    const message = parseJson(body) as { messageId?: unknown };
-    const last = header("Trackhook-Last-Status") ?? header("Trackhook-Last-Error");
+  await watch(DLQ_STREAM, DLQ_SUBJECTS, (m) => {
+    const [, , namespace, destination] = m.subject.split(".");
+    const letter = deadLetterOf(m, parseJson(m.string()) as { messageId?: unknown });
+    const last = letter.lastStatus ?? letter.lastError;
     const name = `${namespace}/${destination}`;
-    say("dead-lettered", name, `${header("Trackhook-Reason") ?? "unknown"}${last ? `, last answer ${last}` : ""}  [${String(message.messageId)}]  (trackhook replay --destination ${name})`);
+    say("dead-lettered", name, `${letter.reason}${last !== undefined ? `, last answer ${last}` : ""}  [${String(letter.messageId)}]  (trackhook replay --destination ${name})`);
   });
 
   return {

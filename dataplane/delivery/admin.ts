@@ -7,7 +7,7 @@ import { isDnsLabel, type StoredMessage } from "../../schema/mod.ts";
 import { DEFAULT_NAMESPACE } from "../config/mod.ts";
 import { parseJson } from "../json.ts";
 import {
-  ATTEMPTS_STREAM, DLQ_STREAM, EVENTS_STREAM, EVENTS_SUBJECTS, attemptsSubject, consumerName, dlqSubject, isConsumerNotFound, isStreamNotFound,
+  ATTEMPTS_STREAM, DEAD_LETTER_HEADERS, DLQ_STREAM, EVENTS_STREAM, EVENTS_SUBJECTS, attemptsSubject, consumerName, dlqSubject, isConsumerNotFound, isStreamNotFound,
   namespaceSubjects, replaySubject, sourceOfEventSubject, sourceSubjects,
 } from "../nats/mod.ts";
 import type { AttemptRecord } from "./worker.ts";
@@ -155,9 +155,9 @@ export async function replayDeadLetters(
   let replayed = 0;
   const move = async (m: JsMsg): Promise<void> => {
     const h = natsHeaders();
-    h.set("Trackhook-Replay-Of", String(m.seq));
-    const original = m.headers?.get("Trackhook-Original-Subject");
-    if (original) h.set("Trackhook-Original-Subject", original);
+    h.set(DEAD_LETTER_HEADERS.replayOf, String(m.seq));
+    const original = m.headers?.get(DEAD_LETTER_HEADERS.originalSubject);
+    if (original) h.set(DEAD_LETTER_HEADERS.originalSubject, original);
     await js.publish(replay, m.data, { headers: h, msgID: `replay/${namespace}/${destination}/${m.seq}`, expect: { streamName: EVENTS_STREAM } });
     // Only now is the copy stored. Counted by whoever deleted the dead letter: two replays at
     // once each count only their own.
@@ -222,7 +222,7 @@ export async function purgeDeadLettersOf(
   const sources = request.sources ? new Set(request.sources) : undefined;
   let removed = 0;
   for await (const m of readStored(js, DLQ_STREAM, `trackhook.dlq.${request.namespace}.*`, { lastSeq, whole: true })) {
-    const source = sourceOfEventSubject(m.headers?.get("Trackhook-Original-Subject") ?? "");
+    const source = sourceOfEventSubject(m.headers?.get(DEAD_LETTER_HEADERS.originalSubject) ?? "");
     if (sources && (source === undefined || !sources.has(source))) continue;
     let body: { userId?: unknown; type?: unknown };
     try {
@@ -312,23 +312,26 @@ export async function* readDeadLetters(nc: NatsConnection, options: DeadLetterSe
   if (options.limit !== undefined && options.limit <= 0) return;
   const lastSeq = await streamLastSeq(await jetstreamManager(nc), DLQ_STREAM);
   if (lastSeq === undefined) return;
-  for await (const { m, body } of selectDeadLetters(jetstream(nc), options, lastSeq)) {
-    const header = (name: string) => m.headers?.get(name) || undefined;
-    const lastStatus = Number(header("Trackhook-Last-Status"));
-    const lastError = header("Trackhook-Last-Error");
-    const [, namespace, source] = /^trackhook\.events\.([^.]+)\.([^.]+)\./.exec(header("Trackhook-Original-Subject") ?? "") ?? [];
-    yield {
-      seq: m.seq,
-      at: new Date(m.info.timestampNanos / 1e6).toISOString(),
-      reason: header("Trackhook-Reason") ?? "unknown",
-      attempts: Number(header("Trackhook-Attempts") ?? 0),
-      ...(Number.isInteger(lastStatus) && lastStatus > 0 ? { lastStatus } : {}),
-      ...(lastError ? { lastError } : {}),
-      ...(typeof body.messageId === "string" ? { messageId: body.messageId } : {}),
-      ...(typeof body.type === "string" ? { type: body.type } : {}),
-      ...(namespace && source ? { source: `${namespace}/${source}` } : {}),
-    };
-  }
+  for await (const { m, body } of selectDeadLetters(jetstream(nc), options, lastSeq)) yield deadLetterOf(m, body);
+}
+
+/** What a message of TRACKHOOK_DLQ says of itself: its headers, and the ids of the body (read once by the caller). */
+export function deadLetterOf(m: JsMsg, body: { messageId?: unknown; type?: unknown }): DeadLetter {
+  const header = (name: string) => m.headers?.get(name) || undefined;
+  const lastStatus = Number(header(DEAD_LETTER_HEADERS.lastStatus));
+  const lastError = header(DEAD_LETTER_HEADERS.lastError);
+  const [, namespace, source] = /^trackhook\.events\.([^.]+)\.([^.]+)\./.exec(header(DEAD_LETTER_HEADERS.originalSubject) ?? "") ?? [];
+  return {
+    seq: m.seq,
+    at: new Date(m.info.timestampNanos / 1e6).toISOString(),
+    reason: header(DEAD_LETTER_HEADERS.reason) ?? "unknown",
+    attempts: Number(header(DEAD_LETTER_HEADERS.attempts) ?? 0),
+    ...(Number.isInteger(lastStatus) && lastStatus > 0 ? { lastStatus } : {}),
+    ...(lastError ? { lastError } : {}),
+    ...(typeof body.messageId === "string" ? { messageId: body.messageId } : {}),
+    ...(typeof body.type === "string" ? { type: body.type } : {}),
+    ...(namespace && source ? { source: `${namespace}/${source}` } : {}),
+  };
 }
 
 export interface AttemptsOptions extends DestinationRef {

@@ -35,6 +35,9 @@ export function webhookBody(message: DeliverableMessage, stored?: Uint8Array): B
   return Buffer.from(JSON.stringify(body));
 }
 
+/** The spec's signature header (schema's RESERVED_WEBHOOK_HEADERS keeps destinations from setting it). */
+export const SIGNATURE_HEADER = "X-Signature";
+
 /**
  * X-Signature: hex HMAC-SHA1 of the exact body bytes, keyed by the shared secret (the spec's
  * scheme): its UTF-8 bytes, or a KeyObject made of them.

@@ -9,9 +9,9 @@ import { isoTimestamp } from "../iso-time.ts";
 import { parseJson } from "../json.ts";
 import type { Logger } from "../logging.ts";
 import type { TurnBatch } from "../nats/mod.ts";
-import { EVENTS_STREAM, attemptsSubject, consumerName, dlqSubject, replaySubject, sourceOfEventSubject } from "../nats/mod.ts";
+import { DEAD_LETTER_HEADERS, EVENTS_STREAM, attemptsSubject, consumerName, dlqSubject, replaySubject, sourceOfEventSubject } from "../nats/mod.ts";
 import { type AttemptOutcome, backoffMs, combine, nextRoundDelayMs } from "./outcome.ts";
-import { signingKeys, standardWebhookHeaders, webhookBody, xSignature, type DeliverableMessage, type SigningKeys } from "./payload.ts";
+import { signingKeys, standardWebhookHeaders, webhookBody, SIGNATURE_HEADER, xSignature, type DeliverableMessage, type SigningKeys } from "./payload.ts";
 import { routesTo } from "./routing.ts";
 import type { DeadLetterFailure, DeadLetterReason, DeliveryMetrics, PausedUrl } from "./metrics.ts";
 import { ConsumerWatch, type ConsumerPosition } from "./consumer-watch.ts";
@@ -581,13 +581,13 @@ export class DestinationWorker {
     // source is part of the id. A replayed message's own subject names the destination; the
     // subject it was first stored on names the source. Encoded: a messageId may hold
     // characters a header value cannot.
-    const subject = m.subject === this.#replaySubject ? (m.headers?.get("Trackhook-Original-Subject") ?? "") : m.subject;
+    const subject = m.subject === this.#replaySubject ? (m.headers?.get(DEAD_LETTER_HEADERS.originalSubject) ?? "") : m.subject;
     const source = this.#sourceOf(subject);
     const deliveryId = `${this.#label}/${source}/${encodeURIComponent(message.messageId)}`;
     headers[DELIVERY_ID_HEADER] = deliveryId;
     const keys = this.#signingKeys;
     if (keys) {
-      headers["X-Signature"] = xSignature(body, keys.xSignature);
+      headers[SIGNATURE_HEADER] = xSignature(body, keys.xSignature);
       if (this.#destination.standardWebhooks) Object.assign(headers, standardWebhookHeaders(deliveryId, Math.floor(Date.now() / 1000), body, keys.standardWebhooks));
     }
     return headers;
@@ -706,13 +706,13 @@ export class DestinationWorker {
 
   async #deadLetter(m: JsMsg, reason: DeadLetterReason, attempts: number, last?: AttemptOutcome): Promise<void> {
     const h = natsHeaders();
-    h.set("Trackhook-Reason", reason);
-    h.set("Trackhook-Attempts", String(attempts));
-    h.set("Trackhook-Destination", this.#label);
+    h.set(DEAD_LETTER_HEADERS.reason, reason);
+    h.set(DEAD_LETTER_HEADERS.attempts, String(attempts));
+    h.set(DEAD_LETTER_HEADERS.destination, this.#label);
     // A replayed message keeps the subject it was first stored on (its source), not the replay subject.
-    h.set("Trackhook-Original-Subject", m.headers?.get("Trackhook-Original-Subject") || m.subject);
-    if (last && "status" in last && last.status !== undefined) h.set("Trackhook-Last-Status", String(last.status));
-    if (last && "error" in last && last.error) h.set("Trackhook-Last-Error", last.error);
+    h.set(DEAD_LETTER_HEADERS.originalSubject, m.headers?.get(DEAD_LETTER_HEADERS.originalSubject) || m.subject);
+    if (last && "status" in last && last.status !== undefined) h.set(DEAD_LETTER_HEADERS.lastStatus, String(last.status));
+    if (last && "error" in last && last.error) h.set(DEAD_LETTER_HEADERS.lastError, last.error);
     try {
       // Keyed by the stream sequence: a crash between this and the ack stores it once, yet a
       // replayed copy (a new sequence) can be dead-lettered again.
@@ -741,7 +741,7 @@ export class DestinationWorker {
     }
     this.#rounds.delete(m.seq);
     this.#metrics.countDelivery(this.#label, "dead_lettered", reason);
-    const original = h.get("Trackhook-Original-Subject");
+    const original = h.get(DEAD_LETTER_HEADERS.originalSubject);
     if (original.endsWith(".delete")) {
       this.#metrics.countDeleteNotification(this.#label, "dead_lettered");
       this.#log.error({ seq: m.seq, reason, attempts }, "a delete notification (user erasure) moved to the dead-letter queue: the receiver did not get it; `trackhook replay` once it answers");

@@ -10,6 +10,23 @@ export const DLQ_SUBJECTS = "trackhook.dlq.>";
 export const ATTEMPTS_STREAM = "TRACKHOOK_ATTEMPTS";
 export const ATTEMPTS_SUBJECTS = "trackhook.attempts.>";
 
+/**
+ * Headers of a dead letter in TRACKHOOK_DLQ (and of a replayed one in the events stream), written
+ * by delivery and read by the admin commands: what went wrong, and where the message came from.
+ */
+export const DEAD_LETTER_HEADERS = {
+  reason: "Trackhook-Reason",
+  /** Deliveries of the message to the worker, pauses included. */
+  attempts: "Trackhook-Attempts",
+  destination: "Trackhook-Destination",
+  /** The subject the message was first stored on, kept through replays. */
+  originalSubject: "Trackhook-Original-Subject",
+  lastStatus: "Trackhook-Last-Status",
+  lastError: "Trackhook-Last-Error",
+  /** On a replayed message: its sequence in the DLQ. */
+  replayOf: "Trackhook-Replay-Of",
+} as const;
+
 /** Every source's events in one namespace. */
 export function namespaceSubjects(namespace: string): string {
   return `trackhook.events.${namespace}.>`;

@@ -3,9 +3,10 @@
 import { createHmac, createSecretKey } from "node:crypto";
 import { describe, expect, it } from "vitest";
 import { routesTo } from "../../dataplane/delivery/routing.ts";
-import { signingKeys, standardWebhookHeaders, webhookBody, xSignature, type DeliverableMessage } from "../../dataplane/delivery/payload.ts";
+import { SIGNATURE_HEADER, signingKeys, standardWebhookHeaders, webhookBody, xSignature, type DeliverableMessage } from "../../dataplane/delivery/payload.ts";
 import { DeliveryMetrics } from "../../dataplane/delivery/metrics.ts";
-import { changeOf, pullAhead, redactUrl } from "../../dataplane/delivery/worker.ts";
+import { DELIVERY_ID_HEADER, changeOf, pullAhead, redactUrl } from "../../dataplane/delivery/worker.ts";
+import { RESERVED_WEBHOOK_HEADERS } from "../../schema/resources.ts";
 import type { CompiledDestination } from "../../schema/mod.ts";
 import { RETRY_AFTER_BOUNDS_MS, backoffMs, classifyStatus, combine, nextRoundDelayMs, parseRetryAfter } from "../../dataplane/delivery/outcome.ts";
 
@@ -81,6 +82,11 @@ describe("body and signatures", () => {
     expect(headers).toEqual({ "webhook-id": "msg_1", "webhook-timestamp": "1700000000", "webhook-signature": `v1,${expected}` });
     const key = Buffer.from("c2VjcmV0LWJ5dGVz", "base64");
     expect(standardWebhookHeaders("m", 1, body, "whsec_c2VjcmV0LWJ5dGVz")["webhook-signature"]).toBe(`v1,${createHmac("sha256", key).update(`m.1.${body.toString()}`).digest("base64")}`);
+  });
+
+  it("every header delivery sets itself is one a destination cannot set (else its custom header would replace a signature)", () => {
+    const own = [SIGNATURE_HEADER, DELIVERY_ID_HEADER, ...Object.keys(standardWebhookHeaders("m", 1, Buffer.from("{}"), "s"))];
+    expect(own.map((name) => name.toLowerCase()).filter((name) => !RESERVED_WEBHOOK_HEADERS.includes(name))).toEqual([]);
   });
 
   it("a base64 secret without the whsec_ prefix is decoded too, as the official libraries' new Webhook(secret) does", () => {
