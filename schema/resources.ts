@@ -283,8 +283,10 @@ function document<K extends string, S extends TSchema>(kind: K, apiVersion: stri
 /**
  * A user id as a deletion names it: no control characters, no whitespace at either end (a stray
  * space or newline would notify a user who does not exist, and the request would still succeed).
+ * Unicode classes only: the API server's regular expressions (Go's) read `\s` as ASCII
+ * whitespace, Node's as Unicode's, so a trailing no-break space passed one and not the other.
  */
-export const USER_ID_PATTERN = "^[^\\s\\p{Cc}]([^\\p{Cc}]*[^\\s\\p{Cc}])?$";
+export const USER_ID_PATTERN = "^[^\\p{Z}\\p{Cc}]([^\\p{Cc}]*[^\\p{Z}\\p{Cc}])?$";
 
 export const DeletionRequestSpec = Type.Object(
   {
@@ -398,6 +400,12 @@ export const DeletionRequestStatus = Type.Object(
           name: Type.String({ maxLength: 63, description: "The Source." }),
           state: deletionState("Progress of this source's notifications."),
           notified: Type.Integer({ minimum: 0, description: "Users whose delete notification is stored for delivery." }),
+          destinations: Type.Optional(
+            Type.Array(Type.String({ maxLength: 63 }), {
+              maxItems: 256,
+              description: "The enabled WebhookDestinations (of this namespace) that this source's notifications go to, as decided before any was stored.",
+            }),
+          ),
           reason: Type.Optional(Type.String({ maxLength: 1024, description: "Why the source failed or was skipped, CamelCase." })),
           message: Type.Optional(Type.String({ maxLength: 4096, description: "Details for humans." })),
         }),

@@ -8,14 +8,22 @@ import { longestRetryMs, publishDeleteNotifications } from "../../dataplane/dele
 import { purgeDeadLettersOf } from "../../dataplane/delivery/mod.ts";
 import type { DeletionRequestStatus, DeletionState } from "../../schema/mod.ts";
 import type { ReconcileResult } from "../queue.ts";
-import { withReady } from "../conditions.ts";
+import { readyOf, withReady } from "../conditions.ts";
 import { apiErrorMessage, customResource, isNotFound } from "../kube/client.ts";
-import { PLURALS, isDeleting, setReady, writeStatus, type DeletionResource, type OperatorContext } from "./context.ts";
+import { PLURALS, isDeleting, setReady, writeStatus, type DeletionResource, type DestinationResource, type OperatorContext } from "./context.ts";
 
 type SourceProgress = NonNullable<DeletionRequestStatus["sources"]>[number];
 const FINAL: readonly DeletionState[] = ["FINISHED", "FAILED"];
 /** Progress is written at most this often while sending (each write is an API call). */
 const PROGRESS_INTERVAL_MS = 500;
+/**
+ * A new request is planned this long after its creation at the earliest: a destination applied
+ * in the same `kubectl apply` (or GitOps sync), after it, is then written too.
+ */
+const SETTLE_DELAY_MS = 3_000;
+/** How long it then waits for the destinations it concerns to be reconciled (their consumers made), and how often it looks. */
+const SETTLE_LIMIT_MS = 60_000;
+const SETTLE_CHECK_MS = 1_000;
 
 export async function reconcileDeletion(ctx: OperatorContext, namespace: string, name: string): Promise<ReconcileResult> {
   try {
@@ -38,7 +46,9 @@ async function sendNotifications(ctx: OperatorContext, namespace: string, name: 
   if (request.status?.state && FINAL.includes(request.status.state)) return finalPurge(ctx, request);
 
   if (!request.status?.sources) {
-    request = await plan(ctx, request);
+    const planned = await plan(ctx, request);
+    if ("waitMs" in planned) return { requeueAfterMs: planned.waitMs };
+    request = planned;
   }
   const progress = request.status!.sources!.map((s) => ({ ...s }));
   const status = (): DeletionRequestStatus => ({ ...request!.status, state: "RUNNING", sources: progress });
@@ -74,14 +84,17 @@ async function sendNotifications(ctx: OperatorContext, namespace: string, name: 
   const removed = await purgeDeadLetters(ctx, request);
   const purged = removed > 0 ? `; ${removed} of their dead letters removed` : "";
   const completedAt = new Date();
-  const final: DeletionRequestStatus = {
-    ...request.status, state: failed.length > 0 ? "FAILED" : "FINISHED", sources: progress, completedAt: completedAt.toISOString(),
+  const final = {
+    state: failed.length > 0 ? "FAILED" : "FINISHED", sources: progress, completedAt: completedAt.toISOString(),
     deadLettersRemoved: removed, finalPurgeAt: new Date(completedAt.getTime() + (await longestRetryMs(ctx.jsm))).toISOString(),
-  };
+  } satisfies DeletionRequestStatus;
   const users = new Set(request.spec.userIds).size;
+  // The request as last read or written, the final fields as the change: writeStatus compares the
+  // two, and a request handed over with its final status already in it was never written (found
+  // by a review: a status edited by hand stayed RUNNING at every resync).
   await setReady(
     ctx,
-    { ...request, status: final },
+    request,
     failed.length > 0
       ? { status: "False", reason: failed[0]!.reason ?? "Failed", message: failed.map((s) => `${s.name}: ${s.message}`).join("; ") }
       : {
@@ -89,6 +102,7 @@ async function sendNotifications(ctx: OperatorContext, namespace: string, name: 
           reason: "Finished",
           message: (notified.length > 0 ? `delete notifications for ${users} user${users === 1 ? "" : "s"} stored for ${notified.join(", ")}` : "no affected source has an enabled webhook destination; nothing to notify") + purged,
         },
+    final,
   );
   ctx.log.info({ request: `${namespace}/${name}`, state: final.state, sources: notified, users, deadLettersRemoved: removed }, "deletion request done");
 }
@@ -121,8 +135,17 @@ async function purgeDeadLetters(ctx: OperatorContext, request: DeletionResource)
 }
 
 
-/** Decides once which sources get notifications, and records it before anything is sent. */
-async function plan(ctx: OperatorContext, request: DeletionResource): Promise<DeletionResource> {
+/**
+ * Decides once which sources get notifications, and records it before anything is sent. Waits
+ * (a few seconds, then while a destination it concerns is not reconciled yet): a destination
+ * enabled again in the same apply as the request gets its consumer (starting from then) only when
+ * reconciled, and a notification stored before that would never reach it, though the request
+ * said it was sent (found by a review: a GitOps sync re-enabling a destination lost its erasure
+ * notice).
+ */
+async function plan(ctx: OperatorContext, request: DeletionResource): Promise<DeletionResource | { waitMs: number }> {
+  const waitedMs = Date.now() - Date.parse(request.metadata.creationTimestamp ?? new Date().toISOString());
+  if (waitedMs < SETTLE_DELAY_MS) return { waitMs: SETTLE_DELAY_MS - waitedMs };
   const { namespace } = request.metadata;
   const namespaceSources = ctx.sources.list(namespace);
   // Each source once, however often the request names it (its notifications are deduplicated anyway).
@@ -130,20 +153,28 @@ async function plan(ctx: OperatorContext, request: DeletionResource): Promise<De
   // From the resources, not the bucket: a destination applied together with the request may not
   // be reconciled yet, and the plan is final.
   const inNamespace = namespaceSources.map((s) => ({ name: s.metadata.name, labels: s.metadata.labels }));
-  const receiving = new Set(
-    ctx.destinations
-      .list(namespace)
-      .filter((d) => !isDeleting(d) && d.spec.enabled !== false)
-      .flatMap((d) => resolveSourceNames(d.spec, inNamespace)),
-  );
+  // From the API server: the cache may not have the destinations written with the request yet.
+  const listed = (await ctx.kube.custom.listNamespacedCustomObject({ ...customResource(PLURALS.WebhookDestination), namespace })) as { items: DestinationResource[] };
+  const enabled = listed.items
+    .filter((d) => !isDeleting(d) && d.spec.enabled !== false)
+    .map((d) => ({ resource: d, sources: resolveSourceNames(d.spec, inNamespace).filter((s) => names.includes(s)) }))
+    .filter((d) => d.sources.length > 0);
+  const unsettled = enabled.filter(({ resource: d }) => d.status?.observedGeneration !== d.metadata.generation || readyOf(d.status?.conditions)?.status === "Unknown");
+  if (unsettled.length > 0 && waitedMs < SETTLE_LIMIT_MS) {
+    const waitingFor = unsettled.map((d) => d.resource.metadata.name).sort().join(", ");
+    await setReady(ctx, request, { status: "Unknown", reason: "WaitingForDestinations", message: `waiting for WebhookDestination ${waitingFor} to be reconciled before anything is sent` });
+    return { waitMs: SETTLE_CHECK_MS };
+  }
+  const destinationsOf = (source: string) => enabled.filter((d) => d.sources.includes(source)).map((d) => d.resource.metadata.name).sort();
   const sources: SourceProgress[] = names.map((name) => {
     if (!ctx.sources.get(namespace, name)) {
       return { name, state: "FAILED", notified: 0, reason: "SourceNotFound", message: `no Source "${name}" in namespace ${namespace}` };
     }
-    if (!receiving.has(name)) {
+    const destinations = destinationsOf(name);
+    if (destinations.length === 0) {
       return { name, state: "FINISHED", notified: 0, reason: "NoEnabledDestination", message: "no enabled WebhookDestination receives this source: nothing to notify" };
     }
-    return { name, state: "INITIALIZED", notified: 0 };
+    return { name, state: "INITIALIZED", notified: 0, destinations };
   });
   const generation = request.metadata.generation;
   const users = new Set(request.spec.userIds).size;
