@@ -41,6 +41,8 @@ export interface DeliveryServiceDeps {
    * deliver, in case the destination comes back (0: removed at once). Default CONSUMER_REMOVAL_GRACE_MS.
    */
   consumerRemovalGraceMs?: number;
+  /** How often the events stream's max_age is read again (tests shorten it). */
+  streamCheckMs?: number;
   /** Between tries at removing such a consumer while NATS does not answer (tests shorten it). Default CONSUMER_REMOVAL_RETRY_MS. */
   consumerRemovalRetryMs?: number;
   /** How often each destination's consumer is checked for, to recreate one deleted under delivery. */
@@ -51,6 +53,8 @@ export interface DeliveryServiceDeps {
 
 /** A destination that could not start is tried again after this, doubling up to the maximum. */
 const START_RETRY_MS = 1_000;
+const STREAM_CHECK_MS = 30_000;
+const RETRY_WINDOW_CUT = "retryWindow is not well within the events stream's max_age: messages are dead-lettered after 90% of max_age instead, before the stream drops them (raise --stream-max-age, or shorten retryWindow)";
 const START_RETRY_MAX_MS = 30_000;
 
 /**
@@ -105,6 +109,7 @@ export class DeliveryService {
   #readinessJsm: JetStreamManager | undefined;
   /** Makes the dead-letter and attempt streams again if they go missing. */
   #guard: StreamGuard | undefined;
+  #maxAgeTimer: NodeJS.Timeout | undefined;
 
   private constructor(deps: DeliveryServiceDeps, jsm: JetStreamManager) {
     this.#deps = deps;
@@ -131,6 +136,7 @@ export class DeliveryService {
     const service = new DeliveryService(deps, jsm);
     service.#guard = new StreamGuard(deps.nc, jsm, sideStreams.map((s) => s.config), deps.log);
     if (events.config.max_age > 0) service.#streamMaxAgeMs = events.config.max_age / 1e6;
+    service.#maxAgeTimer = setInterval(() => void service.#readStreamMaxAge(), deps.streamCheckMs ?? STREAM_CHECK_MS).unref();
     deps.metrics.readBacklogFrom(() => service.backlog());
     deps.metrics.readDestinationsFrom(() => {
       const now = Date.now();
@@ -411,10 +417,7 @@ export class DeliveryService {
     metrics.destinationStarted(key);
     log.info({ destination: key, urls: destination.urls.length, sources: destination.sources }, "delivering");
     if (worker.retryWindowMs < destination.retryWindowMs) {
-      log.error(
-        { destination: key, retryWindowMs: destination.retryWindowMs, streamMaxAgeMs: this.#streamMaxAgeMs, retryWindowInForceMs: worker.retryWindowMs },
-        "retryWindow is not well within the events stream's max_age: messages are dead-lettered after 90% of max_age instead, before the stream drops them (raise --stream-max-age, or shorten retryWindow)",
-      );
+      log.error({ destination: key, retryWindowMs: destination.retryWindowMs, streamMaxAgeMs: this.#streamMaxAgeMs, retryWindowInForceMs: worker.retryWindowMs }, RETRY_WINDOW_CUT);
     }
   }
 
@@ -465,7 +468,8 @@ export class DeliveryService {
   async #resumeFrom(last: ConsumerPosition | undefined): Promise<number> {
     const { created, state } = await this.#jsm.streams.info(EVENTS_STREAM);
     if (!last) return state.last_seq + 1;
-    if (last.streamCreated !== created) return state.first_seq;
+    // An empty stream (just made again) has first_seq 0, which a consumer cannot start at.
+    if (last.streamCreated !== created) return Math.max(1, state.first_seq);
     return Math.min(last.ackFloor + 1, state.last_seq + 1);
   }
 
@@ -483,9 +487,37 @@ export class DeliveryService {
     } else this.#deps.log.info({ consumers: names }, "removed consumers of destinations no longer enabled");
   }
 
+  /**
+   * The events stream's max_age, read again: ingest sets it (--stream-max-age), and a running
+   * delivery that kept the old one let messages being retried age out of a stream made shorter,
+   * with no dead letter, line or metric; or, made longer again, cut retry windows short (found by
+   * a review). Messages already waiting for a retry later than the new max_age are still lost:
+   * said when it shrinks.
+   */
+  async #readStreamMaxAge(): Promise<void> {
+    if (this.#stopped || !isNatsConnected(this.#deps.nc)) return;
+    const info = await this.#jsm.streams.info(EVENTS_STREAM).catch(() => undefined);
+    if (!info) return; // gone or unreachable for now: the stream guard and the workers say so
+    const maxAgeMs = info.config.max_age > 0 ? info.config.max_age / 1e6 : Infinity;
+    if (maxAgeMs === this.#streamMaxAgeMs) return;
+    const { log } = this.#deps;
+    const shorter = maxAgeMs < this.#streamMaxAgeMs;
+    const line = { stream: EVENTS_STREAM, maxAgeMs: Number.isFinite(maxAgeMs) ? maxAgeMs : null, wasMs: Number.isFinite(this.#streamMaxAgeMs) ? this.#streamMaxAgeMs : null };
+    if (shorter) log.warn(line, "the events stream's max_age is shorter now: retry windows are cut to 90% of it; a message already waiting for a retry due later than that is dropped by the stream unsent, with no dead letter");
+    else log.info(line, "the events stream's max_age changed: retry windows follow");
+    this.#streamMaxAgeMs = maxAgeMs;
+    for (const [key, worker] of this.#workers) {
+      worker.streamMaxAgeChanged(maxAgeMs);
+      if (worker.retryWindowMs < worker.destination.retryWindowMs) {
+        log.error({ destination: key, retryWindowMs: worker.destination.retryWindowMs, streamMaxAgeMs: maxAgeMs, retryWindowInForceMs: worker.retryWindowMs }, RETRY_WINDOW_CUT);
+      }
+    }
+  }
+
   /** Stops pulling and waits for in-flight deliveries. */
   async stop(): Promise<void> {
     this.#stopped = true;
+    clearInterval(this.#maxAgeTimer);
     this.#guard?.stop();
     clearTimeout(this.#retryTimer);
     this.#unsubscribe();

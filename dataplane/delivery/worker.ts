@@ -248,11 +248,11 @@ export class DestinationWorker {
   readonly #metrics: DeliveryMetrics;
   readonly #label: string;
   /** The retry window in force (retryWindowInForceMs). */
-  readonly retryWindowMs: number;
+  retryWindowMs: number;
   /** Past this age (90% of the stream's max_age) a message is not sent even once. */
-  readonly #lastChanceAgeMs: number;
+  #lastChanceAgeMs: number;
   /** The events stream's max_age: when a message not yet acked is gone for good. */
-  readonly #streamMaxAgeMs: number;
+  #streamMaxAgeMs: number;
   readonly #sources = new Map<string, string>();
   /** URLs that no message is sent to for a while (Retry-After, or not answering). */
   readonly #pauses = new UrlPauses();
@@ -304,9 +304,8 @@ export class DestinationWorker {
     this.#turn = deps.turn;
     this.#pullAhead = deps.pullAhead ?? MAX_PULL_AHEAD;
     this.#label = `${destination.namespace}/${destination.name}`;
-    this.retryWindowMs = retryWindowInForceMs(destination.retryWindowMs, deps.streamMaxAgeMs);
-    this.#lastChanceAgeMs = retryWindowInForceMs(Infinity, deps.streamMaxAgeMs);
-    this.#streamMaxAgeMs = deps.streamMaxAgeMs ?? Infinity;
+    this.retryWindowMs = this.#lastChanceAgeMs = this.#streamMaxAgeMs = Infinity;
+    this.streamMaxAgeChanged(deps.streamMaxAgeMs ?? Infinity);
     this.#attemptsSubject = attemptsSubject(destination.namespace, destination.name);
     this.#replaySubject = replaySubject(destination.namespace, destination.name);
     this.#customHeaders = customHeaders(destination);
@@ -398,6 +397,13 @@ export class DestinationWorker {
     this.#destination = next;
     this.#customHeaders = customHeaders(next);
     this.#signingKeys = next.sharedSecret ? signingKeys(next.sharedSecret) : undefined;
+  }
+
+  /** The events stream's max_age is now this (Infinity for none): the retry window follows, from the next round on. */
+  streamMaxAgeChanged(streamMaxAgeMs: number): void {
+    this.retryWindowMs = retryWindowInForceMs(this.#destination.retryWindowMs, streamMaxAgeMs);
+    this.#lastChanceAgeMs = retryWindowInForceMs(Infinity, streamMaxAgeMs);
+    this.#streamMaxAgeMs = streamMaxAgeMs;
   }
 
   /** Where the consumer had got to when last seen (ConsumerWatch), if it was. */

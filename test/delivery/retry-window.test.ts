@@ -54,6 +54,7 @@ async function withShortStream(
   maxAgeMs: number,
   destinationsFor: (receiver: Receiver) => Record<string, Record<string, unknown>>,
   run: (short: NatsHarness, receiver: Receiver) => Promise<void>,
+  options: { streamCheckMs?: number } = {},
 ): Promise<void> {
   const short = await startNats();
   const receiver = await startReceiver();
@@ -61,7 +62,7 @@ async function withShortStream(
     await ensureStream(short.jsm, eventsStreamConfig({ ...DEFAULT_STREAM, maxAgeMs, duplicateWindowMs: 1_000 }));
     const sender = new WebhookSender({ allowPrivateNetworks: true, userAgent: "test" });
     const service = await DeliveryService.start({
-      nc: await short.connect(), config: configOf(destinationsFor(receiver)), sender, log: pino({ level: "silent" }), metrics: new DeliveryMetrics({ defaultMetrics: false }),
+      nc: await short.connect(), config: configOf(destinationsFor(receiver)), sender, log: pino({ level: "silent" }), metrics: new DeliveryMetrics({ defaultMetrics: false }), ...options,
     });
     try {
       await run(short, receiver);
@@ -90,6 +91,24 @@ describe("a message whose retry window outlasts the stream", () => {
       expect(deadLetter.at - stored).toBeLessThan(6_000);
     });
   });
+});
+
+describe("a stream whose max_age is made shorter while delivery runs", () => {
+  it("cuts the retry windows of the running destinations, so a message being retried is dead-lettered before the stream drops it (found by a review: delivery kept the max_age it read at start, and the message vanished)", async () => {
+    await withShortStream(3_600_000, (receiver) => {
+      receiver.on("/down", answer(503));
+      return { outlasts: { urls: [receiver.url("/down")], retryWindow: "1h" } };
+    }, async (short) => {
+      const stored = Date.now();
+      await short.js.publish("trackhook.events.default.web.track", JSON.stringify({ type: "track", userId: "u", event: "E", messageId: "shrunk-1" }), { msgID: "default/web/shrunk-1" });
+      // What a restarted ingest with a shorter --stream-max-age does to the stream.
+      const { config } = await short.jsm.streams.info("TRACKHOOK_EVENTS");
+      await short.jsm.streams.update("TRACKHOOK_EVENTS", { ...config, max_age: 12_000 * 1e6 });
+      const deadLetter = await expectDeadLetter(short, 16_000);
+      expect(deadLetter.reason).toBe("retry_window_exhausted");
+      expect(deadLetter.at - stored).toBeLessThan(12_000);
+    }, { streamCheckMs: 300 });
+  }, 30_000);
 });
 
 describe("a backlog behind a receiver that fails slowly, near the stream's max_age", () => {

@@ -324,7 +324,7 @@ describe("delivery service", () => {
     }
   });
 
-  it("recreates a lost consumer from the start of the events stream when the stream itself was recreated (its sequence numbers started again)", async () => {
+  it("recreates a lost consumer from the start of the events stream when the stream itself was recreated (its sequence numbers started again), empty or not", async () => {
     const own = await startNats();
     const ownReceiver = await startReceiver();
     await ensureStream(own.jsm, eventsStreamConfig(DEFAULT_STREAM));
@@ -337,6 +337,9 @@ describe("delivery service", () => {
       await new Promise((r) => setTimeout(r, 600)); // the ack floor (10) noted
       await own.jsm.streams.delete(EVENTS_STREAM); // storage lost; ingest recreates the stream at start
       await ensureStream(own.jsm, eventsStreamConfig(DEFAULT_STREAM));
+      // Made again while the stream is still empty (found by a review: its first_seq, 0, was
+      // refused as a start, and the consumer came back only with the first new message).
+      await expect.poll(async () => (await own.jsm.consumers.info(EVENTS_STREAM, "dest_default_zeta").catch(() => undefined))?.name, { timeout: 12_000 }).toBe("dest_default_zeta");
       for (let i = 0; i < 3; i++) await publish(`z-new-${i}`);
       await ownReceiver.waitFor("/zeta", 13, 15_000);
       expect(ownReceiver.requests("/zeta").slice(10).map((r) => JSON.parse(r.body.toString()).messageId)).toEqual(["z-new-0", "z-new-1", "z-new-2"]);
