@@ -721,8 +721,11 @@ export class DestinationWorker {
     if (last && "error" in last && last.error) h.set(DEAD_LETTER_HEADERS.lastError, last.error);
     try {
       // Keyed by the stream sequence: a crash between this and the ack stores it once, yet a
-      // replayed copy (a new sequence) can be dead-lettered again.
-      await this.#js.publish(dlqSubject(this.#destination.namespace, this.#destination.name), m.data, { headers: h, msgID: `${this.#label}/${m.seq}` });
+      // replayed copy (a new sequence) can be dead-lettered again. And by when it was stored: a
+      // stream made again numbers from 1 again, and another message's dead letter under the same
+      // sequence within the window was dropped as a duplicate, the message acked and lost (found
+      // by a review).
+      await this.#js.publish(dlqSubject(this.#destination.namespace, this.#destination.name), m.data, { headers: h, msgID: `${this.#label}/${m.seq}/${m.info.timestampNanos}` });
     } catch (err) {
       // Without a stored dead letter the message must not be acked: try again later. It stays in
       // the events stream only until its max_age: a full dead-letter stream must be seen before.
@@ -750,7 +753,7 @@ export class DestinationWorker {
     const original = h.get(DEAD_LETTER_HEADERS.originalSubject);
     if (original.endsWith(".delete")) {
       this.#metrics.countDeleteNotification(this.#label, "dead_lettered");
-      this.#log.error({ seq: m.seq, reason, attempts }, "a delete notification (user erasure) moved to the dead-letter queue: the receiver did not get it; `trackhook replay` once it answers");
+      this.#log.error({ seq: m.seq, messageId: messageIdOf(m), source: sourceOfEventSubject(original), reason, attempts }, "a delete notification (user erasure) moved to the dead-letter queue: the receiver did not get it; `trackhook replay` once it answers");
     } else {
       // A receiver answering 404 dead-letters every message: one line per reason every 10 s.
       const held = this.#deadLetterLog.pass(reason);

@@ -350,6 +350,33 @@ describe("delivery service", () => {
     }
   });
 
+  it("dead-letters a message of a recreated events stream whose sequence an earlier dead letter had (found by a review: dropped as that one's duplicate, acked, and lost)", async () => {
+    const own = await startNats();
+    const ownReceiver = await startReceiver();
+    ownReceiver.on("/gone", answer(404));
+    await ensureStream(own.jsm, eventsStreamConfig(DEFAULT_STREAM));
+    const service = await start(new ConfigHolder(configOf([{ name: "eta", url: ownReceiver.url("/gone") }])), { consumerCheckMs: 300, on: own });
+    const publish = publishTo("eta", own);
+    const letters = async () => (await own.jsm.streams.info(DLQ_STREAM)).state.messages;
+    try {
+      for (let i = 0; i < 2; i++) await publish(`eta-old-${i}`);
+      await expect.poll(letters, { timeout: 10_000 }).toBe(2);
+      await new Promise((r) => setTimeout(r, 600)); // the ack floor noted
+      await own.jsm.streams.delete(EVENTS_STREAM);
+      await ensureStream(own.jsm, eventsStreamConfig(DEFAULT_STREAM));
+      for (let i = 0; i < 2; i++) await publish(`eta-new-${i}`); // sequences 1 and 2 again
+      await ownReceiver.waitFor("/gone", 4, 15_000);
+      await expect.poll(letters, { timeout: 5_000 }).toBe(4);
+      const ids = [];
+      for await (const letter of readDeadLetters(own.nc, { namespace: "default", destination: "eta" })) ids.push(letter.messageId);
+      expect(ids).toEqual(["eta-old-0", "eta-old-1", "eta-new-0", "eta-new-1"]);
+    } finally {
+      await service.stop();
+      await ownReceiver.close();
+      await own.stop();
+    }
+  });
+
   it("starts a destination added while NATS was away once it is back, and delivers what was stored for it meanwhile (regression: it was tried again only at the next config change, and then started from now)", { timeout: 60_000 }, async () => {
     const own = await startNats();
     const ownReceiver = await startReceiver();
