@@ -5,10 +5,10 @@ import { hostname } from "node:os";
 import { randomBytes } from "node:crypto";
 import { jetstream, jetstreamManager } from "@nats-io/jetstream";
 import type { NatsConnection } from "@nats-io/transport-node";
-import { ConfigWriter, KvConfigProvider, ensureConfigBucket, parseConfigKey, secretNamesOf } from "../dataplane/config/mod.ts";
+import { CONFIG_BUCKET, ConfigWriter, KvConfigProvider, ensureConfigBucket, parseConfigKey, secretNamesOf } from "../dataplane/config/mod.ts";
 import { removeDestinationConsumers } from "../dataplane/delivery/mod.ts";
 import type { Logger } from "../dataplane/logging.ts";
-import { EVENTS_STREAM, parseConsumerName, patiently } from "../dataplane/nats/mod.ts";
+import { EVENTS_STREAM, StreamGuard, parseConsumerName, patiently } from "../dataplane/nats/mod.ts";
 import { GROUP, VERSION, type SourceDocument, type WebhookDestinationDocument } from "../schema/mod.ts";
 import { readyOf } from "./conditions.ts";
 import { EventRecorder } from "./events.ts";
@@ -44,6 +44,8 @@ export interface OperatorOptions {
   resyncMs: number;
   /** Replicas of the config bucket's stream. */
   configReplicas: number;
+  /** How often the config bucket is looked for (made again when missing). */
+  bucketCheckMs: number;
   /** Watch only this namespace (a namespace-scoped install); undefined: all namespaces. */
   watchNamespace: string | undefined;
   /** Delivery runs with --allow-private-networks: destinations may name private addresses. */
@@ -60,6 +62,7 @@ export function operatorOptions(input: Partial<OperatorOptions> = {}): Readonly<
     ...DEFAULT_LEASE,
     resyncMs: 10 * 60_000,
     configReplicas: 1,
+    bucketCheckMs: 5_000,
     watchNamespace: undefined,
     allowPrivateNetworks: false,
     requireSecretLabel: false,
@@ -85,6 +88,8 @@ export class Operator {
   #destinations: Reflector<DestinationResource> | undefined;
   #deletions: Reflector<DeletionResource> | undefined;
   #resync: NodeJS.Timeout | undefined;
+  /** Makes the config bucket again if it goes missing. */
+  #bucketGuard: StreamGuard | undefined;
   #synced = false;
   #ctx: OperatorContext | undefined;
   #stopped = false;
@@ -210,6 +215,15 @@ export class Operator {
       void this.#collectOrphans();
     }, this.#options.resyncMs);
     this.#resync.unref();
+    // Deleted by hand, or lost with nats-server's store: made again, and every resource written
+    // to it again at once (found by a review: every reconcile failed until the operator was
+    // restarted, and a new ingest pod waited for the bucket, answering 503).
+    this.#bucketGuard = new StreamGuard(this.#nc, jsm, [{
+      name: `KV_${CONFIG_BUCKET}`,
+      make: () => ensureConfigBucket(this.#nc, { replicas: this.#options.configReplicas }, this.#log),
+      onMade: () => this.#resyncAll(),
+      said: "the config bucket was missing (deleted, or nats-server lost its store) and is made again; every Source and WebhookDestination is written to it again",
+    }], this.#log, this.#options.bucketCheckMs);
     this.#log.info({ sources: sources.list().length, destinations: destinations.list().length }, "operator running");
   }
 
@@ -300,6 +314,7 @@ export class Operator {
   async stop(): Promise<void> {
     this.#stopped = true;
     clearInterval(this.#resync);
+    this.#bucketGuard?.stop();
     for (const r of this.#reflectors) r.stop();
     if (this.#queues) await Promise.all(Object.values(this.#queues).map((q) => q.stop()));
     await this.#elector.release();

@@ -104,6 +104,14 @@ export class KvConfigProvider extends ConfigHolder {
   #stopped = false;
   #ready = false;
   #stopWatch: () => void = () => {};
+  /**
+   * What a lost bucket held, kept in effect under the new bucket's entries until that has been
+   * refilled (REFILL_MS after its first entry): a bucket made again is empty until the operator
+   * writes every resource again, and an empty config would have ingest answer 401 to every SDK
+   * (which drops the events) and delivery stop every destination meanwhile (found by a review).
+   */
+  #refillMs = REFILL_MS;
+  #held: { sources: Map<string, CompiledSource>; destinations: Map<string, CompiledDestination>; timer?: NodeJS.Timeout } | undefined;
 
   private constructor(log: Logger, part: ConfigPart) {
     super();
@@ -116,9 +124,10 @@ export class KvConfigProvider extends ConfigHolder {
    * the bucket when the operator has not created it yet, logging every `retryMs` (2 s by default),
    * unless the caller already holds it (`kv`).
    */
-  static async start(nc: NatsConnection, log: Logger, options: { retryMs?: number; part?: ConfigPart; kv?: KV } = {}): Promise<KvConfigProvider> {
+  static async start(nc: NatsConnection, log: Logger, options: { retryMs?: number; part?: ConfigPart; kv?: KV; /** Tests shorten it. */ refillMs?: number } = {}): Promise<KvConfigProvider> {
     const { retryMs = 2000, part = "all" } = options;
     const provider = new KvConfigProvider(log, part);
+    if (options.refillMs !== undefined) provider.#refillMs = options.refillMs;
     const kv = options.kv ?? (await openWhenCreated(nc, log, retryMs, () => provider.#stopped));
     if (part !== "all") provider.#jsm = await jetstreamManager(nc, { checkAPI: false });
     await provider.#follow(kv, retryMs);
@@ -149,7 +158,9 @@ export class KvConfigProvider extends ConfigHolder {
           if (created !== undefined && status.streamInfo.created !== created) {
             // The bucket was deleted and created again (lost storage): its revisions restarted,
             // so resuming would skip entries. Start over from its current content.
-            this.#log.warn({ bucket: CONFIG_BUCKET }, "the config bucket was created again; reloading it");
+            this.#log.warn({ bucket: CONFIG_BUCKET }, "the config bucket was created again; reloading it, and keeping the config the lost one held in effect until it is refilled");
+            if (this.#held) clearTimeout(this.#held.timer);
+            this.#held = { sources: new Map(this.#sources), destinations: new Map(this.#destinations) };
             this.#sources.clear();
             this.#destinations.clear();
             revision = 0;
@@ -176,6 +187,7 @@ export class KvConfigProvider extends ConfigHolder {
           for await (const entry of watch) {
             revision = entry.revision;
             const changed = this.#apply(entry);
+            if (this.#held && !this.#held.timer) this.#held.timer = setTimeout(() => this.#refilled(), this.#refillMs).unref();
             // Until delta 0 (caught up with the bucket) entries are the content at start: one
             // config is published for all of them, not a partial one per entry.
             if (!this.#ready) {
@@ -273,18 +285,33 @@ export class KvConfigProvider extends ConfigHolder {
   }
 
   #publish(): void {
+    const held = this.#held;
     const config: CompiledConfig = {
-      sources: [...this.#sources.values()],
-      destinations: [...this.#destinations.values()],
+      sources: [...(held ? new Map([...held.sources, ...this.#sources]) : this.#sources).values()],
+      destinations: [...(held ? new Map([...held.destinations, ...this.#destinations]) : this.#destinations).values()],
     };
     this.set(config);
   }
 
+  /** The new bucket has had its entries written for REFILL_MS: what it lacks is gone for good. */
+  #refilled(): void {
+    const held = this.#held;
+    if (!held) return;
+    this.#held = undefined;
+    const dropped = (before: Map<string, unknown>, now: Map<string, unknown>) => [...before.keys()].filter((id) => !now.has(id));
+    this.#log.info({ droppedSources: dropped(held.sources, this.#sources), droppedDestinations: dropped(held.destinations, this.#destinations) }, "the config bucket made again is refilled; the config it holds is in effect");
+    this.#publish();
+  }
+
   override close(): void {
+    if (this.#held) clearTimeout(this.#held.timer);
     this.#stopped = true;
     this.#stopWatch();
   }
 }
+
+/** How long after a bucket made again gets its first entry the config the lost one held stops counting. */
+const REFILL_MS = 10_000;
 
 /** How often a config watch's consumer is looked at (#probeWatcher). */
 const WATCHER_PROBE_MS = 5_000;

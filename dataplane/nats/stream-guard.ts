@@ -11,7 +11,11 @@ import { isStreamNameInUse, isStreamNotFound } from "./streams.ts";
 /** How often the streams are looked at: a lost stream costs at most this much of 503s. */
 const STREAM_GUARD_MS = 5_000;
 
-type GuardedStream = Partial<StreamConfig> & { name: string };
+/**
+ * A stream to keep: its config as made at start, or how to make it (a KV bucket's stream is made
+ * as the bucket), and who to tell once it was made again.
+ */
+type GuardedStream = (Partial<StreamConfig> & { name: string }) | { name: string; make: () => Promise<unknown>; onMade?: () => void; /** The error line when made again. */ said: string };
 
 export class StreamGuard {
   readonly #nc: NatsConnection;
@@ -19,6 +23,11 @@ export class StreamGuard {
   readonly #streams: readonly GuardedStream[];
   readonly #log: Logger;
   readonly #timer: NodeJS.Timeout;
+  /**
+   * Each stream's config as last seen: it is made again with it, not with this process's flags
+   * and their defaults (a pod started without --stream-replicas would make an R3 stream R1).
+   */
+  readonly #seen = new Map<string, StreamConfig>();
   #checking: Promise<void> | undefined;
 
   /** @param streams the configs to make them with, as ensureStream made them at start. */
@@ -45,16 +54,18 @@ export class StreamGuard {
     if (!isNatsConnected(this.#nc)) return;
     for (const config of this.#streams) {
       try {
-        await this.#jsm.streams.info(config.name);
+        this.#seen.set(config.name, (await this.#jsm.streams.info(config.name)).config);
       } catch (err) {
         if (!isStreamNotFound(err)) continue; // NATS busy or electing: not a reason to make anything
         try {
-          // Made as a new stream: there is no existing one whose settings to keep.
-          await this.#jsm.streams.add(config);
+          const seen = this.#seen.get(config.name);
+          if ("make" in config) await config.make();
+          else await this.#jsm.streams.add(seen ?? config);
           this.#log.error(
             { stream: config.name },
-            "the stream was missing (deleted, or nats-server lost its store) and is made again; what it held is gone: messages stored in it and not yet delivered are lost",
+            "make" in config ? config.said : "the stream was missing (deleted, or nats-server lost its store) and is made again; what it held is gone: messages stored in it and not yet delivered are lost",
           );
+          if ("make" in config) config.onMade?.();
         } catch (makeErr) {
           // Another replica made it first and said so: one error line per loss, not one per pod.
           if (isStreamNameInUse(makeErr)) {

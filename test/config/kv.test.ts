@@ -109,26 +109,27 @@ describe("KvConfigProvider", () => {
     expect(await writer.get(sourceKey("shop", "same"))).toEqual(source("same"));
   });
 
-  it("starts over when the bucket is deleted and created again (its revisions restart)", async () => {
+  it("starts over when the bucket is deleted and created again (its revisions restart), keeping the old config in effect until the new bucket is refilled (found by a review: the empty bucket's config had ingest answer 401 to everyone)", async () => {
     await (await ensureConfigBucket(nats.nc)).destroy(); // a clean slate after the tests above
     const writer = new ConfigWriter(await ensureConfigBucket(nats.nc));
     for (const name of ["a", "b", "c", "d"]) await writer.put(sourceKey("shop", name), source(name));
-    const provider = await KvConfigProvider.start(await nats.connect(), log, { retryMs: 50 });
+    const provider = await KvConfigProvider.start(await nats.connect(), log, { retryMs: 50, refillMs: 1_000 });
+    const seen: string[][] = [];
+    const off = provider.subscribe((config) => seen.push(config.sources.map((s) => s.name).sort()));
     try {
       expect(provider.current().sources).toHaveLength(4);
       await writer.kv.destroy();
       const reborn = new ConfigWriter(await ensureConfigBucket(nats.nc));
-      const next = new Promise<CompiledConfig>((resolve) => {
-        const off = provider.subscribe((config) => {
-          if (config.sources.length === 1) {
-            off();
-            resolve(config);
-          }
-        });
-      });
+      await new Promise((r) => setTimeout(r, 600)); // noticed (retryMs * 5), still empty
+      expect(provider.current().sources.map((s) => s.name).sort()).toEqual(["a", "b", "c", "d"]);
+      await reborn.put(sourceKey("shop", "a"), source("a"));
       await reborn.put(sourceKey("shop", "only"), source("only"));
-      expect((await next).sources.map((s) => s.name)).toEqual(["only"]);
+      await expect.poll(() => provider.current().sources.map((s) => s.name).sort(), { timeout: 5_000 }).toEqual(["a", "only"]);
+      // Never an empty config, and the lost bucket's entries went only once the new one was refilled.
+      expect(seen.every((names) => names.length > 0)).toBe(true);
+      expect(seen).toContainEqual(["a", "b", "c", "d", "only"]);
     } finally {
+      off();
       provider.close();
     }
   });

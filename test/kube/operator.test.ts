@@ -149,6 +149,21 @@ spec: { writeKeySecretRef: { name: limited-key, key: writeKey }${rateLimit} }
     expect(await kvValue(sourceKey(env.namespace, "limited"))).not.toHaveProperty("rateLimit");
   });
 
+  it("a config bucket deleted under it is made again and refilled, and ingest takes the keys throughout (found by a review: every reconcile failed until a restart, and an empty bucket would have had ingest answer 401)", async () => {
+    await env.apply([secret("refill-key", { writeKey: "refill-key-1" }), source("refill", "refill-key")].join("---\n"));
+    await env.waitReady("Source", "refill");
+    await env.waitFor("the key accepted by ingest", async () => (await track("refill-key-1", { userId: "u", event: "ping" })).status === 200);
+    await (await new Kvm(env.nats.nc).open(CONFIG_BUCKET)).destroy();
+    const statuses: number[] = [];
+    const until = Date.now() + 20_000;
+    while (Date.now() < until) {
+      statuses.push((await track("refill-key-1", { userId: "u", event: "during" })).status);
+      await new Promise((r) => setTimeout(r, 250));
+    }
+    expect(await kvValue(sourceKey(env.namespace, "refill")).catch(() => undefined)).toMatchObject({ writeKeySha256: sha256Hex("refill-key-1") });
+    expect(statuses.filter((status) => status !== 200)).toEqual([]);
+  }, 40_000);
+
   it("deleting a Source takes its key out of ingest", async () => {
     await env.cluster.kubectlOk(["delete", "source", "web", "-n", env.namespace, "--wait=true", "--timeout=15s"]);
     expect(await kvValue(sourceKey(env.namespace, "web"))).toBeUndefined();
