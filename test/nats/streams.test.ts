@@ -1,7 +1,8 @@
 // TRACKHOOK_EVENTS is created with the settings of DESIGN.md, and updated in place when an
 // existing stream's settings differ (a new max_bytes, say), keeping its messages.
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { DLQ_STREAM, EVENTS_STREAM, consumerName, dlqStreamConfig, ensureStream, eventsStreamConfig, isConsumerNotFound, isStreamNotFound, keptSettings, type StreamSettingChange } from "../../dataplane/nats/mod.ts";
+import { createLogger } from "../../dataplane/logging.ts";
+import { DLQ_STREAM, EVENTS_STREAM, StreamGuard, consumerName, dlqStreamConfig, ensureStream, eventsStreamConfig, isConsumerNotFound, isStreamNotFound, keptSettings, type StreamSettingChange } from "../../dataplane/nats/mod.ts";
 import { streamSettings } from "../../cli/commands/shared-flags.ts";
 import { startNats, type NatsHarness } from "../harness/nats.ts";
 import { ensureDestinationConsumer, removeDestinationConsumers } from "../../dataplane/delivery/mod.ts";
@@ -142,5 +143,27 @@ describe("dead-letter stream", () => {
     expect(await dlq()).toMatchObject({ max_msgs_per_subject: -1 });
     expect((await dlq()).discard_new_per_subject ?? false).toBe(false);
     expect(told.map((changes) => changes.map((c) => c.setting))).toEqual([["max_msgs_per_subject", "discard_new_per_subject"], ["max_msgs_per_subject", "discard_new_per_subject"]]);
+  });
+});
+
+describe("StreamGuard", () => {
+  it("makes a lost stream again with the settings it was last seen with, not the ones it was given at start (found by a review: a pod without --stream-max-bytes made a tuned stream again with the default)", async () => {
+    const name = `GUARDED_${Math.random().toString(36).slice(2, 8).toUpperCase()}`;
+    const subjects = [`guarded.${name}.>`];
+    await nats.jsm.streams.add({ name, subjects, max_bytes: 1024 * 1024 });
+    const log = createLogger({ level: "silent" });
+    const guard = new StreamGuard(nats.nc, nats.jsm, [{ name, subjects, max_bytes: 10 * 1024 * 1024 }], log, 100);
+    try {
+      // An operator tunes it by hand; the guard sees it so, then it is lost.
+      const { config } = await nats.jsm.streams.info(name);
+      await nats.jsm.streams.update(name, { ...config, max_bytes: 2 * 1024 * 1024, max_msgs: 500 });
+      await guard.check();
+      await nats.jsm.streams.delete(name);
+      await guard.check();
+      expect((await nats.jsm.streams.info(name)).config).toMatchObject({ max_bytes: 2 * 1024 * 1024, max_msgs: 500 });
+    } finally {
+      guard.stop();
+      await nats.jsm.streams.delete(name).catch(() => {});
+    }
   });
 });
