@@ -19,11 +19,11 @@ import { parseJsonObject, readBoundedBody } from "./body.ts";
 import { IngestError, errors } from "./errors.ts";
 import { IngestMetrics } from "./metrics.ts";
 import type { RejectReason } from "./accept.ts";
-import { resolveIngestOptions, type IngestOptionsInput } from "./options.ts";
+import { resolveIngestOptions, type IngestOptions, type IngestOptionsInput } from "./options.ts";
 import { EventPublisher } from "./publish.ts";
 import { SourceRateLimits } from "./rate-limit.ts";
 import { corsRoutes } from "./routes/cors.ts";
-import { MESSAGE_PATHS, messageRoutes } from "./routes/messages.ts";
+import { ENRICHMENT_ALLOWANCE, MESSAGE_PATHS, messageRoutes } from "./routes/messages.ts";
 import { settingsRoutes } from "./routes/settings.ts";
 import { analyticsJsRoutes } from "./routes/analytics-js.ts";
 import type { IngestState } from "./state.ts";
@@ -63,6 +63,7 @@ export async function buildIngestApp(deps: IngestAppDeps, input: IngestOptionsIn
   const jsm = await jetstreamManager(deps.nc, { timeout: 1000, checkAPI: false });
 
   natsConnectedGauge(metrics.registry, deps.nc);
+  warnIfPayloadLimitTooSmall(deps.nc, options, deps.logger);
   configMetrics(metrics.registry, deps.config);
   metrics.readStreamFrom(async () => {
     if (!isNatsConnected(deps.nc)) return undefined;
@@ -296,3 +297,18 @@ const REQUEST_ID = /^[\w.:@/+=-]{1,128}$/;
 
 /** At most one line per kind this often for lines said per message or per refused request (IngestState.repeatedLines). */
 const REPEATED_LINE_INTERVAL_MS = 10_000;
+
+/**
+ * A nats-server whose max_payload is under the largest message ingest stores refuses those
+ * messages at every try: 503 storage_unavailable to an SDK that retries the same batch for ever
+ * (found by a review). Said once at start, as an error: it is nats-server's config to change.
+ */
+function warnIfPayloadLimitTooSmall(nc: NatsConnection, options: IngestOptions, log: Logger | undefined): void {
+  const maxPayload = nc.info?.max_payload;
+  // The largest stored message, and room for its headers (Nats-Msg-Id and the subject's).
+  const needed = Math.max(options.limits.singleBytes, options.limits.itemBytes) + ENRICHMENT_ALLOWANCE + 1024;
+  if (maxPayload !== undefined && maxPayload < needed) {
+    log?.error({ maxPayload, needed }, "nats-server's max_payload is smaller than the largest message ingest accepts: such messages get 503 storage_unavailable at every try; raise max_payload in nats-server's config (its default is 1MB)");
+  }
+}
+

@@ -15,7 +15,7 @@ import type { IngestState } from "../state.ts";
  * Bytes a stored message may grow by over what was sent: receivedAt, timestamps, messageId,
  * context.library, and a batch's own context merged in. Beyond this, merging is refused.
  */
-const ENRICHMENT_ALLOWANCE = 1024;
+export const ENRICHMENT_ALLOWANCE = 1024;
 
 /**
  * Bytes a batch body may carry beyond its `batchBytes` of messages: the spec's 500KB counts the
