@@ -29,7 +29,7 @@ export class OperatorMetrics {
   });
   readonly notifications = new Counter({
     name: "trackhook_operator_delete_notifications_total",
-    help: "Delete notifications stored for delivery, by outcome (stored, duplicate)",
+    help: "Delete notifications by outcome: stored for delivery, duplicate (stored before), dead_lettered (their destination was disabled or deleted before it delivered them)",
     labelNames: ["outcome"] as const,
     registers: [this.registry],
   });

@@ -30,7 +30,7 @@ import {
   type SourceResource,
 } from "./reconcile/context.ts";
 import { reconcileDeletion } from "./reconcile/deletion.ts";
-import { reconcileDestination } from "./reconcile/destination.ts";
+import { moveUndelivered, reconcileDestination } from "./reconcile/destination.ts";
 import { reconcileSource, sourceKeysOf } from "./reconcile/source.ts";
 
 export interface OperatorOptions {
@@ -251,6 +251,7 @@ export class Operator {
       for await (const consumer of ctx.jsm.consumers.list(EVENTS_STREAM)) {
         const owner = parseConsumerName(consumer.name);
         if (!owner || !this.#inScope(owner.namespace) || ctx.destinations.get(owner.namespace, owner.destination)) continue;
+        await moveUndelivered(ctx, owner.namespace, owner.destination, "destination_deleted");
         await removeDestinationConsumers(ctx.jsm, [consumer.name]);
         this.#log.info({ consumer: consumer.name }, "removed a consumer whose WebhookDestination no longer exists");
       }

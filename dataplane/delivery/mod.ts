@@ -11,3 +11,4 @@ export { DestinationWorker, DELIVERY_ID_HEADER, redactUrl, retryWindowInForceMs,
 export { DeliveryMetrics } from "./metrics.ts";
 export { purgeDeadLettersOf } from "./admin.ts";
 export { ensureDestinationConsumer, removeDestinationConsumers, destinationConsumerConfig, ackWaitMs } from "./consumers.ts";
+export { deadLetterUndelivered, type UndeliveredMoved } from "./undelivered.ts";

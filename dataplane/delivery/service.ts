@@ -1,13 +1,14 @@
 // Runs delivery for every enabled destination of the config in force, and follows config changes
 // live: a destination added starts, one changed restarts with its new settings, one disabled or
 // removed stops and loses its consumer (nothing is delivered for it afterwards).
-import { jetstreamManager, type ConsumerInfo, type JetStreamManager, type MsgRequest, type StreamInfo } from "@nats-io/jetstream";
+import { jetstream, jetstreamManager, type ConsumerInfo, type JetStreamManager, type MsgRequest, type StreamInfo } from "@nats-io/jetstream";
 import type { NatsConnection } from "@nats-io/transport-node";
 import type { CompiledConfig, CompiledDestination } from "../../schema/mod.ts";
 import type { ConfigProvider } from "../config/mod.ts";
 import type { Logger } from "../logging.ts";
 import { ATTEMPTS_STREAM, DLQ_STREAM, DLQ_SUBJECTS, EVENTS_STREAM, TurnBatch, attemptsStreamConfig, consumerName, dlqStreamConfig, dlqSubject, ensureStream, isNatsConnected, isStreamNotFound, isSlowJetStream, keptSettings, patiently, StreamGuard, streamReadiness, type Readiness, type SideStreamSettings, type StreamSettingChange } from "../nats/mod.ts";
 import { ensureDestinationConsumer, removeDestinationConsumers } from "./consumers.ts";
+import { deadLetterUndelivered } from "./undelivered.ts";
 import type { DeliveryBacklog, DeliveryBacklogs, DeliveryMetrics } from "./metrics.ts";
 import type { StreamUse } from "../ops/stream-gauges.ts";
 import { DestinationWorker, changeOf, pullAhead, type WebhookSending } from "./worker.ts";
@@ -54,6 +55,7 @@ export interface DeliveryServiceDeps {
 /** A destination that could not start is tried again after this, doubling up to the maximum. */
 const START_RETRY_MS = 1_000;
 const STREAM_CHECK_MS = 30_000;
+const UNDELIVERED_MOVED = "a destination no longer enabled had delete notifications (user erasures) or replayed dead letters not yet delivered: moved to the dead-letter queue (`trackhook dead-letters`; `trackhook replay` once it is enabled again)";
 const RETRY_WINDOW_CUT = "retryWindow is not well within the events stream's max_age: messages are dead-lettered after 90% of max_age instead, before the stream drops them (raise --stream-max-age, or shorten retryWindow)";
 const START_RETRY_MAX_MS = 30_000;
 
@@ -339,7 +341,7 @@ export class DeliveryService {
       await this.#removeConsumers(removed);
     } else if (removed.length > 0) {
       for (const name of removed) this.#scheduleRemoval(name, graceMs);
-      log.info({ consumers: removed, removedInSeconds: Math.round(graceMs / 1000) }, "destinations no longer enabled: nothing more is sent to them; their consumers, with the messages still to deliver, are kept in case they come back, then removed");
+      log.info({ consumers: removed, removedInSeconds: Math.round(graceMs / 1000) }, "destinations no longer enabled: nothing more is sent to them; their consumers, with the messages still to deliver, are kept in case they come back (in a cluster the operator removes them at once), then removed, their undelivered delete notifications moved to the dead-letter queue");
     }
     if (failed.length > 0) throw new Error(`destinations not started: ${failed.join(", ")}`);
   }
@@ -480,6 +482,13 @@ export class DeliveryService {
     const undelivered: Record<string, number | "unknown"> = Object.fromEntries(
       await Promise.all(names.map(async (name) => [name, await this.#jsm.consumers.info(EVENTS_STREAM, name).then((i) => i.num_pending + i.num_ack_pending, () => "unknown" as const)] as const)),
     );
+    const js = jetstream(this.#deps.nc);
+    for (const name of names) {
+      const moved = await deadLetterUndelivered(this.#jsm, js, name, "destination_disabled");
+      if (moved.deletes + moved.replayed > 0) {
+        this.#deps.log.error({ consumer: name, deleteNotifications: moved.deletes, replayed: moved.replayed }, UNDELIVERED_MOVED);
+      }
+    }
     await removeDestinationConsumers(this.#jsm, names);
     for (const name of names) this.#managed.delete(name);
     if (Object.values(undelivered).some((n) => n !== 0)) {

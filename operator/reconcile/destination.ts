@@ -3,11 +3,11 @@
 // missing, say), the last good config and its consumer stay: messages keep flowing and nothing
 // already accepted is lost; Ready says what is wrong.
 import { compileDestination, destinationKey, secretNamesOf } from "../../dataplane/config/mod.ts";
-import { ensureDestinationConsumer, removeDestinationConsumers } from "../../dataplane/delivery/mod.ts";
+import { deadLetterUndelivered, ensureDestinationConsumer, removeDestinationConsumers } from "../../dataplane/delivery/mod.ts";
 import { consumerName, isStreamNotFound } from "../../dataplane/nats/mod.ts";
 import type { WebhookDestinationDocument } from "../../schema/mod.ts";
 import type { ReconcileResult } from "../queue.ts";
-import { addFinalizer, isDeleting, readSecrets, removeFinalizer, reportingFailures, setReady, type OperatorContext } from "./context.ts";
+import { addFinalizer, isDeleting, readSecrets, removeFinalizer, reportingFailures, setReady, type DestinationResource, type OperatorContext } from "./context.ts";
 
 const STREAM_RETRY_MS = 5_000;
 
@@ -21,6 +21,7 @@ async function applyDestination(ctx: OperatorContext, namespace: string, name: s
   if (!destination || isDeleting(destination)) {
     // Config first: delivery pods stop their worker, then the consumer (and its backlog) goes.
     const configDeleted = await ctx.config.delete(key);
+    await moveUndelivered(ctx, namespace, name, "destination_deleted", destination);
     const consumersDeleted = await removeDestinationConsumers(ctx.jsm, [consumerName(namespace, name)]);
     // Said once: the DELETED event after the finalizer's removal runs this again, to find nothing.
     if (configDeleted || consumersDeleted > 0) ctx.log.info({ destination: `${namespace}/${name}` }, "destination removed: config and consumer deleted");
@@ -50,7 +51,10 @@ async function applyDestination(ctx: OperatorContext, namespace: string, name: s
   if (await ctx.config.put(key, compiled)) ctx.log.info({ destination: `${namespace}/${name}`, sources: compiled.sources }, "destination config written");
   try {
     if (compiled.enabled) await ensureDestinationConsumer(ctx.jsm, compiled);
-    else await removeDestinationConsumers(ctx.jsm, [consumerName(namespace, name)]);
+    else {
+      await moveUndelivered(ctx, namespace, name, "destination_disabled", destination);
+      await removeDestinationConsumers(ctx.jsm, [consumerName(namespace, name)]);
+    }
   } catch (err) {
     if (!isStreamNotFound(err)) throw err;
     await setReady(ctx, destination, {
@@ -69,3 +73,24 @@ async function applyDestination(ctx: OperatorContext, namespace: string, name: s
   const inEffectSince = destination.status?.inEffectSince ?? new Date().toISOString();
   await setReady(ctx, destination, { status: "True", reason: "Reconciled", message }, { urlCount, sources: compiled.sources, inEffectSince });
 }
+
+/**
+ * Before a destination's consumer goes: its delete notifications and replayed dead letters not
+ * yet delivered to the dead-letter queue (deadLetterUndelivered), said at error level, in a
+ * Warning event and in the operator's metric (the alert TrackhookDeleteNotificationNotDelivered).
+ */
+export async function moveUndelivered(
+  ctx: OperatorContext,
+  namespace: string,
+  name: string,
+  reason: "destination_disabled" | "destination_deleted",
+  destination?: DestinationResource,
+): Promise<void> {
+  const moved = await deadLetterUndelivered(ctx.jsm, ctx.js, consumerName(namespace, name), reason);
+  if (moved.deletes + moved.replayed === 0) return;
+  ctx.metrics.notifications.inc({ outcome: "dead_lettered" }, moved.deletes);
+  const message = `${moved.deletes} delete notification(s) (user erasures) and ${moved.replayed} replayed message(s) not yet delivered were moved to the dead-letter queue (${reason}): \`trackhook dead-letters --destination ${namespace}/${name}\`, and \`trackhook replay\` once it is enabled again`;
+  ctx.log.error({ destination: `${namespace}/${name}`, deleteNotifications: moved.deletes, replayed: moved.replayed, reason }, message);
+  if (destination) await ctx.events.record(destination, "Warning", "UndeliveredDeadLettered", message);
+}
+

@@ -377,6 +377,32 @@ describe("delivery service", () => {
     }
   });
 
+  it("a destination removed from the config has its undelivered delete notifications dead-lettered, and not its events (found by a review: an erasure being retried vanished with the consumer)", async () => {
+    const own = await startNats();
+    const ownReceiver = await startReceiver();
+    ownReceiver.on("/theta", answer(503));
+    await ensureStream(own.jsm, eventsStreamConfig(DEFAULT_STREAM));
+    const config = new ConfigHolder(configOf([{ name: "theta", url: ownReceiver.url("/theta") }]));
+    const { log, lines } = capturedLog("error");
+    const service = await start(config, { on: own, log });
+    try {
+      await publishTo("theta", own)("theta-event");
+      await own.js.publish("trackhook.events.default.theta.delete", JSON.stringify({ type: "delete", userId: "u9", messageId: "delete-theta", timestamp: new Date().toISOString(), context: {} }), { msgID: "default/theta/delete-theta" });
+      await ownReceiver.waitFor("/theta", 2); // both tried once, both waiting for a retry
+      config.set(configOf([]));
+      await expect.poll(async () => {
+        const letters = [];
+        for await (const letter of readDeadLetters(own.nc, { namespace: "default", destination: "theta" })) letters.push([letter.messageId, letter.reason, letter.attempts]);
+        return letters;
+      }, { timeout: 10_000 }).toEqual([["delete-theta", "destination_disabled", 0]]);
+      await expect.poll(() => lines.some((l) => l.includes("delete notifications (user erasures) or replayed dead letters not yet delivered: moved to the dead-letter queue"))).toBe(true);
+    } finally {
+      await service.stop();
+      await ownReceiver.close();
+      await own.stop();
+    }
+  });
+
   it("starts a destination added while NATS was away once it is back, and delivers what was stored for it meanwhile (regression: it was tried again only at the next config change, and then started from now)", { timeout: 60_000 }, async () => {
     const own = await startNats();
     const ownReceiver = await startReceiver();

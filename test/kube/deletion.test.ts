@@ -7,6 +7,7 @@ import { headers } from "@nats-io/transport-node";
 import { DLQ_STREAM, EVENTS_STREAM, dlqSubject } from "../../dataplane/nats/mod.ts";
 import { destinationYaml, secretYaml, sourceYaml, yamlDocuments } from "../harness/documents.ts";
 import { spawnOperator, useOperatorEnv, type KubeResource } from "../harness/operator.ts";
+import { answer } from "../harness/receiver.ts";
 
 const env = useOperatorEnv("del");
 
@@ -28,6 +29,13 @@ ${sources ? `  sources: ${JSON.stringify(sources)}\n` : ""}`;
 async function storedDeletes(source: string): Promise<number> {
   const info = await env.nats.jsm.streams.info(EVENTS_STREAM, { subjects_filter: `trackhook.events.${env.namespace}.${source}.delete` });
   return Object.values(info.state.subjects ?? {}).reduce((a, b) => a + b, 0);
+}
+
+/** A destination's dead letters (the stream's message count is every destination's). */
+async function deadLettersOf(destination: string): Promise<number> {
+  const subject = dlqSubject(env.namespace, destination);
+  const info = await env.nats.jsm.streams.info(DLQ_STREAM, { subjects_filter: subject });
+  return (info.state.subjects as Record<string, number> | undefined)?.[subject] ?? 0;
 }
 
 const bodies = (path: string) => env.receiver.requests(path).map((r) => JSON.parse(r.body.toString()) as Record<string, string>);
@@ -88,6 +96,29 @@ describe("DeletionRequest", () => {
     }
   });
 
+  it("a destination disabled while a notice to it is being retried has the notice dead-lettered, not dropped (found by a review: gone without a trace)", async () => {
+    const operator = await spawnOperator(env);
+    try {
+      env.receiver.on("/failing", answer(503));
+      await env.apply(yamlDocuments(setup(["shop"], ["shop"]), destinationYaml("failing", { sources: ["shop"], urls: [env.receiver.url("/failing")] })));
+      await env.waitReady("WebhookDestination", "failing");
+      await env.apply(deletionRequest("gdpr-mid", ["gina"], ["shop"]));
+      await env.waitReady("DeletionRequest", "gdpr-mid");
+      await env.receiver.waitFor("/failing", 1); // its first attempt failed; a retry is due later
+      await env.cluster.kubectlOk(["patch", "webhookdestination", "failing", "-n", env.namespace, "--type=merge", "-p", '{"spec":{"enabled":false}}']);
+      const letter = await env.waitFor("the notice dead-lettered", async () => {
+        const m = await env.nats.jsm.streams.getMessage(DLQ_STREAM, { last_by_subj: dlqSubject(env.namespace, "failing") }).catch(() => null);
+        return m ?? undefined;
+      }, 20_000);
+      expect(letter.header?.get("Trackhook-Reason")).toBe("destination_disabled");
+      expect(letter.json<{ type: string; userId: string }>()).toMatchObject({ type: "delete", userId: "gina" });
+      await env.waitFor("a Warning event on the destination", async () =>
+        (await env.cluster.kubectlOk(["get", "events", "-n", env.namespace, "--field-selector", "involvedObject.name=failing", "-o", "jsonpath={.items[*].reason}"])).split(" ").includes("UndeliveredDeadLettered"));
+    } finally {
+      await operator.stop();
+    }
+  });
+
   it("removes the users' dead letters, which a replay would send again, and leaves the others' (regression: replay re-sent an erased user's data)", async () => {
     // Resync often: the final purge is looked at when a finished request is reconciled again.
     const operator = await spawnOperator(env, { resync: "10s" });
@@ -104,8 +135,7 @@ describe("DeletionRequest", () => {
       await env.apply(deletionRequest("gdpr-3", ["dave"], ["shop"]));
       const done = await env.waitReady("DeletionRequest", "gdpr-3");
       expect(done.status!.conditions!.find((c) => c.type === "Ready")!.message).toContain("1 of their dead letters removed");
-      const left = await env.nats.jsm.streams.info(DLQ_STREAM, { subjects_filter: dlqSubject(env.namespace, "erasure") });
-      expect(left.state.messages).toBe(1);
+      expect(await deadLettersOf("erasure")).toBe(1);
       const remaining = await env.nats.jsm.streams.getMessage(DLQ_STREAM, { last_by_subj: dlqSubject(env.namespace, "erasure") });
       expect(remaining?.json<{ userId: string }>().userId).toBe("erin");
 
@@ -122,7 +152,7 @@ describe("DeletionRequest", () => {
         return (request?.status as { finalPurgeDone?: boolean } | undefined)?.finalPurgeDone ? request : undefined;
       }, 25_000);
       expect((purgedAgain.status as { deadLettersRemoved: number }).deadLettersRemoved).toBe(2);
-      expect((await env.nats.jsm.streams.info(DLQ_STREAM, { subjects_filter: dlqSubject(env.namespace, "erasure") })).state.messages).toBe(1);
+      expect(await deadLettersOf("erasure")).toBe(1);
 
       // A status set back by hand is written again at the next resync (found by a review: the
       // final write compared the new status with itself, and it stayed RUNNING).
