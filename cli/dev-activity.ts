@@ -8,7 +8,7 @@ import type { IngestActivity } from "../dataplane/ingest/mod.ts";
 import { parseJson } from "../dataplane/json.ts";
 import { ATTEMPTS_STREAM, ATTEMPTS_SUBJECTS, DLQ_STREAM, DLQ_SUBJECTS, EVENTS_STREAM, EVENTS_SUBJECTS } from "../dataplane/nats/mod.ts";
 import type { AttemptRecord } from "../dataplane/delivery/mod.ts";
-import { deadLetterOf } from "../dataplane/delivery/admin.ts";
+import { deadLetterOf } from "../dataplane/admin/mod.ts";
 
 export interface ActivityFeed {
   /** Hears what ingest did not store (startIngest's `activity`). */

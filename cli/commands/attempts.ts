@@ -1,6 +1,6 @@
 // `trackhook attempts`: a destination's delivery attempts (every URL of every try), oldest first.
-import { readAttempts } from "../../dataplane/delivery/admin.ts";
-import type { AttemptRecord } from "../../dataplane/delivery/worker.ts";
+import { readAttempts } from "../../dataplane/admin/mod.ts";
+import type { AttemptRecord } from "../../dataplane/delivery/mod.ts";
 import { durationFlag, integerFlag, natsUrl } from "../args.ts";
 import { connectAdmin, qualifiedName, reportNothingFound } from "./replay.ts";
 import { table } from "./table.ts";

@@ -1,5 +1,5 @@
 // `trackhook dead-letters`: what is in a destination's dead-letter queue and why, without moving it.
-import { readDeadLetters, type DeadLetter } from "../../dataplane/delivery/admin.ts";
+import { readDeadLetters, type DeadLetter } from "../../dataplane/admin/mod.ts";
 import { natsUrl } from "../args.ts";
 import { SELECTION_FLAGS, SELECTION_HELP, connectAdmin, deadLetterSelection, reportNothingFound } from "./replay.ts";
 import { table } from "./table.ts";

@@ -4,7 +4,7 @@ import { randomUUID } from "node:crypto";
 import { jetstream, jetstreamManager } from "@nats-io/jetstream";
 import { loadConfigFile } from "../../dataplane/config/mod.ts";
 import { hasEnabledDestination, longestRetryMs, publishDeleteNotifications } from "../../dataplane/deletion/mod.ts";
-import { purgeDeadLettersOf } from "../../dataplane/delivery/admin.ts";
+import { purgeDeadLettersOf } from "../../dataplane/admin/mod.ts";
 import { UsageError, natsUrl } from "../args.ts";
 import { connectAdmin, fail, qualifiedName } from "./replay.ts";
 import type { Command } from "./types.ts";

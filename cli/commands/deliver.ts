@@ -7,7 +7,7 @@ import { createLogger, type Logger } from "../../dataplane/logging.ts";
 import { DEFAULT_SIDE_STREAM, connectNats, natsConnectedGauge, type SideStreamSettings } from "../../dataplane/nats/mod.ts";
 import type { NatsConnection } from "@nats-io/transport-node";
 import { VERSION } from "../../dataplane/version.ts";
-import { buildOpsServer } from "../../dataplane/ops/server.ts";
+import { buildOpsServer } from "../../dataplane/ops/mod.ts";
 import { integerFlag, listenOrExplain, natsUrl, parseBytes, settingsLeftOut } from "../args.ts";
 import { onShutdown } from "../shutdown.ts";
 import type { Command } from "./types.ts";

@@ -4,9 +4,8 @@ import type { NatsConnection } from "@nats-io/transport-node";
 import type { FastifyInstance } from "fastify";
 import { Registry } from "prom-client";
 import type { ConfigProvider } from "../../dataplane/config/mod.ts";
-import { buildIngestApp, type IngestActivity, type IngestOptionsInput } from "../../dataplane/ingest/mod.ts";
-import { errors } from "../../dataplane/ingest/errors.ts";
-import { OPS_PATHS, buildOpsServer } from "../../dataplane/ops/server.ts";
+import { buildIngestApp, ingestErrors, type IngestActivity, type IngestOptionsInput } from "../../dataplane/ingest/mod.ts";
+import { OPS_PATHS, buildOpsServer } from "../../dataplane/ops/mod.ts";
 import { createLogger, type Logger } from "../../dataplane/logging.ts";
 import { EVENTS_STREAM, StreamGuard, connectNats, ensureStream, eventsStreamConfig, keptSettings, natsConnectedGauge, patiently, type EventsStreamSettings } from "../../dataplane/nats/mod.ts";
 import { integerFlag, listenOrExplain, natsUrl } from "../args.ts";
@@ -121,7 +120,7 @@ function waitingServer(waitingFor: () => string, nc: () => NatsConnection | unde
   // which SDKs do not retry).
   app.addHook("onRequest", (request, reply, done) => {
     if (OPS_PATHS.has(request.url.split("?")[0]!)) return done();
-    const error = errors.storageUnavailable(5);
+    const error = ingestErrors.storageUnavailable(5);
     void reply
       .code(error.statusCode)
       .header("retry-after", "5")

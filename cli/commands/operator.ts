@@ -1,7 +1,7 @@
 // `trackhook operator`: the Kubernetes operator, with leader election so replicas can stand by.
 import { createLogger } from "../../dataplane/logging.ts";
 import { connectNats, natsConnectedGauge } from "../../dataplane/nats/mod.ts";
-import { buildOpsServer } from "../../dataplane/ops/server.ts";
+import { buildOpsServer } from "../../dataplane/ops/mod.ts";
 import type { NatsConnection } from "@nats-io/transport-node";
 import type { Operator } from "../../operator/mod.ts";
 import { isDnsLabel } from "../../schema/mod.ts";

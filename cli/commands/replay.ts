@@ -1,7 +1,7 @@
 // `trackhook replay`: moves a destination's dead letters back for delivery to that destination only.
 // Also holds what the admin commands (replay, dead-letters, attempts, tail) share: the NATS flag and names.
 import { connect, type NatsConnection } from "@nats-io/transport-node";
-import { REPLAY_IN_FLIGHT, ReplayInterruptedError, ReplayTargetError, destinationConsumer, replayDeadLetters, type DeadLetterSelection, type DestinationRef } from "../../dataplane/delivery/admin.ts";
+import { REPLAY_IN_FLIGHT, ReplayInterruptedError, ReplayTargetError, destinationConsumer, replayDeadLetters, type DeadLetterSelection, type DestinationRef } from "../../dataplane/admin/mod.ts";
 import { NatsAuthError, assertNoCredentialsInUrl, isAuthError, natsAuthOptions } from "../../dataplane/nats/mod.ts";
 import { DEFAULT_NAMESPACE } from "../../dataplane/config/mod.ts";
 import { isDnsLabel } from "../../schema/mod.ts";

@@ -2,7 +2,7 @@
 // each, until Ctrl-C.
 import { once } from "node:events";
 import { jetstreamManager } from "@nats-io/jetstream";
-import { tail } from "../../dataplane/delivery/admin.ts";
+import { tail } from "../../dataplane/admin/mod.ts";
 import { EVENTS_STREAM, hasMessagesOn, isStreamNotFound, sourceSubjects } from "../../dataplane/nats/mod.ts";
 import { durationFlag, natsUrl } from "../args.ts";
 import { connectAdmin, fail, qualifiedName } from "./replay.ts";

@@ -2,6 +2,9 @@
 // loader (all documents at once) and the operator (one object per reconcile), so a resource
 // means the same thing on a laptop and in a cluster.
 import { createHash } from "node:crypto";
+// The one function of delivery that config needs, from its file: compile judges URLs by the
+// rules delivery dials by, and ingest (which compiles config too) need not load the HTTP client.
+// eslint-disable-next-line no-restricted-imports
 import { urlReachesOnlyPrivate } from "../delivery/ssrf.ts";
 import {
   HEADER_VALUE,

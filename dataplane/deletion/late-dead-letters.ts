@@ -2,7 +2,7 @@
 // later; `replay` would send it again after the erasure. Both the operator (status.finalPurgeAt)
 // and `delete-user` (the time it prints) look again once every such retry is over.
 import type { JetStreamManager } from "@nats-io/jetstream";
-import { retryWindowInForceMs } from "../delivery/worker.ts";
+import { retryWindowInForceMs } from "../delivery/mod.ts";
 import { EVENTS_STREAM } from "../nats/mod.ts";
 
 /**

@@ -1,9 +1,7 @@
 // Delivery's Prometheus metrics, on a registry of its own.
 import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from "prom-client";
-import { ATTEMPTS_STREAM, DLQ_STREAM } from "../nats/subjects.ts";
-import { LabelRetirement } from "../ops/retire-labels.ts";
-import { streamUseGauges, type StreamUse } from "../ops/stream-gauges.ts";
-import { TalliedCounter } from "../ops/tally.ts";
+import { ATTEMPTS_STREAM, DLQ_STREAM } from "../nats/mod.ts";
+import { LabelRetirement, streamUseGauges, type StreamUse, TalliedCounter } from "../telemetry/mod.ts";
 
 /** Per-destination figures read from JetStream when metrics are scraped. */
 export interface DeliveryBacklog {

@@ -1,5 +1,5 @@
 // Webhook delivery: the pure rules, the SSRF guard, the undici sender, the consumers' workers and
-// the service that runs them; the admin commands are in admin.ts.
+// the service that runs them (the admin commands' operations are in ../admin/).
 export { routesTo } from "./routing.ts";
 export { webhookBody, xSignature, standardWebhookHeaders, type DeliverableMessage } from "./payload.ts";
 export { classifyStatus, parseRetryAfter, combine, backoffMs, RETRY_AFTER_BOUNDS_MS, type AttemptOutcome, type DeliveryErrorCode } from "./outcome.ts";
@@ -9,6 +9,5 @@ export { DeliveryService, DEFAULT_PROCESS_MAX_IN_FLIGHT, type DeliveryServiceDep
 export { DeliverySlots, SlotShare } from "./limit.ts";
 export { DestinationWorker, DELIVERY_ID_HEADER, redactUrl, retryWindowInForceMs, type DestinationWorkerDeps, type AttemptRecord, type WebhookSending } from "./worker.ts";
 export { DeliveryMetrics } from "./metrics.ts";
-export { purgeDeadLettersOf } from "./admin.ts";
 export { ensureDestinationConsumer, removeDestinationConsumers, destinationConsumerConfig, ackWaitMs } from "./consumers.ts";
 export { deadLetterUndelivered, type UndeliveredMoved } from "./undelivered.ts";

@@ -10,7 +10,7 @@ import { ATTEMPTS_STREAM, DLQ_STREAM, DLQ_SUBJECTS, EVENTS_STREAM, TurnBatch, at
 import { ensureDestinationConsumer, removeDestinationConsumers } from "./consumers.ts";
 import { deadLetterUndelivered } from "./undelivered.ts";
 import type { DeliveryBacklog, DeliveryBacklogs, DeliveryMetrics } from "./metrics.ts";
-import type { StreamUse } from "../ops/stream-gauges.ts";
+import type { StreamUse } from "../telemetry/mod.ts";
 import { DestinationWorker, changeOf, pullAhead, type WebhookSending } from "./worker.ts";
 import type { ConsumerPosition } from "./consumer-watch.ts";
 import { DeliverySlots } from "./limit.ts";

@@ -18,7 +18,7 @@ import { ConsumerWatch, type ConsumerPosition } from "./consumer-watch.ts";
 import type { SlotShare } from "./limit.ts";
 import type { SendRequest, SendResult } from "./sender.ts";
 import { UrlPauses } from "./url-pause.ts";
-import { KeyedLogInterval, LogInterval } from "../ops/log-interval.ts";
+import { KeyedLogInterval, LogInterval } from "../telemetry/mod.ts";
 
 /** What the worker needs of an HTTP sender (dataplane/delivery/sender.ts). */
 export interface WebhookSending {

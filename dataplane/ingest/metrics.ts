@@ -1,9 +1,7 @@
 // The ingest's Prometheus metrics, on a registry of its own (no global state between app instances).
 import { Gauge, Histogram, Registry, collectDefaultMetrics } from "prom-client";
-import { EVENTS_STREAM } from "../nats/subjects.ts";
-import { LabelRetirement } from "../ops/retire-labels.ts";
-import { streamUseGauges, type StreamUse } from "../ops/stream-gauges.ts";
-import { TalliedCounter } from "../ops/tally.ts";
+import { EVENTS_STREAM } from "../nats/mod.ts";
+import { LabelRetirement, streamUseGauges, type StreamUse, TalliedCounter } from "../telemetry/mod.ts";
 
 export class IngestMetrics {
   readonly registry = new Registry();

@@ -5,7 +5,7 @@ import type { IngestOptions } from "./options.ts";
 import type { EventPublisher } from "./publish.ts";
 import type { SourceDirectory } from "./auth.ts";
 import type { SourceRateLimits } from "./rate-limit.ts";
-import type { KeyedLogInterval } from "../ops/log-interval.ts";
+import type { KeyedLogInterval } from "../telemetry/mod.ts";
 import type { IngestActivity } from "./app.ts";
 
 export interface IngestState {

@@ -3,7 +3,7 @@
 import { connect, type NatsConnection } from "@nats-io/transport-node";
 import { Gauge, type Registry } from "prom-client";
 import type { Logger } from "../logging.ts";
-import { KeyedLogInterval } from "../ops/log-interval.ts";
+import { KeyedLogInterval } from "../telemetry/mod.ts";
 import { NatsAuthError, assertNoCredentialsInUrl, natsAuthOptions } from "./auth.ts";
 
 const WAITING_LOG_INTERVAL_MS = 10_000;

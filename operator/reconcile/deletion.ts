@@ -5,7 +5,7 @@
 // again, so the stream drops them as duplicates.
 import { resolveSourceNames } from "../../dataplane/config/mod.ts";
 import { longestRetryMs, publishDeleteNotifications } from "../../dataplane/deletion/mod.ts";
-import { purgeDeadLettersOf } from "../../dataplane/delivery/mod.ts";
+import { purgeDeadLettersOf } from "../../dataplane/admin/mod.ts";
 import type { DeletionRequestStatus, DeletionState } from "../../schema/mod.ts";
 import type { ReconcileResult } from "../queue.ts";
 import { readyOf, withReady } from "../conditions.ts";

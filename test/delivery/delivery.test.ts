@@ -9,7 +9,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { createServer, type AddressInfo } from "node:net";
 import { describe, expect, it } from "vitest";
-import { attemptRecordsIn } from "../../dataplane/delivery/admin.ts";
+import { attemptRecordsIn } from "../../dataplane/admin/mod.ts";
 import { ATTEMPTS_STREAM, DLQ_STREAM } from "../../dataplane/nats/mod.ts";
 import { basic, post } from "../harness/ingest.ts";
 import { useDelivery, type DestinationSpec } from "../harness/delivery.ts";

@@ -9,7 +9,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { ConfigHolder, FileConfigProvider, compileConfig } from "../../dataplane/config/mod.ts";
 import { DeliveryMetrics, DeliveryService, DestinationWorker, WebhookSender } from "../../dataplane/delivery/mod.ts";
-import { readDeadLetters } from "../../dataplane/delivery/admin.ts";
+import { readDeadLetters } from "../../dataplane/admin/mod.ts";
 import { createLogger, type Logger } from "../../dataplane/logging.ts";
 import { ATTEMPTS_STREAM, DLQ_STREAM, EVENTS_STREAM, dlqStreamConfig, ensureStream, eventsStreamConfig, type SideStreamSettings } from "../../dataplane/nats/mod.ts";
 import { DEFAULT_STREAM } from "../harness/ingest.ts";

@@ -2,7 +2,7 @@
 // at every scrape, without counting anything twice.
 import { Registry } from "prom-client";
 import { describe, expect, it } from "vitest";
-import { TalliedCounter } from "../../dataplane/ops/tally.ts";
+import { TalliedCounter } from "../../dataplane/telemetry/tally.ts";
 
 const NAME = "test_answers_total";
 

@@ -6,7 +6,7 @@ import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { jetstream } from "@nats-io/jetstream";
 import { describe, expect, it } from "vitest";
-import { ReplayTargetError, readAttempts, readDeadLetters, replayDeadLetters, tail, type DeadLetter, type TailedMessage } from "../../dataplane/delivery/admin.ts";
+import { ReplayTargetError, readAttempts, readDeadLetters, replayDeadLetters, tail, type DeadLetter, type TailedMessage } from "../../dataplane/admin/mod.ts";
 import type { AttemptRecord } from "../../dataplane/delivery/mod.ts";
 import { ATTEMPTS_STREAM, CONSUMER_PREFIX, DLQ_STREAM, EVENTS_STREAM } from "../../dataplane/nats/mod.ts";
 import { basic, post } from "../harness/ingest.ts";

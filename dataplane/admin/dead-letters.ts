@@ -1,21 +1,10 @@
-// The operations behind `trackhook replay`, `trackhook attempts` and `trackhook tail`, as plain
-// functions over a NATS connection. Reads go through short-lived ordered consumers that are deleted
-// when the read ends (and expire on their own if the process dies), so nothing lingers.
-import { DeliverPolicy, jetstream, jetstreamManager, type Consumer, type ConsumerInfo, type JetStreamClient, type JetStreamManager, type JsMsg, type OrderedConsumerOptions } from "@nats-io/jetstream";
+// `trackhook dead-letters`, `replay` and a deletion's purge: a destination's dead letters read,
+// moved back for delivery to that destination only, or removed.
+import { jetstream, jetstreamManager, type ConsumerInfo, type JetStreamClient, type JetStreamManager, type JsMsg } from "@nats-io/jetstream";
 import { headers as natsHeaders, type NatsConnection } from "@nats-io/transport-node";
-import { isDnsLabel, type StoredMessage } from "../../schema/mod.ts";
-import { DEFAULT_NAMESPACE } from "../config/mod.ts";
 import { parseJson } from "../json.ts";
-import {
-  ATTEMPTS_STREAM, DEAD_LETTER_HEADERS, DLQ_STREAM, EVENTS_STREAM, EVENTS_SUBJECTS, attemptsSubject, consumerName, dlqSubject, isConsumerNotFound, isStreamNotFound,
-  namespaceSubjects, replaySubject, sourceOfEventSubject, sourceSubjects,
-} from "../nats/mod.ts";
-import type { AttemptRecord } from "./worker.ts";
-
-export interface DestinationRef {
-  namespace: string;
-  destination: string;
-}
+import { DEAD_LETTER_HEADERS, DLQ_STREAM, EVENTS_STREAM, consumerName, dlqSubject, isConsumerNotFound, isStreamNotFound, replaySubject, sourceOfEventSubject } from "../nats/mod.ts";
+import { checkName, readStored, streamLastSeq, type DestinationRef } from "./read.ts";
 
 /** Which of a destination's dead letters `replay` moves and `dead-letters` lists. */
 export interface DeadLetterSelection extends DestinationRef {
@@ -40,72 +29,6 @@ export class ReplayInterruptedError extends Error {
 /** The destination cannot receive a replay: nothing was moved. */
 export class ReplayTargetError extends Error {
   override name = "ReplayTargetError";
-}
-
-/** Names go into subjects: a "." or a wildcard would address other destinations' messages. */
-function checkName(what: string, name: string): void {
-  if (!isDnsLabel(name)) throw new TypeError(`${what} "${name}" is not a DNS label (lowercase letters, digits and "-")`);
-}
-
-/** Messages per pull request. */
-const FETCH_BATCH = 256;
-/** How long a fetch waits for messages the consumer said were pending (they may have been deleted meanwhile). */
-const FETCH_EXPIRES_MS = 5_000;
-/** An ordered consumer left behind by a killed process is removed by the server after this. */
-const INACTIVE_THRESHOLD_MS = 30_000;
-
-/**
- * The messages of a stream matching `filter`, oldest first, that were stored when the read began:
- * at most `limit`, and none stored after the read started (so a replayed message that is
- * dead-lettered again during the same replay is not read twice).
- */
-async function* readStored(
-  js: JetStreamClient,
-  stream: string,
-  filter: string,
-  options: { startTime?: Date; limit?: number; lastSeq?: number; whole?: boolean } = {},
-): AsyncGenerator<JsMsg> {
-  const opts: Partial<OrderedConsumerOptions> = { filter_subjects: filter, inactive_threshold: INACTIVE_THRESHOLD_MS };
-  if (options.startTime) opts.opt_start_time = options.startTime.toISOString();
-  else opts.deliver_policy = DeliverPolicy.All;
-  const consumer: Consumer = await js.consumers.get(stream, opts);
-  try {
-    // num_pending at creation: what matches the filter now; later messages are not read.
-    let remaining = Math.min((await consumer.info(true)).num_pending, options.limit ?? Number.POSITIVE_INFINITY);
-    while (remaining > 0) {
-      const batch = await consumer.fetch({ max_messages: Math.min(remaining, FETCH_BATCH), expires: FETCH_EXPIRES_MS });
-      let got = 0;
-      for await (const m of batch) {
-        got++;
-        if (options.lastSeq !== undefined && m.seq > options.lastSeq) {
-          remaining = 0;
-          break;
-        }
-        remaining--;
-        yield m;
-        if (m.info.pending === 0) remaining = 0;
-        if (remaining === 0) break;
-      }
-      // Fewer than pending: some were deleted meanwhile (another replay); nothing more to read.
-      // Unless the fetch only timed out (a busy server): a reader that must see every message
-      // (`whole`) says so rather than end early as if it had.
-      if (got === 0) {
-        if (options.whole && (await consumer.info(true)).num_pending > 0) throw new Error(`reading ${stream} stopped early: a fetch timed out; try again`);
-        break;
-      }
-    }
-  } finally {
-    await consumer.delete().catch(() => {});
-  }
-}
-
-async function streamLastSeq(jsm: JetStreamManager, stream: string): Promise<number | undefined> {
-  try {
-    return (await jsm.streams.info(stream)).state.last_seq;
-  } catch (err) {
-    if (isStreamNotFound(err)) return undefined;
-    throw err;
-  }
 }
 
 /**
@@ -332,119 +255,4 @@ export function deadLetterOf(m: JsMsg, body: { messageId?: unknown; type?: unkno
     ...(typeof body.type === "string" ? { type: body.type } : {}),
     ...(namespace && source ? { source: `${namespace}/${source}` } : {}),
   };
-}
-
-export interface AttemptsOptions extends DestinationRef {
-  /** Only the attempts of this message. */
-  messageId?: string;
-  /** Only attempts recorded within this many milliseconds. */
-  sinceMs?: number;
-  /** At most this many records, oldest first. */
-  limit?: number;
-}
-
-/** The attempt records of a destination, oldest first (TRACKHOOK_ATTEMPTS keeps 7 days). */
-export async function* readAttempts(nc: NatsConnection, options: AttemptsOptions): AsyncGenerator<AttemptRecord> {
-  checkName("namespace", options.namespace);
-  checkName("destination", options.destination);
-  if ((await streamLastSeq(await jetstreamManager(nc), ATTEMPTS_STREAM)) === undefined) return;
-  const startTime = options.sinceMs !== undefined ? new Date(Date.now() - options.sinceMs) : undefined;
-  let left = options.limit ?? Number.POSITIVE_INFINITY;
-  if (left <= 0) return;
-  for await (const m of readStored(jetstream(nc), ATTEMPTS_STREAM, attemptsSubject(options.namespace, options.destination), startTime ? { startTime } : {})) {
-    for (const record of attemptRecordsIn(m.string())) {
-      if (options.messageId !== undefined && record.messageId !== options.messageId) continue;
-      yield record;
-      if (--left === 0) return;
-    }
-  }
-}
-
-/**
- * The records of one TRACKHOOK_ATTEMPTS message: one JSON record per line (a worker publishes a
- * turn's records together; before 0.3 every message held one). Lines that are not a record (not
- * written by a worker) are passed over.
- */
-export function attemptRecordsIn(text: string): AttemptRecord[] {
-  const records: AttemptRecord[] = [];
-  for (const line of text.split("\n")) {
-    try {
-      const record: unknown = JSON.parse(line);
-      if (record !== null && typeof record === "object" && !Array.isArray(record)) records.push(record as AttemptRecord);
-    } catch {
-      // not JSON
-    }
-  }
-  return records;
-}
-
-export interface TailOptions {
-  /** Only this namespace's messages (`default` when only `source` is given). */
-  namespace?: string;
-  /** Only this source's messages. */
-  source?: string;
-  /** Start with the messages stored within this long before now, instead of only new ones. */
-  sinceMs?: number;
-  signal: AbortSignal;
-}
-
-export interface TailedMessage {
-  subject: string;
-  seq: number;
-  /** When the stream stored it. */
-  time: string;
-  message: StoredMessage;
-}
-
-/** The subject filter of `tail`. */
-export function tailFilter(options: { namespace?: string; source?: string }): string {
-  if (options.source !== undefined) {
-    const namespace = options.namespace ?? DEFAULT_NAMESPACE;
-    checkName("namespace", namespace);
-    checkName("source", options.source);
-    return sourceSubjects(namespace, options.source);
-  }
-  if (options.namespace !== undefined) {
-    checkName("namespace", options.namespace);
-    return namespaceSubjects(options.namespace);
-  }
-  return EVENTS_SUBJECTS;
-}
-
-/**
- * Messages stored in TRACKHOOK_EVENTS from the moment this resolves, until `signal` fires (or the
- * caller stops iterating). It resolves once the ordered consumer exists, so anything published
- * after that is seen.
- */
-export async function tail(nc: NatsConnection, options: TailOptions): Promise<AsyncIterable<TailedMessage>> {
-  const filter = tailFilter(options);
-  const start = options.sinceMs !== undefined
-    ? { deliver_policy: DeliverPolicy.StartTime, opt_start_time: new Date(Date.now() - options.sinceMs).toISOString() }
-    : { deliver_policy: DeliverPolicy.New };
-  const consumer = await jetstream(nc).consumers.get(EVENTS_STREAM, { filter_subjects: filter, ...start, inactive_threshold: INACTIVE_THRESHOLD_MS });
-  const messages = await consumer.consume({ max_messages: FETCH_BATCH });
-  let cleaned: Promise<void> | undefined;
-  const cleanup = () => (cleaned ??= (async () => {
-    options.signal.removeEventListener("abort", onAbort);
-    await messages.close();
-    await consumer.delete().catch(() => {});
-  })());
-  const onAbort = () => void cleanup();
-  if (options.signal.aborted) void cleanup();
-  else options.signal.addEventListener("abort", onAbort, { once: true });
-  return (async function* () {
-    try {
-      for await (const m of messages) {
-        let message: StoredMessage;
-        try {
-          message = parseJson(m.string()) as StoredMessage;
-        } catch {
-          continue;
-        }
-        yield { subject: m.subject, seq: m.seq, time: new Date(m.info.timestampNanos / 1e6).toISOString(), message };
-      }
-    } finally {
-      await cleanup();
-    }
-  })();
 }
