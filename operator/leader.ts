@@ -113,7 +113,12 @@ export class LeaderElector {
   #tryAcquireOrRenew(): Promise<"held" | "held-by-other" | "failed"> {
     let timer: NodeJS.Timeout | undefined;
     const timeout = new Promise<"failed">((resolve) => {
-      timer = setTimeout(() => resolve("failed"), this.#options.renewDeadlineMs / 2);
+      timer = setTimeout(() => {
+        // Said: a leader that goes on failing to renew stops at the renew deadline, and the
+        // seconds before would otherwise be silent (an API server or etcd frozen, say).
+        this.#log.warn({ timeoutMs: this.#options.renewDeadlineMs / 2, leading: this.#leading }, "leader election: the API server did not answer the lease request in time");
+        resolve("failed");
+      }, this.#options.renewDeadlineMs / 2);
     });
     return Promise.race([this.#attempt(), timeout]).finally(() => clearTimeout(timer));
   }

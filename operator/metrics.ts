@@ -36,10 +36,22 @@ export class OperatorMetrics {
 
   /** What the resources gauge counts, at scrape time (the leader's caches; none on a standby). */
   #resources: () => Array<{ kind: string; ready: string; reason: string }> = () => [];
+  #watches: () => Array<{ resource: string; failingSeconds: number }> = () => [];
 
   constructor() {
     collectDefaultMetrics({ register: this.registry });
     const resources = () => this.#resources();
+    const watches = () => this.#watches();
+    new Gauge({
+      name: "trackhook_operator_watch_failing_seconds",
+      help: "How long the list and watch of a kind (sources, webhookdestinations, deletionrequests, secrets) have been failing, 0 while they work: changes to it are not heard of meanwhile",
+      labelNames: ["resource"] as const,
+      registers: [this.registry],
+      collect() {
+        this.reset();
+        for (const w of watches()) this.set({ resource: w.resource }, w.failingSeconds);
+      },
+    });
     new Gauge({
       name: "trackhook_operator_resources",
       help: "Sources, WebhookDestinations and DeletionRequests by kind and Ready condition (status and reason), as the leader sees them",
@@ -50,6 +62,11 @@ export class OperatorMetrics {
         for (const r of resources()) this.inc({ kind: r.kind, ready: r.ready, reason: r.reason });
       },
     });
+  }
+
+  /** Where the watch gauge reads from (the leader's reflectors). */
+  readWatchesFrom(source: () => Array<{ resource: string; failingSeconds: number }>): void {
+    this.#watches = source;
   }
 
   /** Where the resources gauge reads from (the operator's caches). */

@@ -8,7 +8,7 @@ import type { NatsConnection } from "@nats-io/transport-node";
 import { CONFIG_BUCKET, ConfigWriter, KvConfigProvider, ensureConfigBucket, parseConfigKey, secretNamesOf } from "../dataplane/config/mod.ts";
 import { removeDestinationConsumers } from "../dataplane/delivery/mod.ts";
 import type { Logger } from "../dataplane/logging.ts";
-import { EVENTS_STREAM, StreamGuard, parseConsumerName, patiently } from "../dataplane/nats/mod.ts";
+import { EVENTS_STREAM, StreamGuard, natsDisconnectedForMs, parseConsumerName, patiently } from "../dataplane/nats/mod.ts";
 import { GROUP, VERSION, type SourceDocument, type WebhookDestinationDocument } from "../schema/mod.ts";
 import { readyOf } from "./conditions.ts";
 import { EventRecorder } from "./events.ts";
@@ -46,6 +46,8 @@ export interface OperatorOptions {
   configReplicas: number;
   /** How often the config bucket is looked for (made again when missing). */
   bucketCheckMs: number;
+  /** A leader that has not reached NATS for this long hands the lease over and stops. */
+  natsLossMs: number;
   /** Watch only this namespace (a namespace-scoped install); undefined: all namespaces. */
   watchNamespace: string | undefined;
   /** Delivery runs with --allow-private-networks: destinations may name private addresses. */
@@ -63,6 +65,7 @@ export function operatorOptions(input: Partial<OperatorOptions> = {}): Readonly<
     resyncMs: 10 * 60_000,
     configReplicas: 1,
     bucketCheckMs: 5_000,
+    natsLossMs: 60_000,
     watchNamespace: undefined,
     allowPrivateNetworks: false,
     requireSecretLabel: false,
@@ -72,6 +75,11 @@ export function operatorOptions(input: Partial<OperatorOptions> = {}): Readonly<
 }
 
 type Kind = keyof typeof PLURALS;
+/** A leader whose watch has failed this long is not ready (and says why). */
+const WATCH_FAILING_READY_MS = 60_000;
+const WATCH_FAILING_RESYNC_MS = 30_000;
+/** "/api/v1/namespaces/x/secrets" -> "secrets". */
+const resourceOf = (path: string) => path.slice(path.lastIndexOf("/") + 1);
 const keyOf = (o: KubeObject) => `${o.metadata.namespace}/${o.metadata.name}`;
 const split = (key: string) => key.split("/") as [string, string];
 
@@ -88,6 +96,8 @@ export class Operator {
   #destinations: Reflector<DestinationResource> | undefined;
   #deletions: Reflector<DeletionResource> | undefined;
   #resync: NodeJS.Timeout | undefined;
+  #failingResync: NodeJS.Timeout | undefined;
+  #natsWatch: NodeJS.Timeout | undefined;
   /** Makes the config bucket again if it goes missing. */
   #bucketGuard: StreamGuard | undefined;
   #synced = false;
@@ -110,7 +120,11 @@ export class Operator {
   /** Ready: the process works (a standby waiting for the lease is ready too), and a leader has synced caches. */
   readiness(): { ready: boolean; reason?: string } {
     if (this.#stopped) return { ready: false, reason: "stopping" };
-    if (this.#elector.leading && !this.#synced) return { ready: false, reason: "caches not synced yet" };
+    if (this.#elector.leading) {
+      const failing = this.#reflectors.find((r) => r.failing.forMs > WATCH_FAILING_READY_MS);
+      if (failing) return { ready: false, reason: `watching ${resourceOf(failing.path)} has failed for ${Math.round(failing.failing.forMs / 1000)} s (${failing.failing.error}): changes to them are not applied` };
+      if (!this.#synced) return { ready: false, reason: "caches not synced yet" };
+    }
     return { ready: true };
   }
 
@@ -120,7 +134,7 @@ export class Operator {
    */
   /** Throws CrdsOutdatedError, before waiting for the lease, when the installed CRDs are older than this operator. */
   async run(onLost: (reason: string) => void): Promise<void> {
-    await checkInstalledCrds(this.#kube.apiextensions, this.#log);
+    const crdsChecked = await checkInstalledCrds(this.#kube.apiextensions, this.#log);
     this.#log.info({ identity: this.#options.identity, lease: `${this.#options.leaseNamespace}/${this.#options.leaseName}` }, "waiting to become the leader");
     await this.#elector.acquire((reason) => {
       this.metrics.leader.set(0);
@@ -128,6 +142,23 @@ export class Operator {
       onLost(reason);
     });
     this.metrics.leader.set(1);
+    // The API server was away at start: look now, before anything is written with old CRDs
+    // (found by a review: the check was skipped for good).
+    if (!crdsChecked) await checkInstalledCrds(this.#kube.apiextensions, this.#log);
+    // A leader cut off from NATS can apply nothing, and holding the lease keeps a standby that
+    // reaches NATS idle (found by a review: 90 s of Retrying everywhere with a healthy standby).
+    // It hands the lease over and stops; restarted, it waits for NATS before it contends again.
+    natsDisconnectedForMs(this.#nc); // followed from now
+    this.#natsWatch = setInterval(() => {
+      const downMs = natsDisconnectedForMs(this.#nc);
+      if (downMs < this.#options.natsLossMs || this.#stopped) return;
+      clearInterval(this.#natsWatch);
+      const reason = `NATS unreachable for ${Math.round(downMs / 1000)} s: the lease is handed to a replica that reaches it`;
+      this.#log.error({ natsDownSeconds: Math.round(downMs / 1000) }, reason);
+      this.metrics.leader.set(0);
+      void this.#elector.release().finally(() => onLost(reason));
+    }, Math.min(5_000, this.#options.natsLossMs / 4));
+    this.#natsWatch.unref();
     await this.#startControllers();
   }
 
@@ -186,6 +217,7 @@ export class Operator {
     this.#destinations = destinations;
     this.#deletions = deletions;
     this.#reflectors = [sources, destinations, deletions, secrets] as Array<Reflector<KubeObject>>;
+    this.metrics.readWatchesFrom(() => this.#reflectors.map((r) => ({ resource: resourceOf(r.path), failingSeconds: Math.round(r.failing.forMs / 1000) })));
     this.metrics.readResourcesFrom(() =>
       [sources, destinations, deletions].flatMap((cache) =>
         (cache.list() as Array<SourceResource | DestinationResource | DeletionResource>).map((o) => {
@@ -215,6 +247,12 @@ export class Operator {
       void this.#collectOrphans();
     }, this.#options.resyncMs);
     this.#resync.unref();
+    // While a watch fails, its changes (a rotated Secret) are heard of only at a resync: then one
+    // every WATCH_FAILING_RESYNC_MS, reconciles reading what they need fresh from the API server.
+    this.#failingResync = setInterval(() => {
+      if (this.#reflectors.some((r) => r.failing.forMs > 0)) this.#resyncAll();
+    }, WATCH_FAILING_RESYNC_MS);
+    this.#failingResync.unref();
     // Deleted by hand, or lost with nats-server's store: made again, and every resource written
     // to it again at once (found by a review: every reconcile failed until the operator was
     // restarted, and a new ingest pod waited for the bucket, answering 503).
@@ -315,6 +353,8 @@ export class Operator {
   async stop(): Promise<void> {
     this.#stopped = true;
     clearInterval(this.#resync);
+    clearInterval(this.#failingResync);
+    clearInterval(this.#natsWatch);
     this.#bucketGuard?.stop();
     for (const r of this.#reflectors) r.stop();
     if (this.#queues) await Promise.all(Object.values(this.#queues).map((q) => q.stop()));

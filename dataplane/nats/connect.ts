@@ -127,6 +127,8 @@ function followConnection(nc: NatsConnection): void {
   void (async () => {
     for await (const status of nc.status()) {
       if (status.type === "disconnect") disconnectedSince.set(nc, Date.now());
+      // Followed from after a disconnect, the attempts to reconnect are what says so.
+      else if (status.type === "reconnecting" && disconnectedSince.get(nc) === 0) disconnectedSince.set(nc, Date.now());
       else if (status.type === "reconnect") disconnectedSince.set(nc, 0);
     }
   })();

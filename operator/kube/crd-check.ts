@@ -62,16 +62,20 @@ const openApiSchema = (crd: unknown): unknown =>
  * Throws CrdsOutdatedError when an installed CRD lacks a field of `wanted` (this version's CRDs).
  * An operator that cannot read them (no permission, the API server failing or slow) says so and
  * goes on: the check is a safety net, and the operator's own start retries the API server.
+ * Resolves false when it could not look (the API server failing or slow), so it can be tried again.
  */
-export async function checkInstalledCrds(api: ApiextensionsV1Api, log: Logger, wanted = KINDS.map(buildCrd), timeoutMs = CHECK_TIMEOUT_MS): Promise<void> {
+export async function checkInstalledCrds(api: ApiextensionsV1Api, log: Logger, wanted = KINDS.map(buildCrd), timeoutMs = CHECK_TIMEOUT_MS): Promise<boolean> {
   let timer: NodeJS.Timeout | undefined;
   const timedOut = new Promise<"timeout">((resolve) => (timer = setTimeout(() => resolve("timeout"), timeoutMs)));
   try {
     const result = await Promise.race([compare(api, log, wanted), timedOut]);
-    if (result === "timeout") log.warn({ timeoutMs }, "could not check that the installed CRDs are this version's: the API server did not answer in time");
+    if (result !== "timeout") return true;
+    log.warn({ timeoutMs }, "could not check that the installed CRDs are this version's: the API server did not answer in time");
+    return false;
   } catch (err) {
     if (err instanceof CrdsOutdatedError) throw err;
     log.warn({ err: apiErrorMessage(err) }, "could not check that the installed CRDs are this version's");
+    return false;
   } finally {
     clearTimeout(timer);
   }

@@ -28,6 +28,9 @@ export class Reflector<T extends KubeObject> {
   #abort: AbortController | undefined;
   #stopped = false;
   #failures = 0;
+  /** Since when every list or watch has failed (undefined while they work), and the last error. */
+  #failingSince: number | undefined;
+  #lastError = "";
 
   constructor(options: ReflectorOptions<T>) {
     this.#options = options;
@@ -35,6 +38,20 @@ export class Reflector<T extends KubeObject> {
 
   get(namespace: string, name: string): T | undefined {
     return this.#cache.get(`${namespace}/${name}`);
+  }
+
+  /**
+   * How long the list and watch have been failing (0 while they work) and why: the cache is stale
+   * meanwhile, and changes to this kind are not heard of (a review revoked `list secrets`, and key
+   * rotations waited for the 10-minute resync while every status said all was well).
+   */
+  get failing(): { forMs: number; error: string } {
+    return this.#failingSince === undefined ? { forMs: 0, error: "" } : { forMs: Date.now() - this.#failingSince, error: this.#lastError };
+  }
+
+  /** The collection this reflector follows. */
+  get path(): string {
+    return this.#options.path;
   }
 
   list(namespace?: string): T[] {
@@ -77,6 +94,7 @@ export class Reflector<T extends KubeObject> {
     }
     this.#resourceVersion = list.metadata?.resourceVersion ?? "";
     this.#failures = 0;
+    this.#failingSince = undefined;
   }
 
   #transform(raw: KubeObject): T {
@@ -152,6 +170,8 @@ export class Reflector<T extends KubeObject> {
 
   async #backoff(what: string, err: unknown): Promise<void> {
     this.#failures++;
+    this.#failingSince ??= Date.now();
+    this.#lastError = `${what}: ${apiErrorMessage(err)}`;
     const ms = Math.min(30_000, 500 * 2 ** Math.min(this.#failures, 6));
     const fields = { path: this.#options.path, err: apiErrorMessage(err), retryInMs: ms };
     // 429 right after CRDs are installed ("storage is (re)initializing") is the API server warming up.

@@ -14,7 +14,7 @@ import type {
 } from "../../schema/mod.ts";
 import type { EventRecorder } from "../events.ts";
 import type { OperatorMetrics } from "../metrics.ts";
-import { MERGE_PATCH, apiErrorMessage, customResource, isConflict, isNotFound, type CustomResource, type Kube, type KubeObject } from "../kube/client.ts";
+import { MERGE_PATCH, apiErrorMessage, apiStatus, customResource, isConflict, isNotFound, type CustomResource, type Kube, type KubeObject } from "../kube/client.ts";
 import type { Reflector } from "../kube/reflector.ts";
 import type { ReconcileResult } from "../queue.ts";
 import { readyOf, withReady, type ReadyState } from "../conditions.ts";
@@ -130,6 +130,10 @@ export async function writeStatus<R extends AnyResource>(ctx: OperatorContext, o
   }
 }
 
+/** When a status write that failed was last told in an Event, per object. */
+const statusFailuresSaid = new Map<string, number>();
+const STATUS_FAILURE_EVENT_MS = 10 * 60_000;
+
 /** Status with Ready set, plus an Event when Ready's status or reason changed. */
 export async function setReady<R extends AnyResource>(
   ctx: OperatorContext,
@@ -147,7 +151,21 @@ export async function setReady<R extends AnyResource>(
     ...(generation !== undefined ? { observedGeneration: generation } : {}),
     conditions: withReady(object.status?.conditions, state, generation),
   } as NonNullable<R["status"]>;
-  await writeStatus(ctx, object, status);
+  try {
+    await writeStatus(ctx, object, status);
+  } catch (err) {
+    // A status the API server refuses (RBAC without */status, a webhook) would leave the object
+    // showing nothing, or an old Ready: an Event may still be allowed, and says what was meant
+    // (found by a review: new Sources had no status for minutes, and nothing said why).
+    // Once per object every 10 minutes: the reconcile is retried every minute meanwhile.
+    const key = object.metadata.uid ?? `${object.metadata.namespace}/${object.metadata.name}`;
+    if (Date.now() - (statusFailuresSaid.get(key) ?? -Infinity) > STATUS_FAILURE_EVENT_MS) {
+      statusFailuresSaid.set(key, Date.now());
+      if (statusFailuresSaid.size > 10_000) statusFailuresSaid.clear();
+      await ctx.events.record(object as AnyResource & { kind: Kind }, "Warning", "StatusWriteFailed", `Ready=${state.status} ${state.reason} (${state.message}) could not be written to status: ${apiErrorMessage(err)}`).catch(() => {});
+    }
+    throw err;
+  }
   if (before?.status !== state.status || before?.reason !== state.reason) {
     const type = warning || state.status === "False" ? "Warning" : "Normal";
     // Said in the operator's log too: whoever reads logs, not Events, learns of it.
@@ -164,6 +182,20 @@ export async function setReady<R extends AnyResource>(
  * backoff by the queue; meanwhile Ready says so (Unknown, Retrying, with a Warning event) instead
  * of still showing the last success.
  */
+/**
+ * What failed, for a Retrying message: the Kubernetes API's errors carry their HTTP status; the
+ * others come from NATS (the config bucket, a consumer, a stream), and "timeout" alone did not say
+ * which (found by a review).
+ */
+function failureOf(err: unknown): string {
+  if (apiStatus(err) !== undefined) return `the Kubernetes API: ${apiErrorMessage(err)}`;
+  if (err instanceof Error && NATS_ERRORS.test(err.name)) return `NATS (the config bucket or the events stream): ${err.message}`;
+  return apiErrorMessage(err);
+}
+
+/** nats.js's error classes (TimeoutError, NoRespondersError, JetStreamApiError, ...). */
+const NATS_ERRORS = /^(Timeout|NoResponders|Request|Connection|ClosedConnection|DrainingConnection|PermissionViolation|Authorization|Protocol|JetStream\w*|StreamNotFound|ConsumerNotFound)Error$/;
+
 export async function reportingFailures(ctx: OperatorContext, object: () => AnyResource | undefined, reconcile: () => Promise<ReconcileResult>): Promise<ReconcileResult> {
   try {
     return await reconcile();
@@ -171,7 +203,7 @@ export async function reportingFailures(ctx: OperatorContext, object: () => AnyR
     const current = object();
     // A conflict is a lost race with another write (the finalizer's, say): the retry is routine.
     if (current && !isDeleting(current) && !isConflict(err)) {
-      await setReady(ctx, current, { status: "Unknown", reason: "Retrying", message: `the spec could not be applied yet, retrying: ${apiErrorMessage(err)}` }, {}, true).catch(() => {});
+      await setReady(ctx, current, { status: "Unknown", reason: "Retrying", message: `the spec could not be applied yet, retrying: ${failureOf(err)}` }, {}, true).catch(() => {});
     }
     throw err;
   }

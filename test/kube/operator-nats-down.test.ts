@@ -1,6 +1,8 @@
 // While NATS does not answer, a change the operator cannot apply shows in status (Ready Unknown,
 // Retrying, with the error) instead of the last success, and is applied once NATS is back.
 import { afterAll, describe, expect, it } from "vitest";
+import { createLogger } from "../../dataplane/logging.ts";
+import { Operator, kubeClients, operatorOptions } from "../../operator/mod.ts";
 import { secretYaml, sourceYaml } from "../harness/documents.ts";
 import { useOperator, useOperatorEnv, type KubeResource } from "../harness/operator.ts";
 
@@ -25,7 +27,8 @@ describe("NATS unreachable", () => {
         const source = await env.get("Source", "web");
         return ready(source)?.reason === "Retrying" ? source : undefined;
       }, 30_000);
-      expect(ready(retrying)).toMatchObject({ status: "Unknown", message: expect.stringContaining("retrying") });
+      // Saying what failed (found by a review: "retrying: timeout" alone).
+      expect(ready(retrying)).toMatchObject({ status: "Unknown", message: expect.stringContaining("retrying: NATS (the config bucket or the events stream): ") });
       expect(JSON.stringify(retrying.status)).not.toContain("rotated-key");
       const events = JSON.parse(await env.cluster.kubectlOk(["get", "events", "-n", env.namespace, "-o", "json"])) as { items: Array<{ type: string; reason: string }> };
       expect(events.items.filter((e) => e.reason === "Retrying").map((e) => e.type)).toContain("Warning");
@@ -33,5 +36,27 @@ describe("NATS unreachable", () => {
       process.kill(env.nats.server.pid!, "SIGCONT");
     }
     await env.waitFor("Ready=True again", async () => ready(await env.get("Source", "web"))?.reason === "Reconciled", 30_000);
+  });
+
+  it("a leader that cannot reach NATS hands the lease over and stops (found by a review: it held the lease while a standby that reached NATS sat idle)", async () => {
+    const leaseName = "nats-loss-lease";
+    const operator = new Operator(
+      { kube: kubeClients(env.cluster.kubeConfig()), nc: await env.nats.connect(), log: createLogger({ level: "silent" }) },
+      operatorOptions({ watchNamespace: env.namespace, leaseNamespace: env.namespace, leaseName, leaseDurationMs: 15_000, renewDeadlineMs: 10_000, retryPeriodMs: 2000, natsLossMs: 2_000 }),
+    );
+    let lost!: (reason: string) => void;
+    const stopped = new Promise<string>((resolve) => (lost = resolve));
+    await operator.run(lost);
+    expect(operator.leading).toBe(true);
+    await env.nats.server.kill();
+    try {
+      const reason = await Promise.race([stopped, new Promise<string>((resolve) => setTimeout(() => resolve("still leading"), 15_000))]);
+      expect(reason).toMatch(/^NATS unreachable for \d+ s: the lease is handed to a replica that reaches it$/);
+      const holder = await env.cluster.kubectlOk(["get", "lease", leaseName, "-n", env.namespace, "-o", "jsonpath={.spec.holderIdentity}"]);
+      expect(holder).toBe(""); // released: a standby takes it at once
+    } finally {
+      await operator.stop();
+      await env.nats.server.restart();
+    }
   });
 });

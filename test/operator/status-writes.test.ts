@@ -2,7 +2,7 @@
 // write works from that write (regression from a review: on such a copy, the status built anew had
 // a later inEffectSince and lastTransitionTime, so it was written a second time and moved them).
 import { describe, expect, it } from "vitest";
-import { StatusWrites, type DestinationResource } from "../../operator/reconcile/context.ts";
+import { StatusWrites, setReady, type DestinationResource, type OperatorContext, type SourceResource } from "../../operator/reconcile/context.ts";
 
 const destination = (resourceVersion: string, status?: DestinationResource["status"]): DestinationResource =>
   ({ kind: "WebhookDestination", metadata: { name: "d", namespace: "ns", uid: "uid-1", resourceVersion }, spec: {}, ...(status ? { status } : {}) }) as unknown as DestinationResource;
@@ -29,5 +29,23 @@ describe("StatusWrites", () => {
     const other = destination("5", written);
     expect(writes.fresh(other)).toBe(other);
     expect(writes.fresh(undefined)).toBeUndefined();
+  });
+});
+
+describe("a status the API server refuses", () => {
+  it("is told in a Warning event, once per object every 10 minutes, and the reconcile still fails (found by a review: with */status forbidden, new Sources showed nothing at all)", async () => {
+    const events: Array<[string, string, string]> = [];
+    const forbidden = Object.assign(new Error('sources.trackhook.io "web" is forbidden: cannot patch resource "sources/status"'), { code: 403 });
+    const ctx = {
+      statusWrites: new StatusWrites(),
+      kube: { custom: { patchNamespacedCustomObjectStatus: async () => { throw forbidden; } } },
+      events: { record: async (_o: unknown, type: string, reason: string, message: string) => void events.push([type, reason, message]) },
+      log: { info() {}, warn() {} },
+    } as unknown as OperatorContext;
+    const source = { kind: "Source", metadata: { name: "web", namespace: "ns", uid: "uid-status-1", generation: 1 }, spec: {} } as unknown as SourceResource;
+    const ready = { status: "True", reason: "Reconciled", message: "the write key is accepted by ingest" } as const;
+    await expect(setReady(ctx, source, ready)).rejects.toThrow("forbidden");
+    await expect(setReady(ctx, source, ready)).rejects.toThrow("forbidden");
+    expect(events).toEqual([["Warning", "StatusWriteFailed", expect.stringContaining("Ready=True Reconciled (the write key is accepted by ingest) could not be written to status")]]);
   });
 });
