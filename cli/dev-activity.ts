@@ -20,7 +20,7 @@ type Write = (line: string) => void;
 
 /** Watches the three streams from now on; lines go to `write` (stderr), each ending in "\n". */
 export async function startActivityFeed(nc: NatsConnection, write: Write, now: () => Date = () => new Date()): Promise<ActivityFeed> {
-  const say = (what: string, who: string, text: string) => write(`${clock(now())}  ${what.padEnd(13)} ${who}  ${text}\n`);
+  const say = (what: string, who: string, text: string) => write(`${clock(now())}  ${what.padEnd(13)} ${who}  ${escapeControls(text)}\n`);
   const js = jetstream(nc);
   const watched: Array<{ close(): Promise<void> }> = [];
   const watch = async (stream: string, subjects: string, line: (m: JsMsg) => void) => {
@@ -90,6 +90,15 @@ export function describeMessage(message: Record<string, unknown>): string {
   }[type];
   const who = message.userId !== undefined ? `userId ${String(message.userId)}` : message.anonymousId !== undefined ? `anonymousId ${String(message.anonymousId)}` : undefined;
   return [type, what, who].filter((part) => part !== undefined).join(" ") + `  [${String(message.messageId)}]`;
+}
+
+/**
+ * Control characters (and bidirectional overrides) as JSON escapes: ids and names come from
+ * whoever holds a write key, and a userId with a newline or an ANSI escape would forge lines on
+ * the developer's terminal (found by a review).
+ */
+function escapeControls(text: string): string {
+  return text.replace(/[\p{Cc}\u2028\u2029\u202a-\u202e\u2066-\u2069]/gu, (c) => `\\u${c.charCodeAt(0).toString(16).padStart(4, "0")}`);
 }
 
 /** HH:MM:SS in local time: the terminal's reader compares it with their own clock. */

@@ -40,6 +40,8 @@ export class OperatorMetrics {
 
   constructor() {
     collectDefaultMetrics({ register: this.registry });
+    // Every outcome from 0: an alert on increase() misses a series' first appearance.
+    for (const outcome of ["stored", "duplicate", "dead_lettered"]) this.notifications.inc({ outcome }, 0);
     const resources = () => this.#resources();
     const watches = () => this.#watches();
     new Gauge({

@@ -156,7 +156,8 @@ export class Operator {
       const reason = `NATS unreachable for ${Math.round(downMs / 1000)} s: the lease is handed to a replica that reaches it`;
       this.#log.error({ natsDownSeconds: Math.round(downMs / 1000) }, reason);
       this.metrics.leader.set(0);
-      void this.#elector.release().finally(() => onLost(reason));
+      // Within seconds: an API server away too would hold release() while a standby leads.
+      void Promise.race([this.#elector.release(), new Promise((resolve) => setTimeout(resolve, 5_000).unref())]).finally(() => onLost(reason));
     }, Math.min(5_000, this.#options.natsLossMs / 4));
     this.#natsWatch.unref();
     await this.#startControllers();

@@ -48,7 +48,7 @@ export const tailCommand: Command = {
       }
       for await (const m of messages) {
         if (!process.stdout.write(jsonLine(m))) {
-          await once(process.stdout, "drain", { ...(sinceMs !== undefined ? { sinceMs } : {}), signal: stop.signal }).catch(() => {});
+          await once(process.stdout, "drain", { signal: stop.signal }).catch(() => {});
         }
       }
       // The messages end on their own only when NATS is gone for good (the client gave up

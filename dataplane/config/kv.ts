@@ -106,7 +106,7 @@ export class KvConfigProvider extends ConfigHolder {
   #stopWatch: () => void = () => {};
   /**
    * What a lost bucket held, kept in effect under the new bucket's entries until that has been
-   * refilled (REFILL_MS after its first entry): a bucket made again is empty until the operator
+   * refilled (no new entry for REFILL_MS): a bucket made again is empty until the operator
    * writes every resource again, and an empty config would have ingest answer 401 to every SDK
    * (which drops the events) and delivery stop every destination meanwhile (found by a review).
    */
@@ -159,8 +159,12 @@ export class KvConfigProvider extends ConfigHolder {
             // The bucket was deleted and created again (lost storage): its revisions restarted,
             // so resuming would skip entries. Start over from its current content.
             this.#log.warn({ bucket: CONFIG_BUCKET }, "the config bucket was created again; reloading it, and keeping the config the lost one held in effect until it is refilled");
+            // Made again while an earlier loss was still being refilled: what that one held counts too.
             if (this.#held) clearTimeout(this.#held.timer);
-            this.#held = { sources: new Map(this.#sources), destinations: new Map(this.#destinations) };
+            this.#held = {
+              sources: new Map([...(this.#held?.sources ?? []), ...this.#sources]),
+              destinations: new Map([...(this.#held?.destinations ?? []), ...this.#destinations]),
+            };
             this.#sources.clear();
             this.#destinations.clear();
             revision = 0;
@@ -187,7 +191,12 @@ export class KvConfigProvider extends ConfigHolder {
           for await (const entry of watch) {
             revision = entry.revision;
             const changed = this.#apply(entry);
-            if (this.#held && !this.#held.timer) this.#held.timer = setTimeout(() => this.#refilled(), this.#refillMs).unref();
+            // Refilled once no entry came for refillMs: the operator writes them one by one, and
+            // thousands may take longer than any fixed wait (found by a review).
+            if (this.#held) {
+              clearTimeout(this.#held.timer);
+              this.#held.timer = setTimeout(() => this.#refilled(), this.#refillMs).unref();
+            }
             // Until delta 0 (caught up with the bucket) entries are the content at start: one
             // config is published for all of them, not a partial one per entry.
             if (!this.#ready) {
@@ -310,7 +319,7 @@ export class KvConfigProvider extends ConfigHolder {
   }
 }
 
-/** How long after a bucket made again gets its first entry the config the lost one held stops counting. */
+/** How long a bucket made again must go without a new entry for the config the lost one held to stop counting. */
 const REFILL_MS = 10_000;
 
 /** How often a config watch's consumer is looked at (#probeWatcher). */

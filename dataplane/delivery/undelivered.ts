@@ -47,27 +47,33 @@ export async function deadLetterUndelivered(
   if (subjects.length === 0) return moved;
   const label = `${owner.namespace}/${owner.destination}`;
   const target = dlqSubject(owner.namespace, owner.destination);
-  const reader = await js.consumers.get(EVENTS_STREAM, { filter_subjects: subjects, deliver_policy: DeliverPolicy.StartSequence, opt_start_seq: info.ack_floor.stream_seq + 1 });
-  try {
-    for (;;) {
-      let last = true;
-      const page = await reader.fetch({ max_messages: PAGE, expires: 1_000 });
-      for await (const m of page) {
-        const replayed = m.subject.startsWith("trackhook.replay.");
-        const h = natsHeaders();
-        h.set(DEAD_LETTER_HEADERS.reason, reason);
-        h.set(DEAD_LETTER_HEADERS.attempts, "0");
-        h.set(DEAD_LETTER_HEADERS.destination, label);
-        h.set(DEAD_LETTER_HEADERS.originalSubject, m.headers?.get(DEAD_LETTER_HEADERS.originalSubject) || m.subject);
-        await js.publish(target, m.data, { headers: h, msgID: `${label}/${m.seq}/${m.info.timestampNanos}` });
-        if (replayed) moved.replayed++;
-        else moved.deletes++;
-        last = m.info.pending === 0;
+  // One subject per reader: a consumer of one filter is created on a subject naming it, which the
+  // documented NATS permissions allow delivery (docs/nats-permissions.conf); several use the bare
+  // create subject (found by a review).
+  for (const subject of subjects) {
+    const reader = await js.consumers.get(EVENTS_STREAM, { filter_subjects: subject, deliver_policy: DeliverPolicy.StartSequence, opt_start_seq: info.ack_floor.stream_seq + 1 });
+    try {
+      // Nothing of it past the floor (a source with no delete notification): no fetch to wait out.
+      if ((await reader.info(true)).num_pending === 0) continue;
+      for (;;) {
+        let last = true;
+        const page = await reader.fetch({ max_messages: PAGE, expires: 1_000 });
+        for await (const m of page) {
+          const h = natsHeaders();
+          h.set(DEAD_LETTER_HEADERS.reason, reason);
+          h.set(DEAD_LETTER_HEADERS.attempts, "0");
+          h.set(DEAD_LETTER_HEADERS.destination, label);
+          h.set(DEAD_LETTER_HEADERS.originalSubject, m.headers?.get(DEAD_LETTER_HEADERS.originalSubject) || m.subject);
+          await js.publish(target, m.data, { headers: h, msgID: `${label}/${m.seq}/${m.info.timestampNanos}` });
+          if (m.subject.startsWith("trackhook.replay.")) moved.replayed++;
+          else moved.deletes++;
+          last = m.info.pending === 0;
+        }
+        if (last) break;
       }
-      if (last) break;
+    } finally {
+      await reader.delete().catch(() => {});
     }
-  } finally {
-    await reader.delete().catch(() => {});
   }
   return moved;
 }

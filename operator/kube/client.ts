@@ -120,6 +120,7 @@ export interface ObjectMeta {
   creationTimestamp?: string;
   deletionTimestamp?: string;
   labels?: Record<string, string>;
+  annotations?: Record<string, string>;
   finalizers?: string[];
 }
 

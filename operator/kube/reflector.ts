@@ -31,6 +31,8 @@ export class Reflector<T extends KubeObject> {
   /** Since when every list or watch has failed (undefined while they work), and the last error. */
   #failingSince: number | undefined;
   #lastError = "";
+  /** What failed last: a list that works again ends a list failure, but only a watch that works ends a watch failure. */
+  #failed: "list" | "watch" | undefined;
 
   constructor(options: ReflectorOptions<T>) {
     this.#options = options;
@@ -93,8 +95,15 @@ export class Reflector<T extends KubeObject> {
       }
     }
     this.#resourceVersion = list.metadata?.resourceVersion ?? "";
+    // A watch refused while lists work (RBAC with list but not watch) would otherwise list again
+    // every second, and never be seen failing (found by a review).
+    if (this.#failed !== "watch") this.#healthy();
+  }
+
+  #healthy(): void {
     this.#failures = 0;
     this.#failingSince = undefined;
+    this.#failed = undefined;
   }
 
   #transform(raw: KubeObject): T {
@@ -133,11 +142,13 @@ export class Reflector<T extends KubeObject> {
             (phase, object: KubeObject & { code?: number }) => {
               if (phase === "BOOKMARK") {
                 this.#resourceVersion = object.metadata.resourceVersion;
+                this.#healthy();
               } else if (phase === "ERROR") {
                 gone = object.code === 410;
                 if (!gone) failed = object;
               } else {
                 this.#resourceVersion = object.metadata.resourceVersion;
+                this.#healthy();
                 this.#store(phase as WatchEventType, this.#transform(object));
               }
             },
@@ -151,6 +162,7 @@ export class Reflector<T extends KubeObject> {
         if (isInactivityTimeout(err)) {
           // client-node ended a watch that was silent for WATCH_INACTIVITY_MS; a quiet collection is
           // normal, so watch again from where we were, without a list or a warning.
+          this.#healthy();
           continue;
         }
         if (gone) {
@@ -161,7 +173,7 @@ export class Reflector<T extends KubeObject> {
           // re-watch in a tight loop.
           await this.#backoff("watch", err ?? new Error(`watch error ${failed?.code ?? ""}: ${failed?.message ?? "unknown"}`));
           await this.#relist();
-        }
+        } else this.#healthy(); // the server ended it after timeoutSeconds: it worked
       } catch (relistErr) {
         await this.#backoff("list", relistErr);
       }
@@ -172,6 +184,7 @@ export class Reflector<T extends KubeObject> {
     this.#failures++;
     this.#failingSince ??= Date.now();
     this.#lastError = `${what}: ${apiErrorMessage(err)}`;
+    this.#failed = this.#failed === "watch" || what === "watch" ? "watch" : "list";
     const ms = Math.min(30_000, 500 * 2 ** Math.min(this.#failures, 6));
     const fields = { path: this.#options.path, err: apiErrorMessage(err), retryInMs: ms };
     // 429 right after CRDs are installed ("storage is (re)initializing") is the API server warming up.

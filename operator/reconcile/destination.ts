@@ -74,6 +74,11 @@ async function applyDestination(ctx: OperatorContext, namespace: string, name: s
   await setReady(ctx, destination, { status: "True", reason: "Reconciled", message }, { urlCount, sources: compiled.sources, inEffectSince });
 }
 
+/** Annotation that lets a destination go when its undelivered delete notifications cannot be dead-lettered. */
+export const DROP_UNDELIVERED = "trackhook.io/drop-undelivered";
+const notMovedSaid = new Map<string, number>();
+const NOT_MOVED_EVENT_MS = 10 * 60_000;
+
 /**
  * Before a destination's consumer goes: its delete notifications and replayed dead letters not
  * yet delivered to the dead-letter queue (deadLetterUndelivered), said at error level, in a
@@ -86,7 +91,26 @@ export async function moveUndelivered(
   reason: "destination_disabled" | "destination_deleted",
   destination?: DestinationResource,
 ): Promise<void> {
-  const moved = await deadLetterUndelivered(ctx.jsm, ctx.js, consumerName(namespace, name), reason);
+  let moved;
+  try {
+    moved = await deadLetterUndelivered(ctx.jsm, ctx.js, consumerName(namespace, name), reason);
+  } catch (err) {
+    const label = `${namespace}/${name}`;
+    // The way out when the DLQ cannot take them (full) and the destination must go anyway.
+    if (destination?.metadata.annotations?.[DROP_UNDELIVERED] === "true") {
+      ctx.log.error({ destination: label, err: (err as Error).message }, `its undelivered delete notifications could not be moved to the dead-letter queue and are dropped, as ${DROP_UNDELIVERED} asks`);
+      return;
+    }
+    // Retried (the consumer and its messages stay meanwhile): said where kubectl shows it, a
+    // deleting object too, whose status is not written (found by a review: a delete hung, silent).
+    const message = `its undelivered delete notifications could not be moved to the dead-letter queue (${(err as Error).message}), so it is not ${reason === "destination_deleted" ? "removed" : "disabled"} yet: make room in TRACKHOOK_DLQ (\`trackhook dead-letters\`, \`nats stream purge\`), or annotate it ${DROP_UNDELIVERED}=true to drop them`;
+    if (destination && Date.now() - (notMovedSaid.get(destination.metadata.uid) ?? -Infinity) > NOT_MOVED_EVENT_MS) {
+      notMovedSaid.set(destination.metadata.uid, Date.now());
+      await ctx.events.record(destination, "Warning", "UndeliveredNotMoved", message).catch(() => {});
+    }
+    ctx.log.error({ destination: label }, message);
+    throw err;
+  }
   if (moved.deletes + moved.replayed === 0) return;
   ctx.metrics.notifications.inc({ outcome: "dead_lettered" }, moved.deletes);
   const message = `${moved.deletes} delete notification(s) (user erasures) and ${moved.replayed} replayed message(s) not yet delivered were moved to the dead-letter queue (${reason}): \`trackhook dead-letters --destination ${namespace}/${name}\`, and \`trackhook replay\` once it is enabled again`;

@@ -2,7 +2,7 @@
 // example config with its own nats-server, then stopping cleanly on SIGTERM.
 import { gzipSync } from "node:zlib";
 import { spawn, spawnSync } from "node:child_process";
-import { existsSync, mkdtempSync, readFileSync, writeFileSync } from "node:fs";
+import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { createServer } from "node:http";
 import type { AddressInfo } from "node:net";
 import { tmpdir } from "node:os";
@@ -499,7 +499,14 @@ describe("trackhook dev's activity lines", () => {
     const exited = new Promise<number | null>((resolve) => child.on("exit", (code) => resolve(code)));
     await expect.poll(() => output.stderr, { timeout: 20_000 }).toContain("trackhook tail");
     const url = /ingest\s+(http:\/\/127\.0\.0\.1:\d+)/.exec(output.stderr)![1]!;
-    return { url, output, stop: async () => { child.kill("SIGTERM"); return exited; } };
+    return {
+      url, output, stop: async () => {
+        child.kill("SIGTERM");
+        const code = await exited;
+        rmSync(dataDir, { recursive: true, force: true });
+        return code;
+      },
+    };
   };
 
   it("say what became of each message: stored, delivered, failed, dead-lettered, not accepted, refused", async () => {
@@ -528,6 +535,8 @@ spec: { sources: [website], urls: ["http://127.0.0.1:${port}/gone"] }
       expect((await post(`${dev.url}/v1/track`, { userId: "u1", event: "Signed Up", messageId: "act-1" }, auth)).status).toBe(200);
       expect((await post(`${dev.url}/v1/track`, { event: "Anonymous", messageId: "act-2" }, auth)).status).toBe(200);
       expect((await post(`${dev.url}/v1/identify`, { userId: "u1" }, { headers: { authorization: basic("not-a-key") } })).status).toBe(401);
+      // Ids come from whoever holds a write key: none can forge a line or color the terminal.
+      expect((await post(`${dev.url}/v1/track`, { userId: "u2\n12:00:00  delivered  forged\u001b[31m", event: "Sneaky", messageId: "act-3" }, auth)).status).toBe(200);
       const line = (pattern: RegExp) => expect.poll(() => dev.output.stderr, { timeout: 15_000 }).toMatch(pattern);
       await line(/^\d\d:\d\d:\d\d {2}stored +default\/website {2}track "Signed Up" userId u1 {2}\[act-1\]$/m);
       await line(/^\d\d:\d\d:\d\d {2}delivered +default\/hook {2}200 in \d+ ms from http:\/\/127\.0\.0\.1:\d+\/hook {2}\[act-1\]$/m);
@@ -535,9 +544,13 @@ spec: { sources: [website], urls: ["http://127.0.0.1:${port}/gone"] }
       await line(/^\d\d:\d\d:\d\d {2}dead-lettered default\/gone {2}permanent_failure, last answer 404 {2}\[act-1\] {2}\(trackhook replay --destination default\/gone\)$/m);
       await line(/^\d\d:\d\d:\d\d {2}not accepted +default\/website {2}no_user_anon_id: neither userId nor anonymousId is set {2}\[act-2\]$/m);
       await line(/^\d\d:\d\d:\d\d {2}refused 401 +\/v1\/identify {2}invalid_write_key: Unknown or disabled write key$/m);
+      await line(/^\d\d:\d\d:\d\d {2}stored +default\/website {2}track "Sneaky" userId u2\\u000a12:00:00 {2}delivered {2}forged\\u001b\[31m {2}\[act-3\]$/m);
+      expect(dev.output.stderr).not.toContain("\u001b");
+      expect(dev.output.stderr).not.toMatch(/^12:00:00/m);
     } finally {
       expect(await dev.stop()).toBe(0);
       receiver.close();
+      rmSync(dir, { recursive: true, force: true });
     }
   });
 

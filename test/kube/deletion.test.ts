@@ -119,6 +119,32 @@ describe("DeletionRequest", () => {
     }
   });
 
+  it("a destination deleted while the DLQ cannot take its pending notice says so in an Event, stays until there is room, and goes with the drop annotation (found by a review: the delete hung, silent)", async () => {
+    const operator = await spawnOperator(env);
+    const { config } = await env.nats.jsm.streams.info(DLQ_STREAM);
+    try {
+      env.receiver.on("/full", answer(503));
+      await env.apply(yamlDocuments(setup(["shop"], ["shop"]), destinationYaml("full", { sources: ["shop"], urls: [env.receiver.url("/full")] })));
+      await env.waitReady("WebhookDestination", "full");
+      await env.apply(deletionRequest("gdpr-full", ["zoe"], ["shop"]));
+      await env.waitReady("DeletionRequest", "gdpr-full");
+      await env.receiver.waitFor("/full", 1);
+      // The DLQ full: as many letters as it may hold (one at least: 0 is no limit), discarding new ones.
+      await env.nats.js.publish(dlqSubject(env.namespace, "someone-else"), "{}");
+      const held = (await env.nats.jsm.streams.info(DLQ_STREAM)).state.messages;
+      await env.nats.jsm.streams.update(DLQ_STREAM, { ...config, max_msgs: held });
+      await env.cluster.kubectlOk(["delete", "webhookdestination", "full", "-n", env.namespace, "--wait=false"]);
+      await env.waitFor("a Warning event saying why it stays", async () =>
+        (await env.cluster.kubectlOk(["get", "events", "-n", env.namespace, "--field-selector", "involvedObject.name=full", "-o", "jsonpath={.items[*].reason}"])).split(" ").includes("UndeliveredNotMoved"), 20_000);
+      expect(await env.get("WebhookDestination", "full")).toBeDefined();
+      await env.cluster.kubectlOk(["annotate", "webhookdestination", "full", "-n", env.namespace, "trackhook.io/drop-undelivered=true"]);
+      await env.waitFor("the destination gone", async () => (await env.get("WebhookDestination", "full")) === undefined, 30_000);
+    } finally {
+      await env.nats.jsm.streams.update(DLQ_STREAM, config);
+      await operator.stop();
+    }
+  }, 90_000);
+
   it("removes the users' dead letters, which a replay would send again, and leaves the others' (regression: replay re-sent an erased user's data)", async () => {
     // Resync often: the final purge is looked at when a finished request is reconciled again.
     const operator = await spawnOperator(env, { resync: "10s" });

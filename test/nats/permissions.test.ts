@@ -15,7 +15,7 @@ import { Kvm } from "@nats-io/kv";
 import { connect, type NatsConnection } from "@nats-io/transport-node";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { CONFIG_BUCKET, ConfigWriter, KvConfigProvider, destinationKey, ensureConfigBucket, sha256Hex, sourceKey } from "../../dataplane/config/mod.ts";
-import { DeliveryMetrics, DeliveryService, WebhookSender } from "../../dataplane/delivery/mod.ts";
+import { DeliveryMetrics, DeliveryService, WebhookSender, deadLetterUndelivered, ensureDestinationConsumer } from "../../dataplane/delivery/mod.ts";
 import { buildIngestApp } from "../../dataplane/ingest/mod.ts";
 import { createLogger } from "../../dataplane/logging.ts";
 import { EVENTS_STREAM, INBOX_PREFIX, LocalNatsServer, connectNats, consumerName, ensureStream, eventsStreamConfig } from "../../dataplane/nats/mod.ts";
@@ -103,6 +103,21 @@ describe.each([
         ingestConfig.close();
         deliveryConfig.close();
       }
+    });
+
+    it("lets the operator and delivery move a removed destination's undelivered delete notifications to the DLQ (found by a review: both were refused)", async () => {
+      const operatorNc = await as("operator");
+      const gone: CompiledDestination = { ...destination, name: "gone", createdAt: new Date().toISOString() };
+      await ensureDestinationConsumer(await jetstreamManager(operatorNc), gone);
+      await jetstream(operatorNc).publish("trackhook.events.default.web.delete", JSON.stringify({ type: "delete", userId: "u-gone", messageId: "delete-gone", context: {} }), { msgID: "default/web/delete-gone" });
+      for (const component of ["operator", "delivery"] as const) {
+        const nc = await as(component);
+        const moved = await deadLetterUndelivered(await jetstreamManager(nc), jetstream(nc), consumerName("default", "gone"), "destination_deleted");
+        expect(moved, component).toEqual({ deletes: 1, replayed: 0 });
+      }
+      // Moved twice, stored once (the same dead-letter key).
+      const dlq = await (await jetstreamManager(operatorNc)).streams.info("TRACKHOOK_DLQ", { subjects_filter: "trackhook.dlq.default.gone" });
+      expect((dlq.state.subjects as Record<string, number>)["trackhook.dlq.default.gone"]).toBe(1);
     });
 
     it("keeps destination entries (shared secrets) from ingest", async () => {
