@@ -2,6 +2,7 @@
 // scripts/generate.ts writes it and test/schema/generated.test.ts fails when it is stale.
 import type { TSchema } from "@sinclair/typebox";
 import {
+  DNS_LABEL,
   DeletionRequestSpec,
   DeletionRequestStatus,
   GROUP,
@@ -159,7 +160,7 @@ export function buildCrd(info: KindInfo): Record<string, unknown> {
                 kind: { type: "string", description: "Kind is a string value representing the REST resource this object represents." },
                 metadata: {
                   type: "object",
-                  properties: { name: { type: "string", maxLength: 63, pattern: "^[a-z0-9]([-a-z0-9]*[a-z0-9])?$" } },
+                  properties: { name: { type: "string", maxLength: 63, pattern: DNS_LABEL } },
                 },
                 spec: toStructural(info.spec),
                 status,

@@ -12,6 +12,7 @@ import type {
   WebhookDestinationSpec,
   WebhookDestinationStatus,
 } from "../../schema/mod.ts";
+import { KINDS } from "../../schema/mod.ts";
 import type { EventRecorder } from "../events.ts";
 import type { OperatorMetrics } from "../metrics.ts";
 import { MERGE_PATCH, apiErrorMessage, apiStatus, customResource, isConflict, isNotFound, type CustomResource, type Kube, type KubeObject } from "../kube/client.ts";
@@ -26,7 +27,8 @@ export type DeletionResource = CustomResource<DeletionRequestSpec, DeletionReque
 /** Removed only after the object's KV entries (and consumer) are gone. */
 export const FINALIZER = "trackhook.io/cleanup";
 
-export const PLURALS = { Source: "sources", WebhookDestination: "webhookdestinations", DeletionRequest: "deletionrequests" } as const;
+/** Each kind's resource name, as its CRD has it (schema/crds.ts). */
+export const PLURALS = Object.fromEntries(KINDS.map((k) => [k.kind, k.plural])) as Record<"Source" | "WebhookDestination" | "DeletionRequest", string>;
 type Kind = keyof typeof PLURALS;
 
 /** A compiled Source's write keys, as digests. */
