@@ -2,11 +2,11 @@
 // delivery attempt, per dead letter, and per message or request ingest did not take. On a laptop
 // the question is "did my event arrive, and what did my receiver answer?"; the JSON log says
 // only what went wrong, and at most once per 10 s per kind.
-import { DeliverPolicy, jetstream, type JsMsg } from "@nats-io/jetstream";
+import { jetstream, type JsMsg } from "@nats-io/jetstream";
 import type { NatsConnection } from "@nats-io/transport-node";
 import type { IngestActivity } from "../dataplane/ingest/mod.ts";
 import { parseJson } from "../dataplane/json.ts";
-import { ATTEMPTS_STREAM, ATTEMPTS_SUBJECTS, DLQ_STREAM, DLQ_SUBJECTS, EVENTS_STREAM, EVENTS_SUBJECTS } from "../dataplane/nats/mod.ts";
+import { ATTEMPTS_STREAM, ATTEMPTS_SUBJECTS, DLQ_STREAM, DLQ_SUBJECTS, EVENTS_STREAM, EVENTS_SUBJECTS, followStream } from "../dataplane/nats/mod.ts";
 import type { AttemptRecord } from "../dataplane/delivery/mod.ts";
 import { deadLetterOf } from "../dataplane/admin/mod.ts";
 
@@ -22,11 +22,11 @@ type Write = (line: string) => void;
 export async function startActivityFeed(nc: NatsConnection, write: Write, now: () => Date = () => new Date()): Promise<ActivityFeed> {
   const say = (what: string, who: string, text: string) => write(`${clock(now())}  ${what.padEnd(13)} ${who}  ${escapeControls(text)}\n`);
   const js = jetstream(nc);
-  const watched: Array<{ close(): Promise<void> }> = [];
+  const stop = new AbortController();
+  const watching: Array<Promise<void>> = [];
   const watch = async (stream: string, subjects: string, line: (m: JsMsg) => void) => {
-    const consumer = await js.consumers.get(stream, { filter_subjects: subjects, deliver_policy: DeliverPolicy.New });
-    const messages = await consumer.consume({ max_messages: 256 });
-    const done = (async () => {
+    const messages = await followStream(js, stream, subjects, { signal: stop.signal });
+    watching.push((async () => {
       for await (const m of messages) {
         try {
           line(m);
@@ -34,8 +34,7 @@ export async function startActivityFeed(nc: NatsConnection, write: Write, now: (
           // A line that cannot be made is not worth stopping the others for.
         }
       }
-    })();
-    watched.push({ close: async () => { await messages.close(); await done; await consumer.delete().catch(() => {}); } });
+    })());
   };
 
   await watch(EVENTS_STREAM, EVENTS_SUBJECTS, (m) => {
@@ -64,7 +63,8 @@ export async function startActivityFeed(nc: NatsConnection, write: Write, now: (
       refused: ({ route, status, code, message }) => say(`refused ${status}`, route, `${code}: ${message}`),
     },
     close: async () => {
-      await Promise.all(watched.map((w) => w.close()));
+      stop.abort();
+      await Promise.all(watching);
     },
   };
 }

@@ -6,7 +6,6 @@ import { randomBytes } from "node:crypto";
 import { jetstream, jetstreamManager } from "@nats-io/jetstream";
 import type { NatsConnection } from "@nats-io/transport-node";
 import { CONFIG_BUCKET, ConfigWriter, KvConfigProvider, ensureConfigBucket, parseConfigKey, secretNamesOf } from "../dataplane/config/mod.ts";
-import { removeDestinationConsumers } from "../dataplane/delivery/mod.ts";
 import type { Logger } from "../dataplane/logging.ts";
 import { EVENTS_STREAM, StreamGuard, natsDisconnectedForMs, parseConsumerName, patiently } from "../dataplane/nats/mod.ts";
 import { GROUP, VERSION, type SourceDocument, type WebhookDestinationDocument } from "../schema/mod.ts";
@@ -30,7 +29,7 @@ import {
   type SourceResource,
 } from "./reconcile/context.ts";
 import { reconcileDeletion } from "./reconcile/deletion.ts";
-import { moveUndelivered, reconcileDestination } from "./reconcile/destination.ts";
+import { reconcileDestination, removeConsumer } from "./reconcile/destination.ts";
 import { reconcileSource, sourceKeysOf } from "./reconcile/source.ts";
 
 export interface OperatorOptions {
@@ -290,8 +289,7 @@ export class Operator {
       for await (const consumer of ctx.jsm.consumers.list(EVENTS_STREAM)) {
         const owner = parseConsumerName(consumer.name);
         if (!owner || !this.#inScope(owner.namespace) || ctx.destinations.get(owner.namespace, owner.destination)) continue;
-        await moveUndelivered(ctx, owner.namespace, owner.destination, "destination_deleted");
-        await removeDestinationConsumers(ctx.jsm, [consumer.name]);
+        await removeConsumer(ctx, owner.namespace, owner.destination, "destination_deleted");
         this.#log.info({ consumer: consumer.name }, "removed a consumer whose WebhookDestination no longer exists");
       }
     } catch (err) {

@@ -1,9 +1,9 @@
 // `trackhook attempts`: a destination's attempt records, oldest first.
 import { jetstream, jetstreamManager } from "@nats-io/jetstream";
 import type { NatsConnection } from "@nats-io/transport-node";
-import { ATTEMPTS_STREAM, attemptsSubject } from "../nats/mod.ts";
+import { ATTEMPTS_STREAM, attemptsSubject, readStored, streamLastSeq } from "../nats/mod.ts";
 import type { AttemptRecord } from "../delivery/mod.ts";
-import { checkName, readStored, streamLastSeq, type DestinationRef } from "./read.ts";
+import { checkName, type DestinationRef } from "./names.ts";
 
 export interface AttemptsOptions extends DestinationRef {
   /** Only the attempts of this message. */

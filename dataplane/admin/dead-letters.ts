@@ -3,8 +3,8 @@
 import { jetstream, jetstreamManager, type ConsumerInfo, type JetStreamClient, type JetStreamManager, type JsMsg } from "@nats-io/jetstream";
 import { headers as natsHeaders, type NatsConnection } from "@nats-io/transport-node";
 import { parseJson } from "../json.ts";
-import { DEAD_LETTER_HEADERS, DLQ_STREAM, EVENTS_STREAM, consumerName, dlqSubject, isConsumerNotFound, isStreamNotFound, replaySubject, sourceOfEventSubject } from "../nats/mod.ts";
-import { checkName, readStored, streamLastSeq, type DestinationRef } from "./read.ts";
+import { DEAD_LETTER_HEADERS, DLQ_STREAM, EVENTS_STREAM, consumerName, dlqSubject, isConsumerNotFound, isStreamNotFound, replaySubject, sourceOfEventSubject, readStored, streamLastSeq } from "../nats/mod.ts";
+import { checkName, type DestinationRef } from "./names.ts";
 
 /** Which of a destination's dead letters `replay` moves and `dead-letters` lists. */
 export interface DeadLetterSelection extends DestinationRef {

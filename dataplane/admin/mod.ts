@@ -1,6 +1,6 @@
 // The operations behind the admin commands (`dead-letters`, `replay`, `attempts`, `tail`) and a
 // deletion's purge of dead letters, as plain functions over a NATS connection.
-export type { DestinationRef } from "./read.ts";
+export type { DestinationRef } from "./names.ts";
 export {
   REPLAY_IN_FLIGHT, ReplayInterruptedError, ReplayTargetError, deadLetterOf, destinationConsumer, purgeDeadLettersOf, readDeadLetters, replayDeadLetters,
   type DeadLetter, type DeadLetterSelection,

@@ -1,11 +1,11 @@
 // `trackhook tail`: the messages stored from now on (or from a while ago), as they arrive.
-import { DeliverPolicy, jetstream } from "@nats-io/jetstream";
+import { jetstream } from "@nats-io/jetstream";
 import type { NatsConnection } from "@nats-io/transport-node";
 import type { StoredMessage } from "../../schema/mod.ts";
 import { DEFAULT_NAMESPACE } from "../config/mod.ts";
 import { parseJson } from "../json.ts";
-import { EVENTS_STREAM, EVENTS_SUBJECTS, namespaceSubjects, sourceSubjects } from "../nats/mod.ts";
-import { FETCH_BATCH, INACTIVE_THRESHOLD_MS, checkName } from "./read.ts";
+import { EVENTS_STREAM, EVENTS_SUBJECTS, followStream, namespaceSubjects, sourceSubjects } from "../nats/mod.ts";
+import { checkName } from "./names.ts";
 
 export interface TailOptions {
   /** Only this namespace's messages (`default` when only `source` is given). */
@@ -46,34 +46,16 @@ export function tailFilter(options: { namespace?: string; source?: string }): st
  * after that is seen.
  */
 export async function tail(nc: NatsConnection, options: TailOptions): Promise<AsyncIterable<TailedMessage>> {
-  const filter = tailFilter(options);
-  const start = options.sinceMs !== undefined
-    ? { deliver_policy: DeliverPolicy.StartTime, opt_start_time: new Date(Date.now() - options.sinceMs).toISOString() }
-    : { deliver_policy: DeliverPolicy.New };
-  const consumer = await jetstream(nc).consumers.get(EVENTS_STREAM, { filter_subjects: filter, ...start, inactive_threshold: INACTIVE_THRESHOLD_MS });
-  const messages = await consumer.consume({ max_messages: FETCH_BATCH });
-  let cleaned: Promise<void> | undefined;
-  const cleanup = () => (cleaned ??= (async () => {
-    options.signal.removeEventListener("abort", onAbort);
-    await messages.close();
-    await consumer.delete().catch(() => {});
-  })());
-  const onAbort = () => void cleanup();
-  if (options.signal.aborted) void cleanup();
-  else options.signal.addEventListener("abort", onAbort, { once: true });
+  const messages = await followStream(jetstream(nc), EVENTS_STREAM, tailFilter(options), options);
   return (async function* () {
-    try {
-      for await (const m of messages) {
-        let message: StoredMessage;
-        try {
-          message = parseJson(m.string()) as StoredMessage;
-        } catch {
-          continue;
-        }
-        yield { subject: m.subject, seq: m.seq, time: new Date(m.info.timestampNanos / 1e6).toISOString(), message };
+    for await (const m of messages) {
+      let message: StoredMessage;
+      try {
+        message = parseJson(m.string()) as StoredMessage;
+      } catch {
+        continue;
       }
-    } finally {
-      await cleanup();
+      yield { subject: m.subject, seq: m.seq, time: new Date(m.info.timestampNanos / 1e6).toISOString(), message };
     }
   })();
 }

@@ -56,7 +56,6 @@ export interface DeliveryServiceDeps {
 const START_RETRY_MS = 1_000;
 const STREAM_CHECK_MS = 30_000;
 const UNDELIVERED_MOVED = "a destination no longer enabled had delete notifications (user erasures) or replayed dead letters not yet delivered: moved to the dead-letter queue (`trackhook dead-letters`; `trackhook replay` once it is enabled again)";
-const RETRY_WINDOW_CUT = "retryWindow is not well within the events stream's max_age: messages are dead-lettered after 90% of max_age instead, before the stream drops them (raise --stream-max-age, or shorten retryWindow)";
 const START_RETRY_MAX_MS = 30_000;
 
 /**
@@ -418,9 +417,17 @@ export class DeliveryService {
     this.#workers.set(key, worker);
     metrics.destinationStarted(key);
     log.info({ destination: key, urls: destination.urls.length, sources: destination.sources }, "delivering");
-    if (worker.retryWindowMs < destination.retryWindowMs) {
-      log.error({ destination: key, retryWindowMs: destination.retryWindowMs, streamMaxAgeMs: this.#streamMaxAgeMs, retryWindowInForceMs: worker.retryWindowMs }, RETRY_WINDOW_CUT);
-    }
+    this.#sayIfWindowCut(key, worker);
+  }
+
+  /** An error line when the stream's max_age cuts a destination's retryWindow (retryWindowInForceMs). */
+  #sayIfWindowCut(key: string, worker: DestinationWorker): void {
+    const { retryWindowMs } = worker.destination;
+    if (worker.retryWindowMs >= retryWindowMs) return;
+    this.#deps.log.error(
+      { destination: key, retryWindowMs, streamMaxAgeMs: this.#streamMaxAgeMs, retryWindowInForceMs: worker.retryWindowMs },
+      "retryWindow is not well within the events stream's max_age: messages are dead-lettered after 90% of max_age instead, before the stream drops them (raise --stream-max-age, or shorten retryWindow)",
+    );
   }
 
   /**
@@ -479,12 +486,11 @@ export class DeliveryService {
     if (names.length === 0) return;
     // What each still had to deliver goes with it: said, so a destination disabled past the grace
     // by mistake is seen to have lost messages (they stay in the events stream until max_age).
-    const undelivered: Record<string, number | "unknown"> = Object.fromEntries(
-      await Promise.all(names.map(async (name) => [name, await this.#jsm.consumers.info(EVENTS_STREAM, name).then((i) => i.num_pending + i.num_ack_pending, () => "unknown" as const)] as const)),
-    );
+    const infos = await Promise.all(names.map((name) => this.#jsm.consumers.info(EVENTS_STREAM, name).catch(() => undefined)));
+    const undelivered: Record<string, number | "unknown"> = Object.fromEntries(names.map((name, i) => [name, infos[i] ? infos[i].num_pending + infos[i].num_ack_pending : "unknown"]));
     const js = jetstream(this.#deps.nc);
-    for (const name of names) {
-      const moved = await deadLetterUndelivered(this.#jsm, js, name, "destination_disabled");
+    for (const [i, name] of names.entries()) {
+      const moved = await deadLetterUndelivered(this.#jsm, js, infos[i] ?? name, "destination_disabled");
       if (moved.deletes + moved.replayed > 0) {
         this.#deps.log.error({ consumer: name, deleteNotifications: moved.deletes, replayed: moved.replayed }, UNDELIVERED_MOVED);
       }
@@ -517,9 +523,7 @@ export class DeliveryService {
     this.#streamMaxAgeMs = maxAgeMs;
     for (const [key, worker] of this.#workers) {
       worker.streamMaxAgeChanged(maxAgeMs);
-      if (worker.retryWindowMs < worker.destination.retryWindowMs) {
-        log.error({ destination: key, retryWindowMs: worker.destination.retryWindowMs, streamMaxAgeMs: maxAgeMs, retryWindowInForceMs: worker.retryWindowMs }, RETRY_WINDOW_CUT);
-      }
+      this.#sayIfWindowCut(key, worker);
     }
   }
 

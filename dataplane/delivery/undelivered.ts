@@ -5,9 +5,9 @@
 // user's erasure that would vanish without a trace (found by a review: a team disabled a failing
 // receiver for a minute, and the notice was gone, no dead letter, no metric), and a replayed dead
 // letter left the DLQ for this one consumer.
-import { DeliverPolicy, type JetStreamClient, type JetStreamManager } from "@nats-io/jetstream";
-import { headers as natsHeaders } from "@nats-io/transport-node";
-import { DEAD_LETTER_HEADERS, EVENTS_STREAM, dlqSubject, isConsumerNotFound, isStreamNotFound, parseConsumerName } from "../nats/mod.ts";
+import type { ConsumerInfo, JetStreamClient, JetStreamManager } from "@nats-io/jetstream";
+import { EVENTS_STREAM, dlqSubject, isConsumerNotFound, isStreamNotFound, parseConsumerName, readStored } from "../nats/mod.ts";
+import { deadLetterOptions } from "./dead-letter.ts";
 import type { DeadLetterReason } from "./metrics.ts";
 
 export interface UndeliveredMoved {
@@ -16,9 +16,6 @@ export interface UndeliveredMoved {
   /** Replayed dead letters moved back to the DLQ. */
   replayed: number;
 }
-
-/** Pages of this many messages are read past the consumer's ack floor. */
-const PAGE = 256;
 
 /**
  * Copies a destination consumer's undelivered delete notifications and replayed dead letters to
@@ -30,13 +27,14 @@ const PAGE = 256;
 export async function deadLetterUndelivered(
   jsm: JetStreamManager,
   js: JetStreamClient,
-  consumer: string,
+  /** The consumer's name, or its info when the caller has just read it. */
+  consumer: string | ConsumerInfo,
   reason: Extract<DeadLetterReason, "destination_disabled" | "destination_deleted">,
 ): Promise<UndeliveredMoved> {
   const moved: UndeliveredMoved = { deletes: 0, replayed: 0 };
-  const owner = parseConsumerName(consumer);
+  const owner = parseConsumerName(typeof consumer === "string" ? consumer : consumer.name);
   if (!owner) return moved;
-  const info = await jsm.consumers.info(EVENTS_STREAM, consumer).catch((err: Error) => {
+  const info = typeof consumer !== "string" ? consumer : await jsm.consumers.info(EVENTS_STREAM, consumer).catch((err: Error) => {
     if (isConsumerNotFound(err) || isStreamNotFound(err)) return undefined;
     throw err;
   });
@@ -51,28 +49,10 @@ export async function deadLetterUndelivered(
   // documented NATS permissions allow delivery (docs/nats-permissions.conf); several use the bare
   // create subject (found by a review).
   for (const subject of subjects) {
-    const reader = await js.consumers.get(EVENTS_STREAM, { filter_subjects: subject, deliver_policy: DeliverPolicy.StartSequence, opt_start_seq: info.ack_floor.stream_seq + 1 });
-    try {
-      // Nothing of it past the floor (a source with no delete notification): no fetch to wait out.
-      if ((await reader.info(true)).num_pending === 0) continue;
-      for (;;) {
-        let last = true;
-        const page = await reader.fetch({ max_messages: PAGE, expires: 1_000 });
-        for await (const m of page) {
-          const h = natsHeaders();
-          h.set(DEAD_LETTER_HEADERS.reason, reason);
-          h.set(DEAD_LETTER_HEADERS.attempts, "0");
-          h.set(DEAD_LETTER_HEADERS.destination, label);
-          h.set(DEAD_LETTER_HEADERS.originalSubject, m.headers?.get(DEAD_LETTER_HEADERS.originalSubject) || m.subject);
-          await js.publish(target, m.data, { headers: h, msgID: `${label}/${m.seq}/${m.info.timestampNanos}` });
-          if (m.subject.startsWith("trackhook.replay.")) moved.replayed++;
-          else moved.deletes++;
-          last = m.info.pending === 0;
-        }
-        if (last) break;
-      }
-    } finally {
-      await reader.delete().catch(() => {});
+    for await (const m of readStored(js, EVENTS_STREAM, subject, { startSeq: info.ack_floor.stream_seq + 1, whole: true })) {
+      await js.publish(target, m.data, deadLetterOptions(m, label, reason, 0));
+      if (m.subject.startsWith("trackhook.replay.")) moved.replayed++;
+      else moved.deletes++;
     }
   }
   return moved;

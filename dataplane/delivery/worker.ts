@@ -2,7 +2,7 @@
 // parallel, records every attempt, and then acks (delivered), naks with a delay (retry) or stores
 // a dead letter and acks (permanent failure, or the retry window is over). A message is acked only
 // after it was delivered or its dead letter is stored.
-import { headers as natsHeaders, type NatsConnection } from "@nats-io/transport-node";
+import type { NatsConnection } from "@nats-io/transport-node";
 import { jetstream, type ConsumerMessages, type JetStreamClient, type JetStreamManager, type JsMsg } from "@nats-io/jetstream";
 import type { CompiledDestination } from "../../schema/mod.ts";
 import { isoTimestamp } from "../iso-time.ts";
@@ -18,6 +18,7 @@ import { ConsumerWatch, type ConsumerPosition } from "./consumer-watch.ts";
 import type { SlotShare } from "./limit.ts";
 import type { SendRequest, SendResult } from "./sender.ts";
 import { UrlPauses } from "./url-pause.ts";
+import { deadLetterOptions } from "./dead-letter.ts";
 import { KeyedLogInterval, LogInterval } from "../telemetry/mod.ts";
 
 /** What the worker needs of an HTTP sender (dataplane/delivery/sender.ts). */
@@ -247,10 +248,6 @@ export class DestinationWorker {
   readonly #log: Logger;
   readonly #metrics: DeliveryMetrics;
   readonly #label: string;
-  /** The retry window in force (retryWindowInForceMs). */
-  retryWindowMs: number;
-  /** Past this age (90% of the stream's max_age) a message is not sent even once. */
-  #lastChanceAgeMs: number;
   /** The events stream's max_age: when a message not yet acked is gone for good. */
   #streamMaxAgeMs: number;
   readonly #sources = new Map<string, string>();
@@ -304,8 +301,7 @@ export class DestinationWorker {
     this.#turn = deps.turn;
     this.#pullAhead = deps.pullAhead ?? MAX_PULL_AHEAD;
     this.#label = `${destination.namespace}/${destination.name}`;
-    this.retryWindowMs = this.#lastChanceAgeMs = this.#streamMaxAgeMs = Infinity;
-    this.streamMaxAgeChanged(deps.streamMaxAgeMs ?? Infinity);
+    this.#streamMaxAgeMs = deps.streamMaxAgeMs ?? Infinity;
     this.#attemptsSubject = attemptsSubject(destination.namespace, destination.name);
     this.#replaySubject = replaySubject(destination.namespace, destination.name);
     this.#customHeaders = customHeaders(destination);
@@ -401,9 +397,17 @@ export class DestinationWorker {
 
   /** The events stream's max_age is now this (Infinity for none): the retry window follows, from the next round on. */
   streamMaxAgeChanged(streamMaxAgeMs: number): void {
-    this.retryWindowMs = retryWindowInForceMs(this.#destination.retryWindowMs, streamMaxAgeMs);
-    this.#lastChanceAgeMs = retryWindowInForceMs(Infinity, streamMaxAgeMs);
     this.#streamMaxAgeMs = streamMaxAgeMs;
+  }
+
+  /** The retry window in force (retryWindowInForceMs). */
+  get retryWindowMs(): number {
+    return retryWindowInForceMs(this.#destination.retryWindowMs, this.#streamMaxAgeMs);
+  }
+
+  /** Past this age (90% of the stream's max_age) a message is not sent even once. */
+  get #lastChanceAgeMs(): number {
+    return retryWindowInForceMs(Infinity, this.#streamMaxAgeMs);
   }
 
   /** Where the consumer had got to when last seen (ConsumerWatch), if it was. */
@@ -711,21 +715,9 @@ export class DestinationWorker {
   }
 
   async #deadLetter(m: JsMsg, reason: DeadLetterReason, attempts: number, last?: AttemptOutcome): Promise<void> {
-    const h = natsHeaders();
-    h.set(DEAD_LETTER_HEADERS.reason, reason);
-    h.set(DEAD_LETTER_HEADERS.attempts, String(attempts));
-    h.set(DEAD_LETTER_HEADERS.destination, this.#label);
-    // A replayed message keeps the subject it was first stored on (its source), not the replay subject.
-    h.set(DEAD_LETTER_HEADERS.originalSubject, m.headers?.get(DEAD_LETTER_HEADERS.originalSubject) || m.subject);
-    if (last && "status" in last && last.status !== undefined) h.set(DEAD_LETTER_HEADERS.lastStatus, String(last.status));
-    if (last && "error" in last && last.error) h.set(DEAD_LETTER_HEADERS.lastError, last.error);
+    const letter = deadLetterOptions(m, this.#label, reason, attempts, last);
     try {
-      // Keyed by the stream sequence: a crash between this and the ack stores it once, yet a
-      // replayed copy (a new sequence) can be dead-lettered again. And by when it was stored: a
-      // stream made again numbers from 1 again, and another message's dead letter under the same
-      // sequence within the window was dropped as a duplicate, the message acked and lost (found
-      // by a review).
-      await this.#js.publish(dlqSubject(this.#destination.namespace, this.#destination.name), m.data, { headers: h, msgID: `${this.#label}/${m.seq}/${m.info.timestampNanos}` });
+      await this.#js.publish(dlqSubject(this.#destination.namespace, this.#destination.name), m.data, letter);
     } catch (err) {
       // Without a stored dead letter the message must not be acked: try again later. It stays in
       // the events stream only until its max_age: a full dead-letter stream must be seen before.
@@ -750,7 +742,7 @@ export class DestinationWorker {
     }
     this.#rounds.delete(m.seq);
     this.#metrics.countDelivery(this.#label, "dead_lettered", reason);
-    const original = h.get(DEAD_LETTER_HEADERS.originalSubject);
+    const original = letter.headers.get(DEAD_LETTER_HEADERS.originalSubject);
     if (original.endsWith(".delete")) {
       this.#metrics.countDeleteNotification(this.#label, "dead_lettered");
       this.#log.error({ seq: m.seq, messageId: messageIdOf(m), source: sourceOfEventSubject(original), reason, attempts }, "a delete notification (user erasure) moved to the dead-letter queue: the receiver did not get it; `trackhook replay` once it answers");

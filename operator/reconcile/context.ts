@@ -3,6 +3,7 @@ import { isDeepStrictEqual } from "node:util";
 import type { JetStreamClient, JetStreamManager } from "@nats-io/jetstream";
 import { RefusedSecret, secretValues, type ConfigWriter, type SecretLookup } from "../../dataplane/config/mod.ts";
 import type { Logger } from "../../dataplane/logging.ts";
+import { KeyedLogInterval } from "../../dataplane/telemetry/mod.ts";
 import type {
   CompiledSource,
   DeletionRequestSpec,
@@ -132,9 +133,8 @@ export async function writeStatus<R extends AnyResource>(ctx: OperatorContext, o
   }
 }
 
-/** When a status write that failed was last told in an Event, per object. */
-const statusFailuresSaid = new Map<string, number>();
-const STATUS_FAILURE_EVENT_MS = 10 * 60_000;
+/** A status write that failed is told in an Event once per object every 10 minutes: the reconcile is retried every minute meanwhile. */
+const statusFailuresSaid = new KeyedLogInterval(10 * 60_000);
 
 /** Status with Ready set, plus an Event when Ready's status or reason changed. */
 export async function setReady<R extends AnyResource>(
@@ -159,11 +159,7 @@ export async function setReady<R extends AnyResource>(
     // A status the API server refuses (RBAC without */status, a webhook) would leave the object
     // showing nothing, or an old Ready: an Event may still be allowed, and says what was meant
     // (found by a review: new Sources had no status for minutes, and nothing said why).
-    // Once per object every 10 minutes: the reconcile is retried every minute meanwhile.
-    const key = object.metadata.uid ?? `${object.metadata.namespace}/${object.metadata.name}`;
-    if (Date.now() - (statusFailuresSaid.get(key) ?? -Infinity) > STATUS_FAILURE_EVENT_MS) {
-      statusFailuresSaid.set(key, Date.now());
-      if (statusFailuresSaid.size > 10_000) statusFailuresSaid.clear();
+    if (statusFailuresSaid.pass(object.metadata.uid) !== undefined) {
       await ctx.events.record(object as AnyResource & { kind: Kind }, "Warning", "StatusWriteFailed", `Ready=${state.status} ${state.reason} (${state.message}) could not be written to status: ${apiErrorMessage(err)}`).catch(() => {});
     }
     throw err;

@@ -5,6 +5,7 @@
 import { compileDestination, destinationKey, secretNamesOf } from "../../dataplane/config/mod.ts";
 import { deadLetterUndelivered, ensureDestinationConsumer, removeDestinationConsumers } from "../../dataplane/delivery/mod.ts";
 import { consumerName, isStreamNotFound } from "../../dataplane/nats/mod.ts";
+import { KeyedLogInterval } from "../../dataplane/telemetry/mod.ts";
 import type { WebhookDestinationDocument } from "../../schema/mod.ts";
 import type { ReconcileResult } from "../queue.ts";
 import { addFinalizer, isDeleting, readSecrets, removeFinalizer, reportingFailures, setReady, type DestinationResource, type OperatorContext } from "./context.ts";
@@ -21,8 +22,7 @@ async function applyDestination(ctx: OperatorContext, namespace: string, name: s
   if (!destination || isDeleting(destination)) {
     // Config first: delivery pods stop their worker, then the consumer (and its backlog) goes.
     const configDeleted = await ctx.config.delete(key);
-    await moveUndelivered(ctx, namespace, name, "destination_deleted", destination);
-    const consumersDeleted = await removeDestinationConsumers(ctx.jsm, [consumerName(namespace, name)]);
+    const consumersDeleted = await removeConsumer(ctx, namespace, name, "destination_deleted", destination);
     // Said once: the DELETED event after the finalizer's removal runs this again, to find nothing.
     if (configDeleted || consumersDeleted > 0) ctx.log.info({ destination: `${namespace}/${name}` }, "destination removed: config and consumer deleted");
     if (destination) await removeFinalizer(ctx, destination);
@@ -51,10 +51,7 @@ async function applyDestination(ctx: OperatorContext, namespace: string, name: s
   if (await ctx.config.put(key, compiled)) ctx.log.info({ destination: `${namespace}/${name}`, sources: compiled.sources }, "destination config written");
   try {
     if (compiled.enabled) await ensureDestinationConsumer(ctx.jsm, compiled);
-    else {
-      await moveUndelivered(ctx, namespace, name, "destination_disabled", destination);
-      await removeDestinationConsumers(ctx.jsm, [consumerName(namespace, name)]);
-    }
+    else await removeConsumer(ctx, namespace, name, "destination_disabled", destination);
   } catch (err) {
     if (!isStreamNotFound(err)) throw err;
     await setReady(ctx, destination, {
@@ -76,20 +73,32 @@ async function applyDestination(ctx: OperatorContext, namespace: string, name: s
 
 /** Annotation that lets a destination go when its undelivered delete notifications cannot be dead-lettered. */
 export const DROP_UNDELIVERED = "trackhook.io/drop-undelivered";
-const notMovedSaid = new Map<string, number>();
-const NOT_MOVED_EVENT_MS = 10 * 60_000;
+/** Once per destination every 10 minutes: the reconcile is retried every minute meanwhile. */
+const notMovedSaid = new KeyedLogInterval(10 * 60_000);
 
 /**
- * Before a destination's consumer goes: its delete notifications and replayed dead letters not
- * yet delivered to the dead-letter queue (deadLetterUndelivered), said at error level, in a
- * Warning event and in the operator's metric (the alert TrackhookDeleteNotificationNotDelivered).
+ * Removes a destination's consumer, its delete notifications and replayed dead letters not yet
+ * delivered moved to the dead-letter queue first (deadLetterUndelivered), said at error level, in
+ * a Warning event and in the operator's metric (the alert TrackhookDeleteNotificationDestinationRemoved).
+ * Resolves with how many consumers were removed (0 or 1).
  */
-export async function moveUndelivered(
+export async function removeConsumer(
   ctx: OperatorContext,
   namespace: string,
   name: string,
   reason: "destination_disabled" | "destination_deleted",
   destination?: DestinationResource,
+): Promise<number> {
+  await moveUndelivered(ctx, namespace, name, reason, destination);
+  return removeDestinationConsumers(ctx.jsm, [consumerName(namespace, name)]);
+}
+
+async function moveUndelivered(
+  ctx: OperatorContext,
+  namespace: string,
+  name: string,
+  reason: "destination_disabled" | "destination_deleted",
+  destination: DestinationResource | undefined,
 ): Promise<void> {
   let moved;
   try {
@@ -104,8 +113,7 @@ export async function moveUndelivered(
     // Retried (the consumer and its messages stay meanwhile): said where kubectl shows it, a
     // deleting object too, whose status is not written (found by a review: a delete hung, silent).
     const message = `its undelivered delete notifications could not be moved to the dead-letter queue (${(err as Error).message}), so it is not ${reason === "destination_deleted" ? "removed" : "disabled"} yet: make room in TRACKHOOK_DLQ (\`trackhook dead-letters\`, \`nats stream purge\`), or annotate it ${DROP_UNDELIVERED}=true to drop them`;
-    if (destination && Date.now() - (notMovedSaid.get(destination.metadata.uid) ?? -Infinity) > NOT_MOVED_EVENT_MS) {
-      notMovedSaid.set(destination.metadata.uid, Date.now());
+    if (destination && notMovedSaid.pass(destination.metadata.uid) !== undefined) {
       await ctx.events.record(destination, "Warning", "UndeliveredNotMoved", message).catch(() => {});
     }
     ctx.log.error({ destination: label }, message);

@@ -1,19 +1,8 @@
-// What the admin reads share: names checked before they go into subjects, and reading what a
-// stream held when the read began through a short-lived ordered consumer, deleted when the read
-// ends (and expiring on its own if the process dies), so nothing lingers.
+// Reading a stream through short-lived ordered consumers, deleted when the read ends (and
+// expiring on their own if the process dies), so nothing lingers: what it held when the read
+// began (readStored), or what it stores from now on (followStream).
 import { DeliverPolicy, type Consumer, type JetStreamClient, type JetStreamManager, type JsMsg, type OrderedConsumerOptions } from "@nats-io/jetstream";
-import { isDnsLabel } from "../../schema/mod.ts";
-import { isStreamNotFound } from "../nats/mod.ts";
-
-export interface DestinationRef {
-  namespace: string;
-  destination: string;
-}
-
-/** Names go into subjects: a "." or a wildcard would address other destinations' messages. */
-export function checkName(what: string, name: string): void {
-  if (!isDnsLabel(name)) throw new TypeError(`${what} "${name}" is not a DNS label (lowercase letters, digits and "-")`);
-}
+import { isStreamNotFound } from "./streams.ts";
 
 /** Messages per pull request. */
 export const FETCH_BATCH = 256;
@@ -31,10 +20,11 @@ export async function* readStored(
   js: JetStreamClient,
   stream: string,
   filter: string,
-  options: { startTime?: Date; limit?: number; lastSeq?: number; whole?: boolean } = {},
+  options: { startTime?: Date; startSeq?: number; limit?: number; lastSeq?: number; whole?: boolean } = {},
 ): AsyncGenerator<JsMsg> {
   const opts: Partial<OrderedConsumerOptions> = { filter_subjects: filter, inactive_threshold: INACTIVE_THRESHOLD_MS };
   if (options.startTime) opts.opt_start_time = options.startTime.toISOString();
+  else if (options.startSeq !== undefined) Object.assign(opts, { deliver_policy: DeliverPolicy.StartSequence, opt_start_seq: options.startSeq });
   else opts.deliver_policy = DeliverPolicy.All;
   const consumer: Consumer = await js.consumers.get(stream, opts);
   try {
@@ -74,4 +64,33 @@ export async function streamLastSeq(jsm: JetStreamManager, stream: string): Prom
     if (isStreamNotFound(err)) return undefined;
     throw err;
   }
+}
+
+/**
+ * The messages a stream stores from the moment this resolves (or from `sinceMs` ago), until
+ * `signal` fires or the caller stops iterating. It resolves once the ordered consumer exists, so
+ * anything published after that is seen.
+ */
+export async function followStream(js: JetStreamClient, stream: string, filter: string, options: { sinceMs?: number; signal: AbortSignal }): Promise<AsyncIterable<JsMsg>> {
+  const start = options.sinceMs !== undefined
+    ? { deliver_policy: DeliverPolicy.StartTime, opt_start_time: new Date(Date.now() - options.sinceMs).toISOString() }
+    : { deliver_policy: DeliverPolicy.New };
+  const consumer = await js.consumers.get(stream, { filter_subjects: filter, ...start, inactive_threshold: INACTIVE_THRESHOLD_MS });
+  const messages = await consumer.consume({ max_messages: FETCH_BATCH });
+  let cleaned: Promise<void> | undefined;
+  const cleanup = () => (cleaned ??= (async () => {
+    options.signal.removeEventListener("abort", onAbort);
+    await messages.close();
+    await consumer.delete().catch(() => {});
+  })());
+  const onAbort = () => void cleanup();
+  if (options.signal.aborted) void cleanup();
+  else options.signal.addEventListener("abort", onAbort, { once: true });
+  return (async function* () {
+    try {
+      yield* messages;
+    } finally {
+      await cleanup();
+    }
+  })();
 }
