@@ -1,6 +1,9 @@
 // Leader election on a coordination.k8s.io Lease, client-go's algorithm: the holder renews
-// every retry period; others take over once renewTime + leaseDuration has passed; every write
-// carries the resourceVersion read, so of two candidates only one can win (409 for the other).
+// every retry period; others take over once the lease has not changed for leaseDuration, timed by
+// their own monotonic clock from when they saw it change (never by comparing the holder's
+// renewTime with their clock: pods' clocks differ, and a standby 20 s ahead would take a live
+// leader's lease); every write carries the resourceVersion read, so of two candidates only one
+// can win (409 for the other).
 import { V1MicroTime, type V1Lease } from "@kubernetes/client-node";
 import type { Logger } from "../dataplane/logging.ts";
 import { apiErrorMessage, isConflict, isNotFound, type Kube } from "./kube/client.ts";
@@ -28,6 +31,8 @@ export class LeaderElector {
   #lastRenew = 0;
   #watchdog: NodeJS.Timeout | undefined;
   #inflight: Promise<unknown> = Promise.resolve();
+  /** The lease as last read (its resourceVersion) and when it was first seen so, by performance.now(). */
+  #observed: { version: string; at: number } | undefined;
 
   constructor(kube: Kube, options: LeaderElectionOptions, log: Logger) {
     this.#kube = kube;
@@ -109,6 +114,18 @@ export class LeaderElector {
     }
   }
 
+  /**
+   * How long the lease has gone unchanged, as this process saw it: every renewal (or any write)
+   * gives it a new resourceVersion. A lease first seen now counts from now, so a standby that
+   * starts beside a dead leader waits one lease duration, as client-go's do.
+   */
+  #unchangedForMs(lease: V1Lease): number {
+    const version = lease.metadata?.resourceVersion ?? "";
+    const now = performance.now();
+    if (this.#observed?.version !== version) this.#observed = { version, at: now };
+    return now - this.#observed.at;
+  }
+
   /** held: this process holds the lease now; failed: an API error, a timeout or a lost race. */
   #tryAcquireOrRenew(): Promise<"held" | "held-by-other" | "failed"> {
     let timer: NodeJS.Timeout | undefined;
@@ -143,9 +160,7 @@ export class LeaderElector {
       }
       const spec = lease.spec ?? {};
       const holder = spec.holderIdentity;
-      // Read back, MicroTime fields are strings; the expiry is judged by this process's clock.
-      const renewed = spec.renewTime ? new Date(String(spec.renewTime)).getTime() : 0;
-      const expired = renewed + (spec.leaseDurationSeconds ?? durationSeconds) * 1000 < Date.now();
+      const expired = this.#unchangedForMs(lease) > (spec.leaseDurationSeconds ?? durationSeconds) * 1000;
       if (holder && holder !== identity && !expired) return "held-by-other";
       const takingOver = holder !== identity;
       lease.spec = {
@@ -155,7 +170,7 @@ export class LeaderElector {
         renewTime: now,
         leaseTransitions: (spec.leaseTransitions ?? 0) + (takingOver && holder ? 1 : 0),
       };
-      await this.#kube.coordination.replaceNamespacedLease({ namespace, name, body: lease });
+      this.#unchangedForMs(await this.#kube.coordination.replaceNamespacedLease({ namespace, name, body: lease }));
       return "held";
     } catch (err) {
       if (!isConflict(err)) this.#log.warn({ err: apiErrorMessage(err) }, "leader election: lease update failed");

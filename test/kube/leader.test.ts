@@ -1,6 +1,10 @@
 // Two operator processes at once: only the Lease holder reconciles; when it dies, the other
 // takes over within the lease duration and carries on.
+import { V1MicroTime } from "@kubernetes/client-node";
 import { describe, expect, it } from "vitest";
+import { createLogger } from "../../dataplane/logging.ts";
+import { kubeClients } from "../../operator/kube/client.ts";
+import { LeaderElector } from "../../operator/leader.ts";
 import { ConfigWriter, ensureConfigBucket, sha256Hex, sourceKey } from "../../dataplane/config/mod.ts";
 import { ensureDestinationConsumer } from "../../dataplane/delivery/mod.ts";
 import { EVENTS_STREAM, consumerName } from "../../dataplane/nats/mod.ts";
@@ -85,4 +89,67 @@ describe("leader election", () => {
       await operator.stop();
     }
   }, 60_000);
+});
+
+// Time-and-clocks review: expiry was judged by comparing the holder's renewTime with this pod's
+// clock, so a standby whose clock ran ahead took a live leader's lease, and a dead leader whose
+// clock ran ahead blocked failover for as long as its clock was ahead.
+describe("leader election with pods' clocks apart", () => {
+  const lease = { leaseDurationMs: 3_000, renewDeadlineMs: 2_000, retryPeriodMs: 500 };
+  const log = createLogger({ level: "silent" });
+  const createLease = async (namespace: string, name: string, holderIdentity: string, renewTime: V1MicroTime) => {
+    const kube = kubeClients(env.cluster.kubeConfig());
+    await kube.coordination.createNamespacedLease({
+      namespace,
+      body: { apiVersion: "coordination.k8s.io/v1", kind: "Lease", metadata: { name, namespace }, spec: { holderIdentity, leaseDurationSeconds: 3, acquireTime: renewTime, renewTime, leaseTransitions: 0 } },
+    });
+    return kube;
+  };
+
+  it("does not take a lease its holder renews, however far behind the holder's clock is", async () => {
+    const name = "clock-behind";
+    const behind = () => new V1MicroTime(Date.now() - 60_000);
+    const kube = await createLease(env.namespace, name, "slow-clock-leader", behind());
+    // The holder renews every 500 ms, writing renewTimes a minute old by this clock.
+    let renewals = 0;
+    const renewer = setInterval(() => {
+      void (async () => {
+        const current = await kube.coordination.readNamespacedLease({ namespace: env.namespace, name });
+        if (current.spec?.holderIdentity !== "slow-clock-leader") return;
+        current.spec = { ...current.spec, renewTime: behind() };
+        await kube.coordination.replaceNamespacedLease({ namespace: env.namespace, name, body: current });
+        renewals++;
+      })().catch(() => {});
+    }, 500);
+    const standby = new LeaderElector(kube, { namespace: env.namespace, name, identity: "standby", ...lease }, log);
+    try {
+      const elected = standby.acquire(() => {});
+      elected.catch(() => {}); // awaited below; rejected only if released first
+      const outcome = await Promise.race([elected.then(() => "took it"), new Promise((resolve) => setTimeout(resolve, 6_000, "waited"))]);
+      expect(outcome).toBe("waited");
+      expect(renewals).toBeGreaterThan(5);
+      // Once the holder stops renewing, the standby takes over within a lease duration and a bit.
+      clearInterval(renewer);
+      const stoppedAt = Date.now();
+      await elected;
+      expect(Date.now() - stoppedAt).toBeLessThan(3_000 + 2_500);
+    } finally {
+      clearInterval(renewer);
+      await standby.release();
+    }
+  }, 30_000);
+
+  it("takes the lease of a dead holder whose clock was an hour ahead after one lease duration", async () => {
+    const name = "clock-ahead";
+    const kube = await createLease(env.namespace, name, "fast-clock-leader", new V1MicroTime(Date.now() + 3_600_000));
+    const standby = new LeaderElector(kube, { namespace: env.namespace, name, identity: "standby", ...lease }, log);
+    try {
+      const startedAt = Date.now();
+      await Promise.race([standby.acquire(() => {}), new Promise((_, reject) => setTimeout(() => reject(new Error("not elected within 10 s")), 10_000))]);
+      expect(Date.now() - startedAt).toBeGreaterThanOrEqual(3_000);
+      expect(standby.leading).toBe(true);
+    } finally {
+      await standby.release();
+    }
+  }, 30_000);
 });
