@@ -177,7 +177,7 @@ export const WebhookDestinationSpec = Type.Object(
       Type.Array(Type.String({ minLength: 1, maxLength: 63, pattern: DNS_LABEL }), {
         minItems: 1,
         maxItems: 256,
-        description: "Names of the Sources (same namespace) whose messages this destination receives.",
+        description: "Names of the Sources (same namespace) whose messages this destination receives. A source removed from the list takes its messages not yet delivered with it (not sent); its delete notifications among them are moved to the dead-letter queue (reason source_removed).",
       }),
     ),
     sourceSelector: Type.Optional(LabelSelector),
@@ -217,7 +217,7 @@ export const WebhookDestinationSpec = Type.Object(
       Type.Boolean({
         default: true,
         description:
-          "When false, nothing is delivered, and what was not delivered yet (retries included) is dropped, not dead-lettered; enabled again, it receives from then on. To pause a failing receiver without losing anything, leave it enabled: failures are retried for the retry window, then dead-lettered for `trackhook replay`.",
+          "When false, nothing is delivered, and what was not delivered yet (retries included) is dropped, except delete notifications and replayed dead letters, which are moved to the dead-letter queue (reason destination_disabled); enabled again, it receives from then on. To pause a failing receiver without losing anything, leave it enabled: failures are retried for the retry window, then dead-lettered for `trackhook replay`.",
       }),
     ),
     timeout: Type.Optional(

@@ -5,6 +5,7 @@ import { AckPolicy, DeliverPolicy, type ConsumerConfig, type JetStreamManager } 
 import { nanos } from "@nats-io/transport-node";
 import type { CompiledDestination } from "../../schema/mod.ts";
 import { EVENTS_STREAM, consumerName, isConsumerNotFound, isStreamNotFound, replaySubject, sourceSubjects } from "../nats/mod.ts";
+import { deadLetterUndelivered, type UndeliveredMoved } from "./undelivered.ts";
 
 /**
  * ack_wait must outlast the worst delivery round (all URLs in parallel, each bounded by the
@@ -52,7 +53,15 @@ export function destinationConsumerConfig(destination: CompiledDestination): Par
 export async function ensureDestinationConsumer(
   jsm: JetStreamManager,
   destination: CompiledDestination,
-  options: { startSeq?: number; /** Told when this call made the consumer (not another process). */ onCreated?: () => void } = {},
+  options: {
+    startSeq?: number;
+    /** Told when this call made the consumer (not another process). */
+    onCreated?: () => void;
+    /** Told what moved to the DLQ because sources left the filter (see below). */
+    onSourcesRemoved?: (removed: { filters: string[]; moved: UndeliveredMoved }) => void;
+    /** When those could not be moved (the DLQ full): narrow the filter anyway (true), or throw (the default). */
+    dropUndelivered?: boolean;
+  } = {},
 ): Promise<string> {
   const base = destinationConsumerConfig(destination);
   const config: typeof base = options.startSeq === undefined
@@ -80,7 +89,21 @@ export async function ensureDestinationConsumer(
     const differs = (Object.keys(mutable) as Array<keyof typeof mutable>).some(
       (key) => JSON.stringify(existing.config[key]) !== JSON.stringify(mutable[key]),
     );
-    if (differs) await jsm.consumers.update(EVENTS_STREAM, config.durable_name, mutable);
+    if (!differs) return config.durable_name;
+    // A source leaving the filter takes its messages not yet delivered with it, unsent; its delete
+    // notifications (user erasures) go to the DLQ first (found by a review: a destination moved
+    // to another source in Git dropped a pending erasure, with no trace).
+    const wanted = new Set(mutable.filter_subjects);
+    const leaving = (existing.config.filter_subjects ?? []).filter((f) => f.startsWith("trackhook.events.") && !wanted.has(f));
+    if (leaving.length > 0) {
+      try {
+        const moved = await deadLetterUndelivered(jsm, jsm.jetstream(), existing, "source_removed", leaving);
+        options.onSourcesRemoved?.({ filters: leaving, moved });
+      } catch (err) {
+        if (!options.dropUndelivered) throw err;
+      }
+    }
+    await jsm.consumers.update(EVENTS_STREAM, config.durable_name, mutable);
   }
   return config.durable_name;
 }

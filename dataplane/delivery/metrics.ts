@@ -40,7 +40,7 @@ export interface DestinationState {
 }
 
 /** Why a message is dead-lettered, and why a dead letter is not stored (the alerts' series). */
-export const DEAD_LETTER_REASONS = ["permanent_failure", "retry_window_exhausted", "invalid_message", "destination_disabled", "destination_deleted"] as const;
+export const DEAD_LETTER_REASONS = ["permanent_failure", "retry_window_exhausted", "invalid_message", "destination_disabled", "destination_deleted", "source_removed"] as const;
 export const DEAD_LETTER_FAILURES = ["dead_letter_stream_full", "dead_letter_destination_full", "dead_letter_not_stored"] as const;
 export type DeadLetterReason = (typeof DEAD_LETTER_REASONS)[number];
 export type DeadLetterFailure = (typeof DEAD_LETTER_FAILURES)[number];

@@ -56,6 +56,7 @@ export interface DeliveryServiceDeps {
 const START_RETRY_MS = 1_000;
 const STREAM_CHECK_MS = 30_000;
 const UNDELIVERED_MOVED = "a destination no longer enabled had delete notifications (user erasures) or replayed dead letters not yet delivered: moved to the dead-letter queue (`trackhook dead-letters`; `trackhook replay` once it is enabled again)";
+const SOURCE_REMOVED_MOVED = "sources left a destination's spec.sources with delete notifications (user erasures) not yet delivered: moved to the dead-letter queue, reason source_removed (`trackhook dead-letters`; `trackhook replay` to send them); the sources' other messages not yet delivered are not sent";
 const START_RETRY_MAX_MS = 30_000;
 
 /**
@@ -309,7 +310,12 @@ export class DeliveryService {
         // startSeq counts only if the consumer has to be made (it was deleted): an existing one keeps
         // its place. Without createdAt (config files), one made now starts when it was first wanted.
         const made = destination.createdAt ? destination : { ...destination, createdAt: new Date(since).toISOString() };
-        this.#managed.add(await ensureDestinationConsumer(this.#jsm, made, last ? { startSeq: await this.#resumeFrom(last) } : {}));
+        this.#managed.add(await ensureDestinationConsumer(this.#jsm, made, {
+          ...(last ? { startSeq: await this.#resumeFrom(last) } : {}),
+          onSourcesRemoved: ({ filters, moved }) => {
+            if (moved.deletes > 0) log.error({ destination: key, filters, deleteNotifications: moved.deletes }, SOURCE_REMOVED_MOVED);
+          },
+        }));
         await this.#startWorker(key, destination);
         this.#pending.delete(key);
         this.#predecessors.delete(key);

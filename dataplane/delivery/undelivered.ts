@@ -1,6 +1,6 @@
 // What a destination's consumer still had to deliver, when the consumer is removed (the
-// destination disabled or deleted): the messages that nothing else would bring back go to the
-// dead-letter queue first. Its events stay in the events stream (until max_age) and a disabled
+// destination disabled or deleted) or a source leaves its filter: the messages that nothing else
+// would bring back go to the dead-letter queue first. Its events stay in the events stream (until max_age) and a disabled
 // destination means "send nothing more"; but a delete notification still being retried is a
 // user's erasure that would vanish without a trace (found by a review: a team disabled a failing
 // receiver for a minute, and the notice was gone, no dead letter, no metric), and a replayed dead
@@ -19,7 +19,8 @@ export interface UndeliveredMoved {
 
 /**
  * Copies a destination consumer's undelivered delete notifications and replayed dead letters to
- * the DLQ, before the consumer is removed. "Undelivered" is what lies past its ack floor: a
+ * the DLQ, before the consumer is removed (or, given `filters`, only the delete notifications of
+ * those source filters, before they leave the consumer's filter). "Undelivered" is what lies past its ack floor: a
  * message acked out of order there (delivered) is copied too, and a replay of it sends it again
  * with the same messageId and X-Delivery-Id, which receivers drop. A dead letter is keyed as
  * delivery keys its own, so one that delivery stored a moment before is not stored twice.
@@ -29,7 +30,9 @@ export async function deadLetterUndelivered(
   js: JetStreamClient,
   /** The consumer's name, or its info when the caller has just read it. */
   consumer: string | ConsumerInfo,
-  reason: Extract<DeadLetterReason, "destination_disabled" | "destination_deleted">,
+  reason: Extract<DeadLetterReason, "destination_disabled" | "destination_deleted" | "source_removed">,
+  /** Of the consumer's filters, only these (the sources leaving it); all of them by default. */
+  only?: readonly string[],
 ): Promise<UndeliveredMoved> {
   const moved: UndeliveredMoved = { deletes: 0, replayed: 0 };
   const owner = parseConsumerName(typeof consumer === "string" ? consumer : consumer.name);
@@ -39,7 +42,7 @@ export async function deadLetterUndelivered(
     throw err;
   });
   if (!info || info.num_pending + info.num_ack_pending === 0) return moved;
-  const filters = info.config.filter_subjects ?? (info.config.filter_subject ? [info.config.filter_subject] : []);
+  const filters = (info.config.filter_subjects ?? (info.config.filter_subject ? [info.config.filter_subject] : [])).filter((f) => !only || only.includes(f));
   // A source's delete notifications, and the replay subject as it is.
   const subjects = filters.map((subject) => (subject.startsWith("trackhook.events.") && subject.endsWith(".>") ? `${subject.slice(0, -1)}delete` : subject));
   if (subjects.length === 0) return moved;

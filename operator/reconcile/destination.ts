@@ -3,7 +3,7 @@
 // missing, say), the last good config and its consumer stay: messages keep flowing and nothing
 // already accepted is lost; Ready says what is wrong.
 import { compileDestination, destinationKey, secretNamesOf } from "../../dataplane/config/mod.ts";
-import { deadLetterUndelivered, ensureDestinationConsumer, removeDestinationConsumers } from "../../dataplane/delivery/mod.ts";
+import { deadLetterUndelivered, ensureDestinationConsumer, removeDestinationConsumers, type UndeliveredMoved } from "../../dataplane/delivery/mod.ts";
 import { consumerName, isStreamNotFound } from "../../dataplane/nats/mod.ts";
 import { KeyedLogInterval } from "../../dataplane/telemetry/mod.ts";
 import type { WebhookDestinationDocument } from "../../schema/mod.ts";
@@ -50,8 +50,12 @@ async function applyDestination(ctx: OperatorContext, namespace: string, name: s
   const compiled = result.value;
   if (await ctx.config.put(key, compiled)) ctx.log.info({ destination: `${namespace}/${name}`, sources: compiled.sources }, "destination config written");
   try {
-    if (compiled.enabled) await ensureDestinationConsumer(ctx.jsm, compiled);
-    else await removeConsumer(ctx, namespace, name, "destination_disabled", destination);
+    if (compiled.enabled) {
+      await ensureDestinationConsumer(ctx.jsm, compiled, {
+        dropUndelivered: destination.metadata.annotations?.[DROP_UNDELIVERED] === "true",
+        onSourcesRemoved: ({ filters, moved }) => void saidMoved(ctx, namespace, name, "source_removed", moved, destination, filters).catch(() => {}),
+      });
+    } else await removeConsumer(ctx, namespace, name, "destination_disabled", destination);
   } catch (err) {
     if (!isStreamNotFound(err)) throw err;
     await setReady(ctx, destination, {
@@ -119,10 +123,26 @@ async function moveUndelivered(
     ctx.log.error({ destination: label }, message);
     throw err;
   }
+  await saidMoved(ctx, namespace, name, reason, moved, destination);
+}
+
+/** Says what deadLetterUndelivered moved: log (error), metric, and a Warning event on the destination. */
+async function saidMoved(
+  ctx: OperatorContext,
+  namespace: string,
+  name: string,
+  reason: "destination_disabled" | "destination_deleted" | "source_removed",
+  moved: UndeliveredMoved,
+  destination: DestinationResource | undefined,
+  filters?: string[],
+): Promise<void> {
   if (moved.deletes + moved.replayed === 0) return;
   ctx.metrics.notifications.inc({ outcome: "dead_lettered" }, moved.deletes);
-  const message = `${moved.deletes} delete notification(s) (user erasures) and ${moved.replayed} replayed message(s) not yet delivered were moved to the dead-letter queue (${reason}): \`trackhook dead-letters --destination ${namespace}/${name}\`, and \`trackhook replay\` once it is enabled again`;
-  ctx.log.error({ destination: `${namespace}/${name}`, deleteNotifications: moved.deletes, replayed: moved.replayed, reason }, message);
+  const label = `${namespace}/${name}`;
+  const message = reason === "source_removed"
+    ? `${moved.deletes} delete notification(s) (user erasures) of the source(s) no longer in spec.sources were not yet delivered and were moved to the dead-letter queue (source_removed): \`trackhook dead-letters --destination ${label}\`, and \`trackhook replay\` to send them`
+    : `${moved.deletes} delete notification(s) (user erasures) and ${moved.replayed} replayed message(s) not yet delivered were moved to the dead-letter queue (${reason}): \`trackhook dead-letters --destination ${label}\`, and \`trackhook replay\` once it is enabled again`;
+  ctx.log.error({ destination: label, deleteNotifications: moved.deletes, replayed: moved.replayed, reason, ...(filters ? { filters } : {}) }, message);
   if (destination) await ctx.events.record(destination, "Warning", "UndeliveredDeadLettered", message);
 }
 

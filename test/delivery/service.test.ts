@@ -11,7 +11,7 @@ import { ConfigHolder, FileConfigProvider, compileConfig } from "../../dataplane
 import { DeliveryMetrics, DeliveryService, DestinationWorker, WebhookSender } from "../../dataplane/delivery/mod.ts";
 import { readDeadLetters } from "../../dataplane/admin/mod.ts";
 import { createLogger, type Logger } from "../../dataplane/logging.ts";
-import { ATTEMPTS_STREAM, DLQ_STREAM, EVENTS_STREAM, dlqStreamConfig, ensureStream, eventsStreamConfig, type SideStreamSettings } from "../../dataplane/nats/mod.ts";
+import { ATTEMPTS_STREAM, DLQ_STREAM, EVENTS_STREAM, consumerName, dlqStreamConfig, ensureStream, eventsStreamConfig, type SideStreamSettings } from "../../dataplane/nats/mod.ts";
 import { DEFAULT_STREAM } from "../harness/ingest.ts";
 import { startNats, type NatsHarness } from "../harness/nats.ts";
 import { answer, startReceiver, type Receiver } from "../harness/receiver.ts";
@@ -30,20 +30,22 @@ afterAll(async () => {
   await nats?.stop();
 });
 
-function configOf(destinations: Array<{ name: string; url: string; timeout?: string; maxInFlight?: number; retryWindow?: string }>) {
+function configOf(destinations: Array<{ name: string; url: string; timeout?: string; maxInFlight?: number; retryWindow?: string; sources?: string[] }>) {
+  // Each destination reads the source of its own name unless it lists others.
+  const sources = [...new Set(destinations.flatMap((d) => d.sources ?? [d.name]))];
   return compileConfig(
     [
-      ...destinations.flatMap((d) => [
-        { apiVersion: "v1", kind: "Secret", metadata: { name: `${d.name}-key` }, stringData: { writeKey: `w-${d.name}` } },
-        { apiVersion: "trackhook.io/v1alpha1", kind: "Source", metadata: { name: d.name }, spec: { writeKeySecretRef: { name: `${d.name}-key`, key: "writeKey" } } },
-        {
-          apiVersion: "trackhook.io/v1alpha1", kind: "WebhookDestination", metadata: { name: d.name },
-          spec: {
-            sources: [d.name], urls: [d.url], ...(d.timeout ? { timeout: d.timeout } : {}), ...(d.maxInFlight ? { maxInFlight: d.maxInFlight } : {}),
-            ...(d.retryWindow ? { retryWindow: d.retryWindow } : {}),
-          },
-        },
+      ...sources.flatMap((name) => [
+        { apiVersion: "v1", kind: "Secret", metadata: { name: `${name}-key` }, stringData: { writeKey: `w-${name}` } },
+        { apiVersion: "trackhook.io/v1alpha1", kind: "Source", metadata: { name }, spec: { writeKeySecretRef: { name: `${name}-key`, key: "writeKey" } } },
       ]),
+      ...destinations.map((d) => ({
+        apiVersion: "trackhook.io/v1alpha1", kind: "WebhookDestination", metadata: { name: d.name },
+        spec: {
+          sources: d.sources ?? [d.name], urls: [d.url], ...(d.timeout ? { timeout: d.timeout } : {}), ...(d.maxInFlight ? { maxInFlight: d.maxInFlight } : {}),
+          ...(d.retryWindow ? { retryWindow: d.retryWindow } : {}),
+        },
+      })),
     ].map((body, i) => ({ origin: `doc ${i + 1}`, body })),
   );
 }
@@ -370,6 +372,41 @@ describe("delivery service", () => {
       const ids = [];
       for await (const letter of readDeadLetters(own.nc, { namespace: "default", destination: "eta" })) ids.push(letter.messageId);
       expect(ids).toEqual(["eta-old-0", "eta-old-1", "eta-new-0", "eta-new-1"]);
+    } finally {
+      await service.stop();
+      await ownReceiver.close();
+      await own.stop();
+    }
+  });
+
+  it("a source leaving a destination's sources has its undelivered delete notifications dead-lettered (found by a review: a destination moved to another source dropped a pending erasure)", async () => {
+    const own = await startNats();
+    const ownReceiver = await startReceiver();
+    ownReceiver.on("/iota", answer(503));
+    await ensureStream(own.jsm, eventsStreamConfig(DEFAULT_STREAM));
+    const config = new ConfigHolder(configOf([{ name: "iota", url: ownReceiver.url("/iota"), sources: ["web", "app"] }]));
+    const { log, lines } = capturedLog("error");
+    const service = await start(config, { on: own, log });
+    try {
+      const erasure = (source: string, id: string) =>
+        own.js.publish(`trackhook.events.default.${source}.delete`, JSON.stringify({ type: "delete", userId: "u9", messageId: id, timestamp: new Date().toISOString(), context: {} }), { msgID: `default/${source}/${id}` });
+      await publishTo("web", own)("web-event");
+      await erasure("web", "delete-web");
+      await erasure("app", "delete-app");
+      await ownReceiver.waitFor("/iota", 3); // all tried once, all waiting for a retry
+      config.set(configOf([{ name: "iota", url: ownReceiver.url("/iota"), sources: ["app"] }]));
+      await expect.poll(async () => {
+        const letters = [];
+        for await (const letter of readDeadLetters(own.nc, { namespace: "default", destination: "iota" })) letters.push([letter.messageId, letter.reason, letter.attempts]);
+        return letters;
+      }, { timeout: 10_000 }).toEqual([["delete-web", "source_removed", 0]]);
+      await expect.poll(() => lines.some((l) => l.includes("moved to the dead-letter queue, reason source_removed"))).toBe(true);
+      // The source still listed keeps its erasure, delivered once the receiver answers.
+      const answered = ownReceiver.requests("/iota").length;
+      ownReceiver.on("/iota", answer(200));
+      await expect.poll(() => ownReceiver.requests("/iota").slice(answered).map((r) => (JSON.parse(r.body.toString()) as { messageId: string }).messageId), { timeout: 20_000 }).toContain("delete-app");
+      const info = await own.jsm.consumers.info(EVENTS_STREAM, consumerName("default", "iota"));
+      expect(info.config.filter_subjects).toEqual(["trackhook.events.default.app.>", "trackhook.replay.default.iota"]);
     } finally {
       await service.stop();
       await ownReceiver.close();

@@ -119,6 +119,28 @@ describe("DeletionRequest", () => {
     }
   });
 
+  it("a destination moved to another source while a notice to it is being retried has the notice dead-lettered (found by a review: a move in Git dropped the erasure)", async () => {
+    const operator = await spawnOperator(env);
+    try {
+      env.receiver.on("/moved", answer(503));
+      await env.apply(yamlDocuments(setup(["shop", "blog"], ["shop"]), destinationYaml("moved", { sources: ["shop"], urls: [env.receiver.url("/moved")] })));
+      await env.waitReady("WebhookDestination", "moved");
+      await env.apply(deletionRequest("gdpr-moved", ["hana"], ["shop"]));
+      await env.waitReady("DeletionRequest", "gdpr-moved");
+      await env.receiver.waitFor("/moved", 1); // its first attempt failed; a retry is due later
+      await env.cluster.kubectlOk(["patch", "webhookdestination", "moved", "-n", env.namespace, "--type=merge", "-p", '{"spec":{"sources":["blog"]}}']);
+      const letter = await env.waitFor("the notice dead-lettered", async () => {
+        const m = await env.nats.jsm.streams.getMessage(DLQ_STREAM, { last_by_subj: dlqSubject(env.namespace, "moved") }).catch(() => null);
+        return m ?? undefined;
+      }, 20_000);
+      expect(letter.header?.get("Trackhook-Reason")).toBe("source_removed");
+      expect(letter.json<{ type: string; userId: string }>()).toMatchObject({ type: "delete", userId: "hana" });
+      await env.waitReady("WebhookDestination", "moved");
+    } finally {
+      await operator.stop();
+    }
+  });
+
   it("a destination deleted while the DLQ cannot take its pending notice says so in an Event, stays until there is room, and goes with the drop annotation (found by a review: the delete hung, silent)", async () => {
     const operator = await spawnOperator(env);
     const { config } = await env.nats.jsm.streams.info(DLQ_STREAM);
