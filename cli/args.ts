@@ -1,9 +1,25 @@
 // Parsing of flag values shared by the commands.
+import { createServer } from "node:net";
 import { parseDuration } from "../schema/mod.ts";
 import { devLockPath, isRunning, readDevLock } from "./dev-lock.ts";
 
 export class UsageError extends Error {
   readonly code = "TRACKHOOK_USAGE";
+}
+
+/**
+ * Where services listen without --host: every address, IPv6 and IPv4 both ("::" is dual-stack),
+ * so a pod of an IPv6-only cluster is reached too (found by a review: with 0.0.0.0 its probes and
+ * Service never connected); "0.0.0.0" on a host without IPv6.
+ */
+export async function anyAddress(): Promise<string> {
+  const probe = createServer();
+  const ipv6 = await new Promise<boolean>((resolve) => {
+    probe.once("error", () => resolve(false));
+    probe.listen({ host: "::", port: 0 }, () => resolve(true));
+  });
+  if (ipv6) await new Promise((resolve) => probe.close(resolve));
+  return ipv6 ? "::" : "0.0.0.0";
 }
 
 /**

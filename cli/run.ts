@@ -3,7 +3,7 @@
 // once the Node version is known to be recent enough.
 import { parseArgs } from "node:util";
 import { ConfigError } from "../dataplane/config/mod.ts";
-import { NatsAuthError, NatsServerNotFoundError, StreamStorageRefusedError } from "../dataplane/nats/mod.ts";
+import { NatsAuthError, NatsServerNotFoundError, NatsServerTooOldError, StreamStorageRefusedError } from "../dataplane/nats/mod.ts";
 import { VERSION } from "../dataplane/version.ts";
 import { UsageError } from "./args.ts";
 import { devCommand } from "./commands/dev.ts";
@@ -90,7 +90,7 @@ function startedWithMemoryFlags(): boolean {
 }
 
 main(process.argv.slice(2)).catch((err: unknown) => {
-  if (err instanceof UsageError || err instanceof ConfigError || err instanceof NatsServerNotFoundError || err instanceof NatsAuthError || err instanceof StreamStorageRefusedError) {
+  if (err instanceof UsageError || err instanceof ConfigError || err instanceof NatsServerNotFoundError || err instanceof NatsAuthError || err instanceof NatsServerTooOldError || err instanceof StreamStorageRefusedError) {
     process.stderr.write(`trackhook: ${err.message}\n`);
     process.exit(2);
   }

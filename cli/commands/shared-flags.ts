@@ -19,7 +19,7 @@ export const ingestFlags = {
 
 export const ingestFlagsHelp = `
   --port <n>                 HTTP port (default 8080)
-  --host <addr>              listen address (default: ingest 0.0.0.0, dev 127.0.0.1)
+  --host <addr>              listen address (default: ingest every address, IPv6 and IPv4 (::); dev 127.0.0.1)
   --cors-origins <list>      comma-separated origins allowed by CORS (default *)
   --trusted-proxies <list>   proxies whose X-Forwarded-For sets the client IP (addresses or CIDRs)
   --public-url <url>         base URL SDKs use, for the settings endpoint (default: request Host)

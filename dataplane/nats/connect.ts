@@ -14,6 +14,42 @@ const CONNECT_TIMEOUT_MS = 5_000;
 /** An error the server reports comes once per refused operation (each ack, say): one line per kind this often. */
 const ERROR_LOG_INTERVAL_MS = 10_000;
 
+/**
+ * The oldest nats-server trackhook runs on: a destination's consumer filters several subjects
+ * (2.10). Older servers refuse those consumers and nothing is ever delivered (found by a review:
+ * Debian's nats-server 2.9, installed as the docs suggested, let `dev` start and deliver nothing).
+ */
+export const MIN_NATS_SERVER = "2.10.0";
+/** The release lines every test runs on (scripts/versions.sh); older ones are allowed, with a warning. */
+const TESTED_NATS_SERVER = "2.14.0";
+
+export class NatsServerTooOldError extends Error {
+  readonly code = "TRACKHOOK_NATS_SERVER_TOO_OLD";
+}
+
+/** -1, 0 or 1 as a is older than, the same as or newer than b (dotted numbers; a suffix such as -beta ignored). */
+export function compareVersions(a: string, b: string): number {
+  const parts = (v: string) => v.replace(/^v/, "").split(/[-+]/)[0]!.split(".").map((n) => Number.parseInt(n, 10) || 0);
+  const [x, y] = [parts(a), parts(b)];
+  for (let i = 0; i < Math.max(x.length, y.length); i++) {
+    const d = (x[i] ?? 0) - (y[i] ?? 0);
+    if (d !== 0) return Math.sign(d);
+  }
+  return 0;
+}
+
+/** Refuses a nats-server older than MIN_NATS_SERVER; warns below the versions tested. */
+export function checkServerVersion(version: string | undefined, servers: string, log: Logger): void {
+  if (!version) return;
+  if (compareVersions(version, MIN_NATS_SERVER) < 0) {
+    throw new NatsServerTooOldError(
+      `nats-server at ${servers} is ${version}; trackhook needs ${MIN_NATS_SERVER} or newer (it is tested on ${TESTED_NATS_SERVER.replace(/\.0$/, "")} and later). ` +
+        "Upgrade it (https://github.com/nats-io/nats-server/releases, `brew install nats-server`, or `npm run tools` in a checkout)",
+    );
+  }
+  if (compareVersions(version, TESTED_NATS_SERVER) < 0) log.warn({ servers, version, tested: `>= ${TESTED_NATS_SERVER}` }, "nats-server is older than the versions trackhook is tested on");
+}
+
 /** nats.js's refusals of credentials (authorization violation, expired or revoked). */
 export function isAuthError(err: unknown): boolean {
   const e = err as { name?: string; code?: string; message?: string } | undefined;
@@ -89,6 +125,12 @@ export async function connectNats({ servers, name, log, component }: ConnectOpti
     throw err;
   } finally {
     clearInterval(waiting);
+  }
+  try {
+    checkServerVersion(nc.info?.version, servers, log);
+  } catch (err) {
+    await nc.close();
+    throw err;
   }
   followConnection(nc);
   void (async () => {

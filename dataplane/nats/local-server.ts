@@ -9,9 +9,13 @@ import { fileURLToPath } from "node:url";
 export class NatsServerNotFoundError extends Error {
   readonly code = "TRACKHOOK_NATS_SERVER_NOT_FOUND";
   constructor() {
+    const checkout = existsSync(join(findPackageRoot(), "scripts", "tools.sh"));
     super(
-      "nats-server was not found in .tools/bin or on PATH. Run `npm run tools` to build the pinned " +
-        "version into .tools/bin (needs Go), install nats-server yourself, or pass --nats <url> to use a running server.",
+      `nats-server was not found ${checkout ? "in .tools/bin or " : ""}on PATH. Get one (2.10 or newer): ` +
+        (checkout ? "`npm run tools` builds the pinned version into .tools/bin (needs Go); " : "") +
+        "`brew install nats-server`; `go install github.com/nats-io/nats-server/v2@latest`; or a release binary from " +
+        "https://github.com/nats-io/nats-server/releases. Or pass --nats <url> to use a running server " +
+        "(`docker run -p 4222:4222 nats -js` starts one).",
     );
   }
 }

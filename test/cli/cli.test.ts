@@ -434,6 +434,29 @@ describe("trackhook and a NATS that comes and goes", () => {
     });
   }, 60_000);
 
+  it("ingest without --host answers on IPv6 and IPv4 both, and stores an IPv4 client's address as IPv4 (found by a review: IPv6-only clusters never reached 0.0.0.0)", async () => {
+    const server = await ownNats();
+    const nc = await connect({ servers: server.url });
+    const port = await freePort();
+    const ingest = spawnCli("ingest", "--config", "examples/", "--nats", server.url, "--port", String(port));
+    try {
+      await ingest.waitFor(/"msg":"ingest listening"/, 15_000);
+      const headers = { authorization: basic("dev-write-key") };
+      for (const host of ["127.0.0.1", "[::1]"]) {
+        expect((await post(`http://${host}:${port}/v1/track`, { userId: "u", event: `from ${host}`, context: { direct: true } }, { headers })).status).toBe(200);
+      }
+      const jsm = await jetstreamManager(nc);
+      const stored = [];
+      for (let seq = 1; seq <= 2; seq++) stored.push((await jsm.streams.getMessage("TRACKHOOK_EVENTS", { seq })).json<{ event: string; context: { ip: string } }>());
+      expect(stored.map((m) => [m.event, m.context.ip])).toEqual([["from 127.0.0.1", "127.0.0.1"], ["from [::1]", "::1"]]);
+    } finally {
+      ingest.child.kill("SIGTERM");
+      await ingest.exited;
+      await nc.close();
+      await server.stop();
+    }
+  }, 60_000);
+
   it("a stream that does not fit NATS's storage is a clear error naming the stream and the fix (regression: a JetStream stack trace, crash-looping)", async () => {
     const server = await ownNats("50MB");
     try {

@@ -158,7 +158,7 @@ async function handle(state: IngestState, request: FastifyRequest, config: Route
       notAccepted("nested_too_deep", `message is nested deeper than ${MAX_JSON_DEPTH} levels once the batch's context is merged in`, item);
       continue;
     }
-    const message = enrich(verdict.message, verdict.type, { receivedAt, ip: () => request.ip, batch });
+    const message = enrich(verdict.message, verdict.type, { receivedAt, ip: () => clientIp(request.ip), batch });
     // Serialised once: these bytes are what is stored and, later, signed and delivered.
     const payload = Buffer.from(JSON.stringify(message));
     // A batch's context is merged into every item, so what is stored is bounded again here.
@@ -214,4 +214,12 @@ function tooDeep(items: unknown[], batch: BatchDefaults | undefined): { items: S
     items: new Set(items.filter((item) => nestedDeeperThan(item, MAX_JSON_DEPTH))),
     batchLevel: batch !== undefined && (nestedDeeperThan(batch.context, MAX_JSON_DEPTH - 1) || nestedDeeperThan(batch.integrations, MAX_JSON_DEPTH - 1)),
   };
+}
+
+/**
+ * The client's address as SDKs and Segment write it: an IPv4 client of a dual-stack listener
+ * (ingest listens on "::") is seen as "::ffff:203.0.113.7", stored as "203.0.113.7".
+ */
+export function clientIp(ip: string): string {
+  return ip.length <= 22 && /^::ffff:\d{1,3}(?:\.\d{1,3}){3}$/i.test(ip) ? ip.slice(7) : ip;
 }
