@@ -156,8 +156,12 @@ function isNatsServerOn(pid: number, storeDir: string): boolean {
   try {
     argv = readFileSync(`/proc/${pid}/cmdline`, "utf8").split("\0");
   } catch {
+    // macOS: no /proc. ps prints the command line as one string (-ww: not cut at the terminal's
+    // width, which it assumes when writing to a pipe), so a store path with spaces is matched
+    // as a substring, not by splitting.
     try {
-      argv = execFileSync("ps", ["-o", "command=", "-p", String(pid)], { encoding: "utf8" }).trim().split(/\s+/); // macOS: no /proc
+      const line = execFileSync("ps", ["-ww", "-o", "command=", "-p", String(pid)], { encoding: "utf8" }).trim();
+      return /^nats-server/.test(basename(line.split(/\s+/)[0] ?? "")) && ` ${line} `.includes(` -sd ${storeDir} `);
     } catch {
       return false;
     }
