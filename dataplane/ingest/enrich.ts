@@ -16,7 +16,9 @@ export interface EnrichContext {
   batch?: BatchDefaults;
 }
 
-const MAX_DATE_MS = 8.64e15;
+/** The years an RFC 3339 timestamp can write: 0000-01-01T00:00:00.000Z to 9999-12-31T23:59:59.999Z. */
+const RFC3339_MIN_MS = Date.parse("0000-01-01T00:00:00.000Z");
+const RFC3339_MAX_MS = Date.parse("9999-12-31T23:59:59.999Z");
 const UNKNOWN_LIBRARY = Object.freeze({ name: "unknown", version: "unknown" });
 
 /**
@@ -96,16 +98,20 @@ export function enrich(message: Record<string, unknown>, type: MessageType, ctx:
   if (typeof context.ip !== "string" && (context.direct === true || sentFromDevice(context))) context.ip = ctx.ip();
 
   // Clock-skew correction as Segment does it: timestamp = receivedAt - (sentAt - originalTimestamp).
-  const sentAtValue = message.sentAt ?? batch?.sentAt;
-  const originalValue = message.originalTimestamp ?? message.timestamp;
+  // The item's own sentAt, else the batch's; and originalTimestamp, else timestamp: one that is
+  // not a date gives way to the other (found by a review: an unreadable originalTimestamp hid a
+  // good timestamp, and an unreadable item sentAt the batch's).
+  const sentAtValue = parseDate(message.sentAt) === undefined && parseDate(batch?.sentAt) !== undefined ? batch!.sentAt : (message.sentAt ?? batch?.sentAt);
+  const originalValue = parseDate(message.originalTimestamp) === undefined && parseDate(message.timestamp) !== undefined ? message.timestamp : (message.originalTimestamp ?? message.timestamp);
   const sentAt = parseDate(sentAtValue);
   const original = parseDate(originalValue);
   let timestamp: number;
   if (original === undefined) timestamp = receivedAt;
   else if (sentAt === undefined || floating(sentAtValue as string) !== floating(originalValue as string)) timestamp = original;
   else timestamp = receivedAt - (sentAt - original);
-  // Absurd inputs (year 275760 minus year 2000) can leave the range of a Date.
-  if (!(Math.abs(timestamp) <= MAX_DATE_MS)) timestamp = receivedAt;
+  // A correction by an absurd sentAt (year 9999, or 0001) can leave the years RFC 3339 writes
+  // (the result, "-005947-10-16T…", is refused by Go's and most SQL parsers): then the time as sent.
+  if (!(timestamp >= RFC3339_MIN_MS && timestamp <= RFC3339_MAX_MS)) timestamp = original ?? receivedAt;
 
   message.type = type;
   delete message.writeKey; // a credential: never stored, never forwarded

@@ -56,6 +56,30 @@ describe("timestamps", () => {
     expect(Date.parse(both!.timestamp)).toBe(Date.parse(both!.receivedAt) - 1250);
   });
 
+  it("a date that cannot be read gives way to the other one: an item's sentAt to the batch's, originalTimestamp to timestamp (found by a time review)", async () => {
+    const now = Date.now();
+    const [m] = await sendAndRead("/v1/batch", {
+      sentAt: new Date(now - 10_000).toISOString(),
+      batch: [{ type: "track", userId: "u1", event: "Odd", messageId: uniqueId(), sentAt: "yesterday", timestamp: new Date(now - 15_000).toISOString() }],
+    });
+    expect(m!.sentAt).toBe(new Date(now - 10_000).toISOString());
+    expect(Date.parse(m!.timestamp)).toBe(Date.parse(m!.receivedAt) - 5000);
+    // Go's time.Time.String() form is no ISO date: the message's timestamp is used, not receivedAt.
+    const [go] = await sendAndRead("/v1/track", { userId: "u1", event: "Go", messageId: uniqueId(), originalTimestamp: "2020-05-09 23:54:49.209808489 +0000 UTC m=+0.1", timestamp: "2020-05-09T23:54:49.209Z" });
+    expect(go!.timestamp).toBe("2020-05-09T23:54:49.209Z");
+    expect(go!.originalTimestamp).toBe("2020-05-09T23:54:49.209Z");
+  });
+
+  it("keeps the time as sent when an absurd sentAt would correct it out of RFC 3339's years (found by a time review: \"-005947-10-16T…\" was stored)", async () => {
+    for (const sentAt of ["9999-12-31T23:59:59Z", "9999-01-01T00:00:00+05:00"]) {
+      const [m] = await sendAndRead("/v1/track", { userId: "u1", event: "Absurd", messageId: uniqueId(), timestamp: "2026-11-23T19:00:00.000Z", sentAt });
+      expect(m!.timestamp).toBe("2026-11-23T19:00:00.000Z");
+    }
+    // A large but writable correction is still made (a device clock decades off).
+    const [far] = await sendAndRead("/v1/track", { userId: "u1", event: "Far", messageId: uniqueId(), timestamp: "2099-01-01T00:00:00.000Z", sentAt: "2099-01-01T00:00:01.000Z" });
+    expect(Date.parse(far!.timestamp)).toBe(Date.parse(far!.receivedAt) - 1000);
+  });
+
   it("keeps the message's own timestamp when there is no sentAt (historical import)", async () => {
     const [m] = await sendAndRead("/v1/track", { userId: "u1", event: "Old", messageId: uniqueId(), timestamp: "2020-02-03T04:05:06.000Z" });
     expect(m!.timestamp).toBe("2020-02-03T04:05:06.000Z");
