@@ -51,6 +51,16 @@ export function parseBytes(flag: string, text: string): number {
   return Math.round(Number(match[1]) * unit);
 }
 
+/**
+ * --since: how long ago to read from. Longer ago than 1970 reads everything (found by a review:
+ * "8760000h" found nothing, as NATS's nanosecond times wrapped, and longer ones threw), and "0"
+ * is now, as in Go.
+ */
+export function sinceFlag(text: string): number {
+  if (text.trim() === "0") return 0;
+  return Math.min(durationFlag("since", text), Date.now());
+}
+
 export function durationFlag(flag: string, text: string): number {
   try {
     return parseDuration(text);

@@ -4,6 +4,7 @@ import type { Static, TSchema } from "@sinclair/typebox";
 import { BatchBody, MESSAGE_SCHEMAS, type MessageType } from "./messages.ts";
 import { SecretDocument, SourceDocument, WebhookDestinationDocument } from "./resources.ts";
 import { CompiledConfig, CompiledDestination, CompiledSource } from "./compiled-config.ts";
+import { DURATION_PATTERN } from "./duration.ts";
 
 function newAjv(options: { useDefaults: boolean }): Ajv {
   const ajv = new Ajv({ allErrors: true, verbose: true, strict: true, strictRequired: false, useDefaults: options.useDefaults, formats: { "date-time": true } });
@@ -47,6 +48,7 @@ export function describeErrors(errors: ErrorObject[] | null | undefined): string
       const detail =
         e.keyword === "required" ? "is required"
         : e.keyword === "additionalProperties" ? `has unknown field "${e.params.additionalProperty}"`
+        : e.keyword === "pattern" && e.params.pattern === DURATION_PATTERN ? `"${String(e.data)}" is not a duration (a number and a unit: ms, s, m, h; e.g. 4h, 90m, 1h30m)`
         : e.keyword === "pattern" && about ? `is not valid: ${about}`
         : e.keyword === "type" && about ? `${e.message} (${about})`
         : e.message;

@@ -1,7 +1,7 @@
 // `trackhook attempts`: a destination's delivery attempts (every URL of every try), oldest first.
 import { readAttempts } from "../../dataplane/admin/mod.ts";
 import type { AttemptRecord } from "../../dataplane/delivery/mod.ts";
-import { durationFlag, integerFlag, natsUrl } from "../args.ts";
+import { integerFlag, natsUrl, sinceFlag } from "../args.ts";
 import { connectAdmin, qualifiedName, reportNothingFound } from "./replay.ts";
 import { table } from "./table.ts";
 import type { Command } from "./types.ts";
@@ -50,7 +50,7 @@ export const attemptsCommand: Command = {
     const selection = {
       namespace, destination: name,
       ...(messageId !== undefined ? { messageId } : {}),
-      ...(since !== undefined ? { sinceMs: durationFlag("since", since) } : {}),
+      ...(since !== undefined ? { sinceMs: sinceFlag(since) } : {}),
       ...(limit !== undefined ? { limit: integerFlag("limit", limit, 1) } : {}),
     };
     const nc = await connectAdmin(url, "trackhook-attempts");

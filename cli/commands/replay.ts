@@ -5,7 +5,7 @@ import { REPLAY_IN_FLIGHT, ReplayInterruptedError, ReplayTargetError, destinatio
 import { NatsAuthError, assertNoCredentialsInUrl, isAuthError, natsAuthOptions } from "../../dataplane/nats/mod.ts";
 import { DEFAULT_NAMESPACE } from "../../dataplane/config/mod.ts";
 import { isDnsLabel } from "../../schema/mod.ts";
-import { UsageError, durationFlag, integerFlag, natsUrl } from "../args.ts";
+import { UsageError, integerFlag, natsUrl, sinceFlag } from "../args.ts";
 import type { Command } from "./types.ts";
 import { NATS_AUTH_HELP } from "./nats-help.ts";
 
@@ -65,7 +65,7 @@ export function deadLetterSelection(values: Record<string, string | undefined>):
   const { since, limit, "message-id": messageId } = values;
   return {
     namespace, destination: name,
-    ...(since !== undefined ? { sinceMs: durationFlag("since", since) } : {}),
+    ...(since !== undefined ? { sinceMs: sinceFlag(since) } : {}),
     ...(limit !== undefined ? { limit: integerFlag("limit", limit, 1) } : {}),
     ...(messageId !== undefined ? { messageId } : {}),
   };

@@ -4,7 +4,7 @@ import { once } from "node:events";
 import { jetstreamManager } from "@nats-io/jetstream";
 import { tail } from "../../dataplane/admin/mod.ts";
 import { EVENTS_STREAM, hasMessagesOn, isStreamNotFound, sourceSubjects } from "../../dataplane/nats/mod.ts";
-import { durationFlag, natsUrl } from "../args.ts";
+import { natsUrl, sinceFlag } from "../args.ts";
 import { connectAdmin, fail, qualifiedName } from "./replay.ts";
 import type { Command } from "./types.ts";
 import { jsonLine } from "./terminal.ts";
@@ -22,7 +22,7 @@ export const tailCommand: Command = {
   flags: { source: { type: "string" }, since: { type: "string" }, nats: { type: "string" } },
   async run(values) {
     const source = values.source !== undefined ? qualifiedName("source", values.source) : undefined;
-    const sinceMs = values.since !== undefined ? durationFlag("since", values.since) : undefined;
+    const sinceMs = values.since !== undefined ? sinceFlag(values.since) : undefined;
     const url = natsUrl(values, { orDev: true });
     const nc = await connectAdmin(url, "trackhook-tail");
     if (!nc) return;

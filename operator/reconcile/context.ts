@@ -21,6 +21,9 @@ import type { Reflector } from "../kube/reflector.ts";
 import type { ReconcileResult } from "../queue.ts";
 import { readyOf, withReady, type ReadyState } from "../conditions.ts";
 
+/** Who wrote status and finalizers, as managedFields show it (client-node's default names any of its users). */
+const FIELD_MANAGER = "trackhook-operator";
+
 export type SourceResource = CustomResource<SourceSpec, SourceStatus> & { kind: "Source" };
 export type DestinationResource = CustomResource<WebhookDestinationSpec, WebhookDestinationStatus> & { kind: "WebhookDestination" };
 export type DeletionResource = CustomResource<DeletionRequestSpec, DeletionRequestStatus> & { kind: "DeletionRequest" };
@@ -123,7 +126,7 @@ export async function writeStatus<R extends AnyResource>(ctx: OperatorContext, o
   const { name, namespace } = object.metadata;
   try {
     const written = (await ctx.kube.custom.patchNamespacedCustomObjectStatus(
-      { ...customResource(PLURALS[object.kind]), namespace, name, body: { status } },
+      { ...customResource(PLURALS[object.kind]), namespace, name, body: { status }, fieldManager: FIELD_MANAGER },
       MERGE_PATCH,
     )) as { metadata?: { resourceVersion?: string } } | undefined;
     (object as { status?: unknown }).status = status;
@@ -211,7 +214,7 @@ async function patchFinalizers(ctx: OperatorContext, object: AnyResource, finali
   const { name, namespace, resourceVersion } = object.metadata;
   // resourceVersion makes this a compare-and-swap: a concurrent change fails with 409 and retries.
   await ctx.kube.custom.patchNamespacedCustomObject(
-    { ...customResource(PLURALS[object.kind]), namespace, name, body: { metadata: { finalizers, resourceVersion } } },
+    { ...customResource(PLURALS[object.kind]), namespace, name, body: { metadata: { finalizers, resourceVersion } }, fieldManager: FIELD_MANAGER },
     MERGE_PATCH,
   );
 }

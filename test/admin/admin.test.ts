@@ -244,6 +244,10 @@ describe("replaying dead letters", () => {
     await waitForDeadLetters("since-hook", 2);
     const listed = cli("dead-letters", "--destination", "since-hook", "--since", "15s", "--json");
     expect(listed.stdout.trimEnd().split("\n").map((l) => (JSON.parse(l) as DeadLetter).messageId)).toEqual(["s-new"]);
+    // Longer ago than 1970 is everything (found by a time review: nothing, or a stack trace), and 0 is now.
+    const all = cli("dead-letters", "--destination", "since-hook", "--since", "99999999999h", "--json");
+    expect([all.status, all.stdout.trimEnd().split("\n").map((l) => (JSON.parse(l) as DeadLetter).messageId)]).toEqual([0, ["s-old", "s-new"]]);
+    expect(cli("dead-letters", "--destination", "since-hook", "--since", "0", "--json")).toMatchObject({ status: 0, stdout: "" });
     env.receiver.on("/since", answer(200));
     const result = cli("replay", "--destination", "since-hook", "--since", "15s");
     expect([result.status, result.stdout]).toEqual([0, "replayed 1 message to default/since-hook\n"]);

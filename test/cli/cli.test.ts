@@ -447,7 +447,7 @@ describe("trackhook and a NATS that comes and goes", () => {
       }
       const jsm = await jetstreamManager(nc);
       const stored = [];
-      for (let seq = 1; seq <= 2; seq++) stored.push((await jsm.streams.getMessage("TRACKHOOK_EVENTS", { seq })).json<{ event: string; context: { ip: string } }>());
+      for (let seq = 1; seq <= 2; seq++) stored.push((await jsm.streams.getMessage("TRACKHOOK_EVENTS", { seq }))!.json<{ event: string; context: { ip: string } }>());
       expect(stored.map((m) => [m.event, m.context.ip])).toEqual([["from 127.0.0.1", "127.0.0.1"], ["from [::1]", "::1"]]);
     } finally {
       ingest.child.kill("SIGTERM");

@@ -253,7 +253,8 @@ spec: { sources: [web], urls: ["https://hooks.example.com/in"], timeout: 5, retr
     });
     const text = problemsOf(dir).join("\n");
     expect(text).toMatch(/spec.timeout: must be string \(Time allowed for one whole request, e.g. 5s \(from 1s to 30s\).\)/);
-    expect(text).toMatch(/spec.retryWindow: is not valid: How long a message is retried, from the time it was stored, e.g. 4h \(from 1s to 168h\)./);
+    // A duration field says what a duration looks like (found by a review: PT4H and 1d got the description only).
+    expect(text).toMatch(/spec.retryWindow: "4 hours" is not a duration \(a number and a unit: ms, s, m, h; e.g. 4h, 90m, 1h30m\)/);
     expect(text).not.toMatch(/pattern/);
   });
 

@@ -162,6 +162,16 @@ describe("CRDs: invalid objects are refused with a message naming the field", ()
   it("WebhookDestination: a URL with credentials in it", async () => {
     const stderr = await rejection(destination("userinfo", { ...minimalDestination, urls: ["https://user:pw@hooks.example.com/in"] }));
     expect(stderr).toContain(`spec.urls[0]: Invalid value: "https://user:pw@hooks.example.com/in"`);
+    expect(stderr).toContain("spec.urls: Invalid value: a URL carries no credentials (user:password@): send them in headers, valueFrom a Secret");
+  });
+
+  it("WebhookDestination: a duration that is no duration gets one error, the pattern's (found by a GitOps review: a second one spoke of google.protobuf.Duration)", async () => {
+    const stderr = await rejection(destination("words", { ...minimalDestination, timeout: "5 seconds", retryWindow: "7d" }));
+    expect(stderr).toContain(`spec.timeout: Invalid value: "5 seconds"`);
+    expect(stderr).toContain(`spec.retryWindow: Invalid value: "7d"`);
+    expect(stderr).not.toMatch(/type conversion|google\.protobuf/);
+    // A duration out of bounds still gets the bounds' message.
+    expect(await rejection(destination("long", { ...minimalDestination, timeout: "31s" }))).toContain("spec.timeout: Invalid value: \"31s\": must be from 1s to 30s");
   });
 
   it("WebhookDestination: both sources and sourceSelector, or neither", async () => {

@@ -32,6 +32,11 @@ describe("operator: Source and WebhookDestination", () => {
     const web = await env.waitReady("Source", "web");
     expect(web.metadata.finalizers).toContain(FINALIZER);
     expect(web.status!.conditions!.find((c) => c.type === "Ready")).toMatchObject({ reason: "Reconciled" });
+    // managedFields name the operator for what it writes (found by a GitOps review: client-node's default name).
+    const managed = JSON.parse(await env.cluster.kubectlOk(["get", "source", "web", "-n", env.namespace, "--show-managed-fields", "-o", "json"])) as { metadata: { managedFields: Array<{ manager: string; subresource?: string; fieldsV1: object }> } };
+    const byOperator = managed.metadata.managedFields.filter((f) => f.manager === "trackhook-operator");
+    expect(byOperator.map((f) => f.subresource ?? "").sort()).toEqual(["", "status"]);
+    expect(JSON.stringify(byOperator.find((f) => !f.subresource)!.fieldsV1)).toBe(JSON.stringify({ "f:metadata": { "f:finalizers": { ".": {}, [`v:"${FINALIZER}"`]: {} } } }));
     const orphan = await env.waitReady("Source", "orphan", "False");
     expect(orphan.status!.conditions![0]).toMatchObject({ reason: "SecretNotFound", message: expect.stringContaining(`Secret ${env.namespace}/no-such-secret does not exist`) });
     // Not only in status and Events: a metric to alert on (found by a review: nothing else said so).
