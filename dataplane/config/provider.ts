@@ -83,9 +83,13 @@ export class FileConfigProvider extends ConfigHolder {
   private readonly log: Logger;
   /** The last reload failed: the next good one says so even when nothing changed. */
   #failing = false;
-  /** A reload that removes something waits this long and reads again (see reload). */
+  /** A change waits this long after the last write seen and is read again (see reload). */
   readonly #settleMs: number;
   #settling: NodeJS.Timeout | undefined;
+  /** Since when a change has waited to settle: files written without pause are read anyway after MAX_SETTLE_ROUNDS. */
+  #changingSince: number | undefined;
+  /** The watched directory's identity: one replaced (rm -rf, mkdir) leaves a watch on the old one. */
+  #dirId: string | undefined;
   /** Each config file as last parsed: a reload parses only the files whose text changed. */
   readonly #parsed: ParsedFiles;
 
@@ -104,16 +108,29 @@ export class FileConfigProvider extends ConfigHolder {
       this.#timer = setTimeout(() => this.reload(), debounceMs);
     };
     // Watch the directory, not the file: editors save by renaming a new file over the old one.
-    this.#watcher = watch(dir, (_event, name) => {
-      if (!file || name === file) schedule();
-    });
-    this.#watcher.unref();
+    const watchDir = () => {
+      const watcher = watch(dir, (_event, name) => {
+        if (!file || name === file) schedule();
+      });
+      watcher.on("error", () => {}); // the directory gone: the poll sees it come back
+      watcher.unref();
+      return watcher;
+    };
+    this.#watcher = watchDir();
+    this.#dirId = identityOf(dir);
     // A watch does not see through symlinks: a file linked from elsewhere edited in place, or a
     // Kubernetes ConfigMap mount (its files are links through `..data`, swapped on update). What
     // the links point to is compared every few seconds too (found by a review: a rotated key in a
-    // linked file never took effect).
+    // linked file never took effect). A directory replaced is watched anew (found by a review:
+    // its watch was dead, and every change waited for this poll).
     this.#signature = filesSignature(path);
     this.#poll = setInterval(() => {
+      const id = identityOf(dir);
+      if (id !== undefined && id !== this.#dirId) {
+        this.#watcher.close();
+        this.#watcher = watchDir();
+        this.#dirId = id;
+      }
       if (filesSignature(path) !== this.#signature) schedule();
     }, pollMs);
     this.#poll.unref();
@@ -122,30 +139,40 @@ export class FileConfigProvider extends ConfigHolder {
   #signature: string;
   readonly #poll: NodeJS.Timeout;
 
-  /** @param settled a second read, `settleMs` after a first that removed something. */
+  /** @param settled a second read, `settleMs` after the first that found a change. */
   reload(settled = false): void {
     // What this reload reads: the poll then fires only for a change made after it, not once more
     // for one the watch already brought (which logged and counted a broken edit twice).
     this.#signature = filesSignature(this.path);
-    let next: CompiledConfig;
+    clearTimeout(this.#settling);
+    let next: CompiledConfig | undefined;
+    let problems: string[] = [];
     try {
       next = loadConfigFile(this.path, this.#parsed);
     } catch (err) {
-      const problems = err instanceof ConfigError ? err.problems : [String(err)];
+      problems = err instanceof ConfigError ? err.problems : [String(err)];
+    }
+    const current = this.current();
+    const unchanged = next !== undefined && JSON.stringify(next) === JSON.stringify(current);
+    // A file read while being written (`gen > config.yaml`, a copy, a writer that pauses) may be
+    // cut anywhere: documents missing (a Source's SDKs refused with 401, which they do not
+    // retry), a key, secret or URL cut short (requests refused, deliveries signed wrong or sent
+    // to the wrong URL and dead-lettered: found by a review), or not parse at all. A change takes
+    // effect only when a read `settleMs` after the last write seen finds it still there; a watch
+    // event meanwhile starts the wait again.
+    if (!unchanged && !settled) {
+      this.#changingSince ??= Date.now();
+      if (Date.now() - this.#changingSince < MAX_SETTLE_ROUNDS * this.#settleMs) {
+        this.#settling = setTimeout(() => this.reload(true), this.#settleMs);
+        this.#settling.unref();
+        return;
+      }
+    }
+    this.#changingSince = undefined;
+    if (next === undefined) {
       this.log.error({ path: this.path, problems }, "config reload failed; keeping the previous config");
       this.#failing = true;
       this.noteLoad("rejected");
-      return;
-    }
-    const current = this.current();
-    // A file read while being written (`gen > config.yaml`, a copy) may hold only its first
-    // documents, or none: a Source missing for that moment refuses its SDKs' requests with 401,
-    // which they do not retry, and a destination missing loses its worker. What removes something
-    // takes effect only if a second read a moment later says the same; additions at once.
-    if (!settled && removesSomething(current, next)) {
-      clearTimeout(this.#settling);
-      this.#settling = setTimeout(() => this.reload(true), this.#settleMs);
-      this.#settling.unref();
       return;
     }
     if (next.sources.length + next.destinations.length === 0 && current.sources.length + current.destinations.length > 0) {
@@ -158,7 +185,7 @@ export class FileConfigProvider extends ConfigHolder {
     }
     const recovered = this.#failing;
     this.#failing = false;
-    if (JSON.stringify(next) === JSON.stringify(current)) {
+    if (unchanged) {
       // Fixed back to what is running: say so, or the last word in the log stays the error.
       if (recovered) this.log.info({ path: this.path }, "config valid again; unchanged from the config in use");
       this.noteLoad("unchanged");
@@ -176,6 +203,19 @@ export class FileConfigProvider extends ConfigHolder {
   }
 }
 
+/** A change is applied at the latest after this many settle periods of files that keep changing. */
+const MAX_SETTLE_ROUNDS = 10;
+
+/** A directory's inode and birth time: a directory made anew often gets the inode of the one it replaced. */
+function identityOf(path: string): string | undefined {
+  try {
+    const stat = statSync(path);
+    return `${stat.ino}:${stat.birthtimeMs}`;
+  } catch {
+    return undefined;
+  }
+}
+
 /** What the config files (through any symlinks) are now: their paths, sizes, times and inodes. */
 function filesSignature(path: string): string {
   try {
@@ -188,11 +228,4 @@ function filesSignature(path: string): string {
   } catch {
     return ""; // gone for a moment (a swap under way): the next poll looks again
   }
-}
-
-/** Whether `next` lacks a Source or destination that `current` has (by namespace and name). */
-function removesSomething(current: CompiledConfig, next: CompiledConfig): boolean {
-  const names = (items: Array<{ namespace: string; name: string }>) => new Set(items.map((i) => `${i.namespace}/${i.name}`));
-  const [sources, destinations] = [names(next.sources), names(next.destinations)];
-  return current.sources.some((s) => !sources.has(`${s.namespace}/${s.name}`)) || current.destinations.some((d) => !destinations.has(`${d.namespace}/${d.name}`));
 }

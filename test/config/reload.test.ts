@@ -111,6 +111,29 @@ describe("live config reload from files", () => {
     await eventually(async () => (await statusFor("key-two")) === 200);
   });
 
+  it("a file rewritten by a writer that pauses mid-value never puts the cut key in force (found by a config churn review: 401 for a valid key, secrets and URLs cut short)", async () => {
+    // The same config with the web key's Secret last, in block style: cut in its value, the text
+    // still parses and every Source is still there.
+    const [, webSource, appSecret, appSource] = doc({ web: "key-one-rotated", app: "key-two" }).split("---\n");
+    const webSecret = "apiVersion: v1\nkind: Secret\nmetadata:\n  name: web-key\nstringData:\n  writeKey: key-one-rotated\n";
+    const full = [webSource, appSource, appSecret, webSecret].join("---\n");
+    const cut = full.indexOf("key-one-rotated") + "key-one-rot".length;
+    const statuses: number[] = [];
+    const watching = (async () => {
+      for (const until = Date.now() + 1_200; Date.now() < until; ) {
+        statuses.push(await statusFor("key-one-rotated"));
+        await new Promise((r) => setTimeout(r, 30));
+      }
+    })();
+    writeFileSync(file, full.slice(0, cut)); // the same bytes again, in place, cut in the middle of the key...
+    await new Promise((r) => setTimeout(r, 600)); // ...and a pause (a generator's buffer, a secret fetched)
+    writeFileSync(file, full);
+    await watching;
+    expect(statuses.length).toBeGreaterThan(10);
+    expect(statuses.every((status) => status === 200), JSON.stringify(statuses)).toBe(true);
+    expect(await statusFor("key-one-rot")).toBe(401);
+  });
+
   it("a broken edit is refused and the last good config stays in force", async () => {
     save("apiVersion: trackhook.io/v1alpha1\nkind: Source\nmetadata: { name: web }\nspec: {}\n");
     await new Promise((r) => setTimeout(r, 400));
@@ -207,6 +230,35 @@ describe("config files behind symlinks (found by a review: an edit of a linked f
     } finally {
       files.close();
       single.close();
+    }
+  });
+});
+
+describe("a config directory replaced (found by a config churn review: its watch was dead, every change waited for the poll)", () => {
+  it("is watched again: a change after the replacement takes effect as fast as before it", async () => {
+    const { mkdirSync, rmSync } = await import("node:fs");
+    const parent = mkdtempSync(join(tmpdir(), "trackhook-replaced-"));
+    const configDir = join(parent, "config");
+    mkdirSync(configDir);
+    writeFileSync(join(configDir, "sources.yaml"), doc({ web: "key-a" }));
+    // The poll every 2 s: a change the watch sees is in force in ~0.15 s, one only the poll sees in up to ~2.2 s.
+    const created = Date.now();
+    const watched = new FileConfigProvider(configDir, createLogger({ level: "silent" }), 50, 100, 2_000);
+    const key = () => watched.current().sources.find((s) => s.name === "web")?.writeKeySha256;
+    try {
+      rmSync(configDir, { recursive: true });
+      mkdirSync(configDir);
+      writeFileSync(join(configDir, "sources.yaml"), doc({ web: "key-b" }));
+      await eventually(async () => key() === sha256Hex("key-b"), 5_000);
+      // Past the first poll, which finds the directory replaced and watches the new one.
+      await new Promise((r) => setTimeout(r, created + 2_300 - Date.now()));
+      writeFileSync(join(configDir, "sources.yaml"), doc({ web: "key-c" }));
+      const written = Date.now();
+      await eventually(async () => key() === sha256Hex("key-c"), 5_000);
+      expect(Date.now() - written).toBeLessThan(1_000);
+    } finally {
+      watched.close();
+      rmSync(parent, { recursive: true, force: true });
     }
   });
 });
