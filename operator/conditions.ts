@@ -26,6 +26,25 @@ export function withReady(conditions: readonly Condition[] | undefined, state: R
   return [...others, ready];
 }
 
+/**
+ * The conditions with `Stalled` (kstatus's "failed for good": Flux's wait and `kstatus` report
+ * Failed at once instead of waiting for Ready to its timeout) set, or taken out when `state` is
+ * undefined.
+ */
+export function withStalled(conditions: readonly Condition[] | undefined, state: { reason: string; message: string } | undefined, generation: number | undefined, now = new Date()): Condition[] {
+  const others = (conditions ?? []).filter((c) => c.type !== "Stalled");
+  if (!state) return others;
+  const previous = conditions?.find((c) => c.type === "Stalled");
+  return [
+    ...others,
+    {
+      type: "Stalled", status: "True", reason: state.reason, message: state.message.slice(0, 32_768),
+      lastTransitionTime: previous?.status === "True" ? previous.lastTransitionTime : now.toISOString().replace(/\.\d+Z$/, "Z"),
+      ...(generation !== undefined ? { observedGeneration: generation } : {}),
+    },
+  ];
+}
+
 export function readyOf(conditions: readonly Condition[] | undefined): Condition | undefined {
   return conditions?.find((c) => c.type === "Ready");
 }

@@ -315,7 +315,14 @@ export class Operator {
 
   #onSource(type: WatchEventType, source: SourceResource, previous: SourceResource | undefined): void {
     if (!this.#synced) return;
-    if (type !== "DELETED" && !Operator.#changed(source, previous)) return;
+    if (type !== "DELETED" && !Operator.#changed(source, previous)) {
+      // Its Ready flipped (a status write of ours): its destinations say whether it takes messages.
+      const [now, before] = [readyOf(source.status?.conditions), readyOf(previous?.status?.conditions)];
+      if (now?.status !== before?.status || now?.reason !== before?.reason) {
+        for (const d of this.#destinationsIn(source.metadata.namespace)) this.#queues?.WebhookDestination.add(keyOf(d));
+      }
+      return;
+    }
     this.#queues?.Source.add(keyOf(source));
     // A destination's Ready and its resolved sources depend on which Sources exist (and labels).
     for (const d of this.#destinationsIn(source.metadata.namespace)) this.#queues?.WebhookDestination.add(keyOf(d));

@@ -8,7 +8,7 @@ import { longestRetryMs, publishDeleteNotifications } from "../../dataplane/dele
 import { purgeDeadLettersOf } from "../../dataplane/admin/mod.ts";
 import type { DeletionRequestStatus, DeletionState } from "../../schema/mod.ts";
 import type { ReconcileResult } from "../queue.ts";
-import { readyOf, withReady } from "../conditions.ts";
+import { readyOf, withReady, withStalled } from "../conditions.ts";
 import { apiErrorMessage, customResource, isNotFound } from "../kube/client.ts";
 import { PLURALS, isDeleting, setReady, writeStatus, type DeletionResource, type DestinationResource, type OperatorContext } from "./context.ts";
 
@@ -92,11 +92,15 @@ async function sendNotifications(ctx: OperatorContext, namespace: string, name: 
   // The request as last read or written, the final fields as the change: writeStatus compares the
   // two, and a request handed over with its final status already in it was never written (found
   // by a review: a status edited by hand stayed RUNNING at every resync).
+  const failure = failed.length > 0 ? { reason: failed[0]!.reason ?? "Failed", message: failed.map((s) => `${s.name}: ${s.message}`).join("; ") } : undefined;
+  // A request is done for good either way (its spec cannot change): a failed one is Stalled too,
+  // so GitOps tools report it failed at once (found by a review: Flux waited to its timeout).
+  request = { ...request, status: { ...request.status, conditions: withStalled(request.status?.conditions, failure, request.metadata.generation) } };
   await setReady(
     ctx,
     request,
-    failed.length > 0
-      ? { status: "False", reason: failed[0]!.reason ?? "Failed", message: failed.map((s) => `${s.name}: ${s.message}`).join("; ") }
+    failure
+      ? { status: "False", ...failure }
       : {
           status: "True",
           reason: "Finished",

@@ -7,6 +7,7 @@ import { deadLetterUndelivered, ensureDestinationConsumer, removeDestinationCons
 import { consumerName, isStreamNotFound } from "../../dataplane/nats/mod.ts";
 import { KeyedLogInterval } from "../../dataplane/telemetry/mod.ts";
 import type { WebhookDestinationDocument } from "../../schema/mod.ts";
+import { readyOf } from "../conditions.ts";
 import type { ReconcileResult } from "../queue.ts";
 import { addFinalizer, isDeleting, readSecrets, removeFinalizer, reportingFailures, setReady, type DestinationResource, type OperatorContext } from "./context.ts";
 
@@ -72,7 +73,26 @@ async function applyDestination(ctx: OperatorContext, namespace: string, name: s
       : `delivering messages of ${compiled.sources.join(", ")} to ${urlCount} URL${urlCount === 1 ? "" : "s"}`;
   // From now on, a consumer made again (enabled again) starts from when it is made (compileDestination).
   const inEffectSince = destination.status?.inEffectSince ?? new Date().toISOString();
-  await setReady(ctx, destination, { status: "True", reason: "Reconciled", message }, { urlCount, sources: compiled.sources, inEffectSince });
+  // A listed source that takes no messages sends it nothing: said, for a Source renamed in Git
+  // keeps its key under the old name until that one is gone (found by a GitOps review: 200s,
+  // nothing delivered, and this destination said all was well).
+  const idle = compiled.enabled ? sourcesNotAccepting(ctx, namespace, compiled.sources) : [];
+  const note = idle.map(({ name, why }) => `; Source ${name} accepts no messages (${why})`).join("");
+  await setReady(
+    ctx, destination, { status: "True", reason: idle.length > 0 ? "SourceNotAccepting" : "Reconciled", message: message + note },
+    { urlCount, sources: compiled.sources, inEffectSince }, idle.length > 0,
+  );
+}
+
+/** Of these sources, those ingest refuses messages for: disabled, or not Ready (a missing Secret, a key another Source holds). */
+function sourcesNotAccepting(ctx: OperatorContext, namespace: string, names: string[]): Array<{ name: string; why: string }> {
+  return names.flatMap((name) => {
+    const source = ctx.sources.get(namespace, name);
+    if (!source) return [];
+    if (source.spec.enabled === false) return [{ name, why: "disabled" }];
+    const ready = readyOf(source.status?.conditions);
+    return ready?.status === "False" ? [{ name, why: ready.reason }] : [];
+  });
 }
 
 /** Annotation that lets a destination go when its undelivered delete notifications cannot be dead-lettered. */

@@ -70,6 +70,9 @@ describe("DeletionRequest", () => {
       const failed = await env.waitReady("DeletionRequest", "gdpr-2", "False");
       expect(failed.status).toMatchObject({ state: "FAILED" });
       expect(failed.status!.conditions!.find((c) => c.type === "Ready")).toMatchObject({ reason: "SourceNotFound" });
+      // Failed for good: Stalled, as kstatus (Flux) reads it, so a GitOps wait fails at once (found by a review).
+      expect(failed.status!.conditions!.find((c) => c.type === "Stalled")).toMatchObject({ status: "True", reason: "SourceNotFound", message: expect.stringContaining("nope") });
+      expect(done.status!.conditions!.map((c) => c.type)).toEqual(["Ready"]);
       expect(progressOf(failed).find((s) => s.name === "shop")).toMatchObject({ state: "FINISHED", notified: 1 });
     } finally {
       await operator.stop();

@@ -184,8 +184,18 @@ spec: { writeKeySecretRef: { name: limited-key, key: writeKey }${rateLimit} }
     expect(await kvValue(sourceKey(env.namespace, "original"))).toBeDefined();
     expect(await kvValue(sourceKey(env.namespace, "copycat"))).toBeUndefined();
 
+    // A destination listing the copy (a Source renamed in Git, the old one not yet pruned) says it gets nothing from it (found by a GitOps review).
+    await env.apply(destinationYaml("renamed", { sources: ["copycat"], urls: [env.receiver.url("/renamed")] }));
+    const waiting = await env.waitFor("the destination to name the source", async () => {
+      const d = await env.get("WebhookDestination", "renamed");
+      return d?.status?.conditions?.find((c) => c.type === "Ready" && c.reason === "SourceNotAccepting") ? d : undefined;
+    });
+    expect(waiting.status!.conditions!.find((c) => c.type === "Ready")).toMatchObject({ status: "True", message: expect.stringContaining("Source copycat accepts no messages (DuplicateWriteKey)") });
+
     await env.cluster.kubectlOk(["delete", "source", "original", "-n", env.namespace, "--wait=true", "--timeout=15s"]);
     await env.waitReady("Source", "copycat");
     expect(await kvValue(sourceKey(env.namespace, "copycat"))).toBeDefined();
+    // ...and says so no more once the source takes messages.
+    await env.waitFor("the destination Reconciled", async () => (await env.get("WebhookDestination", "renamed"))?.status?.conditions?.some((c) => c.type === "Ready" && c.reason === "Reconciled"));
   });
 });
