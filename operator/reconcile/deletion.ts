@@ -9,6 +9,7 @@ import { purgeDeadLettersOf } from "../../dataplane/admin/mod.ts";
 import type { DeletionRequestStatus, DeletionState } from "../../schema/mod.ts";
 import type { ReconcileResult } from "../queue.ts";
 import { readyOf, withReady, withStalled } from "../conditions.ts";
+import { isStreamNotFound } from "../../dataplane/nats/mod.ts";
 import { apiErrorMessage, customResource, isNotFound } from "../kube/client.ts";
 import { PLURALS, isDeleting, setReady, writeStatus, type DeletionResource, type DestinationResource, type OperatorContext } from "./context.ts";
 
@@ -32,7 +33,12 @@ export async function reconcileDeletion(ctx: OperatorContext, namespace: string,
     // Retried with backoff by the queue; meanwhile status says why it is not progressing.
     const request = await readFresh(ctx, namespace, name).catch(() => undefined);
     if (request && !isDeleting(request)) {
-      await setReady(ctx, request, { status: "Unknown", reason: "Retrying", message: `not done yet, retrying: ${apiErrorMessage(err)}` }).catch(() => {});
+      // A publish no stream takes is answered "jetstream is not enabled" by nats.js: JetStream is
+      // up, the events stream is not (found by a review: the message misled).
+      const why = isStreamNotFound(err) || (err instanceof Error && err.name === "JetStreamNotEnabled")
+        ? "stream TRACKHOOK_EVENTS does not exist yet (ingest creates it when it starts)"
+        : apiErrorMessage(err);
+      await setReady(ctx, request, { status: "Unknown", reason: "Retrying", message: `not done yet, retrying: ${why}` }).catch(() => {});
     }
     throw err;
   }
