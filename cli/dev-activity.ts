@@ -69,9 +69,11 @@ export async function startActivityFeed(nc: NatsConnection, write: Write, now: (
   };
 }
 
+// A retryable failure is not promised a retry: the message's last round fails retryably too, and
+// its dead letter's line may come first (found by a review: "will retry" after "dead-lettered").
 const ATTEMPT_WORDS: Record<AttemptRecord["outcome"], [string, string]> = {
   delivered: ["delivered", ""],
-  retry: ["will retry", ""],
+  retry: ["failed", ", retryable"],
   permanent: ["failed", ", not retried"],
 };
 

@@ -535,7 +535,7 @@ describe("trackhook dev's activity lines", () => {
   it("say what became of each message: stored, delivered, failed, dead-lettered, not accepted, refused", async () => {
     const receiver = createServer((req, res) => {
       req.resume();
-      req.on("end", () => res.writeHead(req.url === "/gone" ? 404 : 200).end("ok"));
+      req.on("end", () => res.writeHead(req.url === "/gone" ? 404 : req.url === "/busy" ? 503 : 200).end("ok"));
     });
     await new Promise<void>((resolve) => receiver.listen(0, "127.0.0.1", resolve));
     const port = (receiver.address() as AddressInfo).port;
@@ -551,6 +551,11 @@ apiVersion: trackhook.io/v1alpha1
 kind: WebhookDestination
 metadata: { name: gone }
 spec: { sources: [website], urls: ["http://127.0.0.1:${port}/gone"] }
+---
+apiVersion: trackhook.io/v1alpha1
+kind: WebhookDestination
+metadata: { name: busy }
+spec: { sources: [website], urls: ["http://127.0.0.1:${port}/busy"] }
 `);
     const dev = await startDev(dir);
     try {
@@ -564,6 +569,8 @@ spec: { sources: [website], urls: ["http://127.0.0.1:${port}/gone"] }
       await line(/^\d\d:\d\d:\d\d {2}stored +default\/website {2}track "Signed Up" userId u1 {2}\[act-1\]$/m);
       await line(/^\d\d:\d\d:\d\d {2}delivered +default\/hook {2}200 in \d+ ms from http:\/\/127\.0\.0\.1:\d+\/hook {2}\[act-1\]$/m);
       await line(/^\d\d:\d\d:\d\d {2}failed +default\/gone {2}404 in \d+ ms from http:\/\/127\.0\.0\.1:\d+\/gone {2}\[act-1, not retried\]$/m);
+      // A retryable failure promises no retry: the last one before a dead letter is retryable too (found by a review).
+      await line(/^\d\d:\d\d:\d\d {2}failed +default\/busy {2}503 in \d+ ms from http:\/\/127\.0\.0\.1:\d+\/busy {2}\[act-1, retryable\]$/m);
       await line(/^\d\d:\d\d:\d\d {2}dead-lettered default\/gone {2}permanent_failure, last answer 404 {2}\[act-1\] {2}\(trackhook replay --destination default\/gone\)$/m);
       await line(/^\d\d:\d\d:\d\d {2}not accepted +default\/website {2}no_user_anon_id: neither userId nor anonymousId is set {2}\[act-2\]$/m);
       await line(/^\d\d:\d\d:\d\d {2}refused 401 +\/v1\/identify {2}invalid_write_key: Unknown or disabled write key$/m);
