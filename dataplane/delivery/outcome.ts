@@ -44,14 +44,28 @@ export function classifyStatus(status: number, retryAfter?: string | null, now =
 }
 
 /**
+ * An HTTP date in one of RFC 9110's three forms (IMF-fixdate `Sun, 06 Nov 1994 08:49:37 GMT`, the
+ * obsolete `Sunday, 06-Nov-94 08:49:37 GMT` and asctime's `Sun Nov  6 08:49:37 1994`): Date.parse
+ * alone reads "Fri 2099" as a date too (found by a review: the 15-minute maximum pause).
+ */
+const HTTP_DATE = new RegExp(
+  [
+    /^[A-Z][a-z]{2}, \d{2} [A-Z][a-z]{2} \d{4} \d{2}:\d{2}:\d{2} GMT$/,
+    /^[A-Z][a-z]{5,8}, \d{2}-[A-Z][a-z]{2}-\d{2} \d{2}:\d{2}:\d{2} GMT$/,
+    /^[A-Z][a-z]{2} [A-Z][a-z]{2} [ \d]\d \d{2}:\d{2}:\d{2} \d{4}$/,
+  ].map((r) => `(?:${r.source})`).join("|"),
+);
+
+/**
  * Seconds or an HTTP date, clamped to RETRY_AFTER_BOUNDS_MS; undefined when absent, unreadable,
  * zero or past ("now" asks for no pause: the backoff applies, as without one). Only the forms of
- * RFC 9110 are read: a number of seconds, digits only, or a date starting with its day's name.
+ * RFC 9110 are read: a number of seconds, digits only, or an HTTP date (HTTP_DATE).
  */
 export function parseRetryAfter(value: string | null | undefined, now = Date.now()): number | undefined {
   if (!value) return undefined;
   const text = value.trim();
-  const ms = /^\d+$/.test(text) ? Number(text) * 1000 : /^[A-Za-z]{3}/.test(text) ? Date.parse(text) - now : NaN;
+  // asctime's form has no zone: it is GMT.
+  const ms = /^\d+$/.test(text) ? Number(text) * 1000 : HTTP_DATE.test(text) ? Date.parse(text.endsWith("GMT") ? text : `${text} GMT`) - now : NaN;
   if (!Number.isFinite(ms) || ms <= 0) return undefined;
   return Math.min(RETRY_AFTER_BOUNDS_MS.max, Math.max(RETRY_AFTER_BOUNDS_MS.min, ms));
 }

@@ -148,6 +148,11 @@ describe("classifying an answer", () => {
     // "Now", a past date and what RFC 9110 does not allow ask for no pause: the backoff applies.
     for (const value of ["0", "Sat, 01 Jan 2000 00:00:00 GMT", "-5", "1.5", "2026-01-01T00:05:00Z"]) expect(parseRetryAfter(value, now), value).toBeUndefined();
     expect(classifyStatus(429, "30", now)).toEqual({ kind: "retry", status: 429, retryAfterMs: 30_000 });
+    // RFC 9110's obsolete date forms are read (asctime's is GMT); other text that Date.parse would
+    // take is not (found by a time review: "Fri 2099" paused a URL for the 15-minute maximum).
+    expect(parseRetryAfter("Thursday, 01-Jan-26 00:02:00 GMT", now)).toBe(120_000);
+    expect(parseRetryAfter("Thu Jan  1 00:02:00 2026", now)).toBe(120_000);
+    for (const value of ["Fri 2099", "Thu, 1 Jan 2026 00:02", "Thu Jan 01 2026 00:02:00 GMT+0000"]) expect(parseRetryAfter(value, now), value).toBeUndefined();
   });
 });
 
