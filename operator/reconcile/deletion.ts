@@ -25,6 +25,8 @@ const SETTLE_DELAY_MS = 3_000;
 /** How long it then waits for the destinations it concerns to be reconciled (their consumers made), and how often it looks. */
 const SETTLE_LIMIT_MS = 60_000;
 const SETTLE_CHECK_MS = 1_000;
+/** When this process first saw each request not yet planned (performance.now()), by uid. */
+const firstSeen = new Map<string, number>();
 
 export async function reconcileDeletion(ctx: OperatorContext, namespace: string, name: string): Promise<ReconcileResult> {
   try {
@@ -54,6 +56,7 @@ async function sendNotifications(ctx: OperatorContext, namespace: string, name: 
   if (!request.status?.sources) {
     const planned = await plan(ctx, request);
     if ("waitMs" in planned) return { requeueAfterMs: planned.waitMs };
+    firstSeen.delete(request.metadata.uid ?? `${namespace}/${name}`);
     request = planned;
   }
   const progress = request.status!.sources!.map((s) => ({ ...s }));
@@ -154,7 +157,13 @@ async function purgeDeadLetters(ctx: OperatorContext, request: DeletionResource)
  * notice).
  */
 async function plan(ctx: OperatorContext, request: DeletionResource): Promise<DeletionResource | { waitMs: number }> {
-  const waitedMs = Date.now() - Date.parse(request.metadata.creationTimestamp ?? new Date().toISOString());
+  // Timed from when this process first saw it, by its own monotonic clock: creationTimestamp is
+  // the API server's, and an operator whose clock ran a minute ahead skipped the wait (found by a
+  // time review). An operator that starts anew waits again, a few seconds.
+  const uid = request.metadata.uid ?? `${request.metadata.namespace}/${request.metadata.name}`;
+  if (firstSeen.size > 10_000) for (const [key, at] of firstSeen) if (performance.now() - at > 10 * SETTLE_LIMIT_MS) firstSeen.delete(key); // deleted while waiting
+  const seenAt = firstSeen.get(uid) ?? firstSeen.set(uid, performance.now()).get(uid)!;
+  const waitedMs = performance.now() - seenAt;
   if (waitedMs < SETTLE_DELAY_MS) return { waitMs: SETTLE_DELAY_MS - waitedMs };
   const { namespace } = request.metadata;
   const namespaceSources = ctx.sources.list(namespace);
