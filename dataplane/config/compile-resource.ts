@@ -231,7 +231,10 @@ export function compileDestination(
   const spec = doc.spec;
   const problems: Problem[] = [];
   const sourceNames = resolveSourceNames(spec, sources);
-  for (const [i, name] of (spec.sources ?? []).entries()) {
+  // The operator keeps a listed Source that does not exist (yet, or any more) in the filter and
+  // says so in Ready (SourceNotAccepting): a destination must keep taking spec changes, and keep
+  // delivering a deleted source's backlog, while Git still lists it (found by a GitOps review).
+  for (const [i, name] of (origin === "operator" ? [] : (spec.sources ?? [])).entries()) {
     if (!sources.some((s) => s.name === name)) {
       problems.push({ reason: "SourceNotFound", field: `spec.sources[${i}]`, message: `no Source "${name}" in namespace ${namespace}` });
     }

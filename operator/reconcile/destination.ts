@@ -88,7 +88,8 @@ async function applyDestination(ctx: OperatorContext, namespace: string, name: s
 function sourcesNotAccepting(ctx: OperatorContext, namespace: string, names: string[]): Array<{ name: string; why: string }> {
   return names.flatMap((name) => {
     const source = ctx.sources.get(namespace, name);
-    if (!source) return [];
+    if (!source) return [{ name, why: "no such Source in the namespace" }];
+    if (isDeleting(source)) return [{ name, why: "being deleted" }];
     if (source.spec.enabled === false) return [{ name, why: "disabled" }];
     const ready = readyOf(source.status?.conditions);
     return ready?.status === "False" ? [{ name, why: ready.reason }] : [];

@@ -175,6 +175,24 @@ spec: { writeKeySecretRef: { name: limited-key, key: writeKey }${rateLimit} }
     await env.waitFor("the key refused", async () => (await track("second-key", { userId: "u", event: "e" })).status === 401);
   });
 
+  it("a destination listing a Source that was deleted keeps taking spec changes and says which source is gone (found by a GitOps review: SourceNotFound froze its last good config)", async () => {
+    await env.apply([secret("gone-a-key", { writeKey: "gone-a" }), source("gone-a", "gone-a-key"), secret("kept-b-key", { writeKey: "kept-b" }), source("kept-b", "kept-b-key"),
+      destinationYaml("both", { sources: ["gone-a", "kept-b"], urls: [env.receiver.url("/both-1")] })].join("---\n"));
+    await env.waitReady("WebhookDestination", "both");
+    await env.cluster.kubectlOk(["delete", "source", "gone-a", "-n", env.namespace, "--wait=true", "--timeout=15s"]);
+    await env.apply(destinationYaml("both", { sources: ["gone-a", "kept-b"], urls: [env.receiver.url("/both-2")] }));
+    const both = await env.waitFor("the new URL in effect", async () => {
+      const d = await env.get("WebhookDestination", "both");
+      return d?.status?.observedGeneration === d?.metadata.generation && d?.status?.conditions?.some((c) => c.type === "Ready" && c.status === "True") ? d : undefined;
+    });
+    expect(both.status!.conditions!.find((c) => c.type === "Ready")).toMatchObject({ reason: "SourceNotAccepting", message: expect.stringContaining("Source gone-a accepts no messages (no such Source in the namespace)") });
+    await env.waitFor("the delivery worker on the new URL", async () => env.delivery.destinations.includes(`${env.namespace}/both`));
+    await env.waitFor("kept-b's message at the new URL", async () => {
+      await track("kept-b", { userId: "u", event: "After", messageId: `both-${Date.now()}` });
+      return env.receiver.requests("/both-2").length > 0;
+    });
+  });
+
   it("a copied write key never takes over: the older Source keeps it, the copy is refused until the key is free", async () => {
     await env.apply([secret("orig-key", { writeKey: "shared-key" }), source("original", "orig-key")].join("---\n"));
     await env.waitReady("Source", "original");
