@@ -40,7 +40,12 @@ export const devCommand: Command = {
     if (!natsUrl) {
       const dataDir = resolve(values["data-dir"] ?? ".trackhook");
       const storeDir = dirname(devLockPath(dataDir));
-      mkdirSync(storeDir, { recursive: true });
+      try {
+        mkdirSync(storeDir, { recursive: true });
+      } catch (err) {
+        // A directory it may not write (a read-only checkout, another user's): said, not a stack (found by a review).
+        throw new UsageError(`cannot make ${storeDir} for nats-server's store (${(err as NodeJS.ErrnoException).code ?? (err as Error).message}): run from a directory you can write, or pass --data-dir <dir> (or --nats <url>)`);
+      }
       const lock = lockStoreDir(dataDir, log);
       natsServer = await LocalNatsServer.start({ storeDir });
       lock.natsServerStarted(natsServer.pid, natsServer.url);

@@ -253,6 +253,13 @@ describe("trackhook dev after a crash or a closed terminal (found by a review: e
 });
 
 describe("trackhook dev failing to start", () => {
+  it("a --data-dir it cannot make is a usage error naming the directory and the way out, not a stack trace (found by a packaging review)", () => {
+    const result = run("dev", "--config", "examples", "--data-dir", "/dev/null/trackhook");
+    expect(result.status).toBe(2);
+    expect(result.stderr).toMatch(/^trackhook: cannot make \/dev\/null\/trackhook\/nats for nats-server's store \(ENOTDIR\): run from a directory you can write, or pass --data-dir <dir>/m);
+    expect(result.stderr).not.toContain("    at ");
+  });
+
   it("reports a port in use clearly and leaves no nats-server behind", async () => {
     const { createServer } = await import("node:net");
     const blocker = createServer().listen(0, "127.0.0.1");
