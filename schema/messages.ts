@@ -23,8 +23,9 @@ export const Integrations = Type.Record(Type.String(), Type.Union([Type.Boolean(
 export type Integrations = Static<typeof Integrations>;
 
 const common = {
-  // Becomes part of the Nats-Msg-Id header: printable characters only.
-  messageId: Type.Optional(Type.String({ minLength: 1, maxLength: 100, pattern: "^[^\\x00-\\x1f\\x7f]+$" })),
+  // Becomes part of the Nats-Msg-Id header: printable characters only. No lone surrogate (UTF-16
+  // half of a pair, which no UTF-8 can carry): it cannot go into a header, and was stored but never delivered.
+  messageId: Type.Optional(Type.String({ minLength: 1, maxLength: 100, pattern: "^[^\\x00-\\x1f\\x7f\\uD800-\\uDFFF]+$" })),
   userId: Type.Optional(Identifier),
   anonymousId: Type.Optional(Identifier),
   timestamp: Type.Optional(DateText),

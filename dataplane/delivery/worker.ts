@@ -201,6 +201,9 @@ const LINE_INTERVAL_MS = 10_000;
 const RETRY_AFTER_LOG_INTERVAL_MS = 60_000;
 /** A message whose dead letter was refused comes back this much later. */
 const DEAD_LETTER_RETRY_MS = 60_000;
+/** A message delivery throws on is tried this often, this far apart, before it is dead-lettered. */
+const UNEXPECTED_FAILURES_MAX = 3;
+const UNEXPECTED_FAILURE_RETRY_MS = 2_000;
 /** Why JetStream did not store a dead letter, from its error. */
 function deadLetterFailureOf(message: string): DeadLetterFailure {
   // "maximum messages per subject exceeded": the destination's own cap (--dead-letters-per-destination).
@@ -343,7 +346,7 @@ export class DestinationWorker {
           continue;
         }
         const work = this.#handle(m)
-          .catch((err: unknown) => this.#log.error({ err, seq: m.seq }, "delivery failed unexpectedly; the message will be redelivered"))
+          .catch((err: unknown) => this.#failedUnexpectedly(m, err))
           .finally(() => this.#share.release());
         this.#inFlight.add(work);
         void work.finally(() => this.#inFlight.delete(work));
@@ -423,6 +426,25 @@ export class DestinationWorker {
     await this.#loop;
     await Promise.all(this.#inFlight);
     this.#share.close();
+  }
+
+  /**
+   * A message #handle threw on: tried again soon, and dead-lettered (invalid_message) once it has
+   * failed so a few times. Left to ack_wait and the retry window, a message that always throws
+   * held a slot for hours, and enough of them stopped the destination (found by a review: a
+   * messageId with a lone surrogate).
+   */
+  async #failedUnexpectedly(m: JsMsg, err: unknown): Promise<void> {
+    const attempts = m.info.deliveryCount;
+    const giveUp = attempts >= UNEXPECTED_FAILURES_MAX;
+    this.#log.error({ err, seq: m.seq, messageId: messageIdOf(m), deliveries: attempts }, giveUp
+      ? "delivery failed unexpectedly again: the message is moved to the dead-letter queue (invalid_message)"
+      : "delivery failed unexpectedly; the message is tried again shortly");
+    if (!giveUp) {
+      this.#turn.add(() => m.nak(UNEXPECTED_FAILURE_RETRY_MS));
+      return;
+    }
+    await this.#deadLetter(m, "invalid_message", attempts);
   }
 
   async #handle(m: JsMsg): Promise<void> {
@@ -593,7 +615,8 @@ export class DestinationWorker {
     // characters a header value cannot.
     const subject = m.subject === this.#replaySubject ? (m.headers?.get(DEAD_LETTER_HEADERS.originalSubject) ?? "") : m.subject;
     const source = this.#sourceOf(subject);
-    const deliveryId = `${this.#label}/${source}/${encodeURIComponent(message.messageId)}`;
+    // Well-formed first: encodeURIComponent throws on a lone surrogate (stored before ingest refused them).
+    const deliveryId = `${this.#label}/${source}/${encodeURIComponent(message.messageId.toWellFormed())}`;
     headers[DELIVERY_ID_HEADER] = deliveryId;
     const keys = this.#signingKeys;
     if (keys) {

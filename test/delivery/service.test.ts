@@ -8,7 +8,7 @@ import { mkdtempSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { ConfigHolder, FileConfigProvider, compileConfig } from "../../dataplane/config/mod.ts";
-import { DeliveryMetrics, DeliveryService, DestinationWorker, WebhookSender } from "../../dataplane/delivery/mod.ts";
+import { DeliveryMetrics, DeliveryService, DestinationWorker, WebhookSender, type WebhookSending } from "../../dataplane/delivery/mod.ts";
 import { readDeadLetters } from "../../dataplane/admin/mod.ts";
 import { createLogger, type Logger } from "../../dataplane/logging.ts";
 import { ATTEMPTS_STREAM, DLQ_STREAM, EVENTS_STREAM, consumerName, dlqStreamConfig, ensureStream, eventsStreamConfig, type SideStreamSettings } from "../../dataplane/nats/mod.ts";
@@ -54,11 +54,11 @@ const start = async (
   config: ConfigHolder,
   options: {
     maxInFlight?: number; consumerRemovalGraceMs?: number; consumerRemovalRetryMs?: number; consumerCheckMs?: number; deadLetterRetryMs?: number;
-    on?: NatsHarness; log?: Logger; metrics?: DeliveryMetrics; dlqStream?: SideStreamSettings;
+    on?: NatsHarness; log?: Logger; metrics?: DeliveryMetrics; dlqStream?: SideStreamSettings; sender?: WebhookSending;
   } = {},
 ) =>
   DeliveryService.start({
-    nc: await (options.on ?? nats).connect(), config, sender,
+    nc: await (options.on ?? nats).connect(), config, sender: options.sender ?? sender,
     log: options.log ?? createLogger({ level: "silent" }), metrics: options.metrics ?? new DeliveryMetrics({ defaultMetrics: false }),
     consumerRemovalGraceMs: options.consumerRemovalGraceMs ?? 0,
     ...(options.maxInFlight ? { maxInFlight: options.maxInFlight } : {}),
@@ -372,6 +372,39 @@ describe("delivery service", () => {
       const ids = [];
       for await (const letter of readDeadLetters(own.nc, { namespace: "default", destination: "eta" })) ids.push(letter.messageId);
       expect(ids).toEqual(["eta-old-0", "eta-old-1", "eta-new-0", "eta-new-1"]);
+    } finally {
+      await service.stop();
+      await ownReceiver.close();
+      await own.stop();
+    }
+  });
+
+  it("a stored messageId with a lone surrogate is delivered, and a message delivery keeps failing on is dead-lettered after three tries, not held for the retry window (found by a fidelity review: it held a slot for hours, and 100 of them stopped the destination)", async () => {
+    const own = await startNats();
+    const ownReceiver = await startReceiver();
+    await ensureStream(own.jsm, eventsStreamConfig(DEFAULT_STREAM));
+    const config = new ConfigHolder(configOf([{ name: "kappa", url: ownReceiver.url("/kappa"), maxInFlight: 2 }]));
+    // A fault no message should cause: the sender throws for one message.
+    const throwing: WebhookSending = {
+      send: (request) => {
+        if (Buffer.from(request.body).includes("explodes")) throw new Error("boom");
+        return sender.send(request);
+      },
+    };
+    const service = await start(config, { on: own, sender: throwing });
+    try {
+      const store = (id: string) => own.js.publish("trackhook.events.default.kappa.track", JSON.stringify({ type: "track", messageId: id, userId: "u", event: "e" }), { msgID: `default/kappa/${Date.now()}-${Math.random()}` });
+      await store("lone-\ud800-x"); // stored before ingest refused such ids
+      await store("explodes");
+      await store("explodes-too");
+      await store("after");
+      const ids = async () => (await ownReceiver.waitFor("/kappa", 2, 20_000)).map((r) => r.headers["x-delivery-id"]);
+      expect((await ids()).sort()).toEqual(["default/kappa/kappa/after", "default/kappa/kappa/lone-%EF%BF%BD-x"]);
+      await expect.poll(async () => {
+        const letters = [];
+        for await (const letter of readDeadLetters(own.nc, { namespace: "default", destination: "kappa" })) letters.push([letter.messageId, letter.reason, letter.attempts]);
+        return letters.sort();
+      }, { timeout: 20_000 }).toEqual([["explodes", "invalid_message", 3], ["explodes-too", "invalid_message", 3]]);
     } finally {
       await service.stop();
       await ownReceiver.close();

@@ -80,6 +80,8 @@ describe("other messages answered 200 but not accepted", () => {
     ["a batch item that is not an object", "invalid_message", "just a string" as unknown as Record<string, unknown>],
     ["a field of the wrong type", "invalid_field", { type: "track", userId: "u1", event: "e", properties: ["not", "an", "object"] }],
     ["a messageId over 100 characters", "invalid_field", { type: "track", userId: "u1", event: "e", messageId: "m".repeat(101) }],
+    // Found by a fidelity review: stored, and never delivered (no header can carry it).
+    ["a messageId with a lone surrogate", "invalid_field", { type: "track", userId: "u1", event: "e", messageId: "lone-\ud800-x" }],
   ];
   for (const [what, reason, item] of cases) {
     it(`${what} -> ${reason}, and the good items of the same batch are stored`, async () => {

@@ -23,6 +23,10 @@ describe("judge(): reasons and their details", () => {
     expect(detail).not.toContain("anyOf");
   });
 
+  it("takes a messageId of any printable text, astral characters (a surrogate pair) included", () => {
+    expect(judge({ userId: "u1", messageId: "emoji-😀-é" }, "identify")).toMatchObject({ accepted: true });
+  });
+
   it("takes ids and event names of any length: the 32KB message limit is the only bound (no undocumented 1,024)", () => {
     expect(judge({ userId: "u".repeat(5000), event: "e".repeat(5000) }, "track")).toMatchObject({ accepted: true });
     expect(judge({ userId: "u1", groupId: "g".repeat(2000) }, "group")).toMatchObject({ accepted: true });
@@ -33,6 +37,7 @@ describe("judge(): reasons and their details", () => {
     [{ userId: "u1", name: 5 }, "page", /^name: must be string/],
     [{ userId: "u1", event: "E", integrations: { Mixpanel: "false" } }, "track", /^integrations\.Mixpanel: must be boolean/],
     [{ userId: "u1", messageId: "m".repeat(101) }, "identify", /^messageId: must NOT have more than 100 characters/],
+    [{ userId: "u1", messageId: "lone-\udc00" }, "identify", /^messageId: /],
   ] as const)("does not accept a field of the wrong type (ADR 2): %j as %s", (message, type, detail) => {
     const verdict = judge({ ...message }, type);
     expect(verdict).toMatchObject({ accepted: false, reason: "invalid_field" });
