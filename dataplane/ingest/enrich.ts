@@ -94,7 +94,10 @@ export function enrich(message: Record<string, unknown>, type: MessageType, ctx:
   const integrations = isObject(batch?.integrations) || isObject(message.integrations)
     ? { ...(isObject(batch?.integrations) ? batch.integrations : {}), ...(isObject(message.integrations) ? message.integrations : {}) }
     : undefined;
-  if (!isObject(context.library) || typeof context.library.name !== "string") context.library = { ...UNKNOWN_LIBRARY };
+  // A library object without a name keeps what it has (found by a review: its version was lost).
+  const library = context.library;
+  if (!isObject(library)) context.library = { ...UNKNOWN_LIBRARY };
+  else if (typeof library.name !== "string") context.library = { ...library, name: UNKNOWN_LIBRARY.name, ...(library.version === undefined ? { version: UNKNOWN_LIBRARY.version } : {}) };
   if (typeof context.ip !== "string" && (context.direct === true || sentFromDevice(context))) context.ip = ctx.ip();
 
   // Clock-skew correction as Segment does it: timestamp = receivedAt - (sentAt - originalTimestamp).

@@ -188,6 +188,9 @@ describe("generated and defaulted fields", () => {
   it("defaults context.library to unknown", async () => {
     const [m] = await sendAndRead("/v1/identify", { userId: "u1", messageId: uniqueId() });
     expect(m!.context.library).toEqual({ name: "unknown", version: "unknown" });
+    // A library without a name keeps what it has (found by a fidelity review: its version was lost).
+    const [versioned] = await sendAndRead("/v1/identify", { userId: "u1", messageId: uniqueId(), context: { library: { version: "1.2.3", extra: "x" } } });
+    expect(versioned!.context.library).toEqual({ version: "1.2.3", extra: "x", name: "unknown" });
   });
 
   it("sets context.ip from the request when context.direct is true, through a trusted proxy", async () => {

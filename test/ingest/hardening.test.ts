@@ -269,12 +269,13 @@ describe("numbers a double cannot hold, in a message's own fields (found by a fu
 });
 
 describe("messageIds that differ only where a NATS header cannot tell (found by a fuzz review)", () => {
-  it("are different messages: trailing spaces, lone surrogates and % all stored; a real repeat is still dropped (regression: counted duplicate_message_id, not stored)", async () => {
+  it("are different messages: trailing spaces, U+FFFD and % all stored; a real repeat is still dropped (regression: counted duplicate_message_id, not stored)", async () => {
     const base = uniqueId("msgid");
-    const ids = [base, `${base} `, `${base}\u00a0`, `${base}\ud800`, `${base}\udfff`, `${base}\ufffd`, `${base}%0020`, `${base} x`];
-    for (const messageId of ids) {
+    const ids = [base, `${base} `, `${base}\u00a0`, `${base}\ufffd`, `${base}%0020`, `${base} x`];
+    for (const messageId of [...ids, `${base}\ud800`, `${base}\udfff`]) {
       expect((await post(`${env.ingest.url}/v1/track`, { userId: "u", event: "e", messageId }, { headers: auth })).status).toBe(200);
     }
+    // Lone surrogates are not accepted (invalid_field): no header can carry them, and delivery could not send them (fidelity review).
     expect((await post(`${env.ingest.url}/v1/track`, { userId: "u", event: "e", messageId: `${base} ` }, { headers: auth })).status).toBe(200);
     const got = (await storedMessages(env.nats)).filter((m) => m.body.messageId.startsWith(base));
     expect(got.map((m) => m.body.messageId).sort()).toEqual([...ids].sort());
