@@ -79,6 +79,17 @@ const isObject = (value: unknown): value is Record<string, unknown> =>
   value !== null && typeof value === "object" && !Array.isArray(value);
 
 /**
+ * The first of two values that is a date, with its time; else the first that is there at all
+ * (kept as sent), without a time. Each is read once: this runs for every message.
+ */
+function firstDate(preferred: unknown, fallback: unknown): [unknown, number | undefined] {
+  const first = parseDate(preferred);
+  if (first !== undefined) return [preferred, first];
+  const second = parseDate(fallback);
+  return second !== undefined ? [fallback, second] : [preferred ?? fallback, undefined];
+}
+
+/**
  * Adds and normalises the Tracking API's fields. Takes ownership of `message` (judge() hands over
  * a fresh copy of what was sent) and returns it: copying it again cost more than the rest.
  */
@@ -104,10 +115,8 @@ export function enrich(message: Record<string, unknown>, type: MessageType, ctx:
   // The item's own sentAt, else the batch's; and originalTimestamp, else timestamp: one that is
   // not a date gives way to the other (found by a review: an unreadable originalTimestamp hid a
   // good timestamp, and an unreadable item sentAt the batch's).
-  const sentAtValue = parseDate(message.sentAt) === undefined && parseDate(batch?.sentAt) !== undefined ? batch!.sentAt : (message.sentAt ?? batch?.sentAt);
-  const originalValue = parseDate(message.originalTimestamp) === undefined && parseDate(message.timestamp) !== undefined ? message.timestamp : (message.originalTimestamp ?? message.timestamp);
-  const sentAt = parseDate(sentAtValue);
-  const original = parseDate(originalValue);
+  const [sentAtValue, sentAt] = firstDate(message.sentAt, batch?.sentAt);
+  const [originalValue, original] = firstDate(message.originalTimestamp, message.timestamp);
   let timestamp: number;
   if (original === undefined) timestamp = receivedAt;
   else if (sentAt === undefined || floating(sentAtValue as string) !== floating(originalValue as string)) timestamp = original;
