@@ -56,7 +56,7 @@ export class LeaderElector {
       await sleep(this.#options.retryPeriodMs);
     }
     this.#leading = true;
-    this.#lastRenew = Date.now();
+    this.#lastRenew = performance.now();
     this.#log.info({ lease: `${this.#options.namespace}/${this.#options.name}`, identity: this.#options.identity }, "became the leader");
     const lose = (reason: string) => {
       if (!this.#leading || this.#stopped) return;
@@ -66,15 +66,16 @@ export class LeaderElector {
       onLost(reason);
     };
     // A renew call that hangs (a black-holed API server) must not keep this process acting:
-    // the watchdog steps down once the last successful renew is older than the renew deadline.
+    // the watchdog steps down once the last successful renew is older than the renew deadline,
+    // by the monotonic clock (a wall clock stepped back would keep it leading past the deadline).
     this.#watchdog = setInterval(() => {
-      if (Date.now() - this.#lastRenew > this.#options.renewDeadlineMs) lose("the lease could not be renewed within the renew deadline");
+      if (performance.now() - this.#lastRenew > this.#options.renewDeadlineMs) lose("the lease could not be renewed within the renew deadline");
     }, Math.max(100, Math.floor(this.#options.retryPeriodMs / 2)));
     this.#watchdog.unref();
     const renew = async () => {
       if (this.#stopped) return;
       // Counted from the attempt's start: the renewTime written is no later than this.
-      const attemptStart = Date.now();
+      const attemptStart = performance.now();
       this.#inflight = this.#tryAcquireOrRenew();
       const outcome = await this.#inflight;
       if (this.#stopped) return;

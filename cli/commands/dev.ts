@@ -166,7 +166,9 @@ function isNatsServerOn(pid: number, storeDir: string): boolean {
     // as a substring, not by splitting.
     try {
       const line = execFileSync("ps", ["-ww", "-o", "command=", "-p", String(pid)], { encoding: "utf8" }).trim();
-      return /^nats-server/.test(basename(line.split(/\s+/)[0] ?? "")) && ` ${line} `.includes(` -sd ${storeDir} `);
+      // The program is what comes before the first flag: its path may hold spaces too.
+      const program = line.includes(" -") ? line.slice(0, line.indexOf(" -")) : line;
+      return /^nats-server/.test(basename(program)) && ` ${line} `.includes(` -sd ${storeDir} `);
     } catch {
       return false;
     }

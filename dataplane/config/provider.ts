@@ -88,6 +88,8 @@ export class FileConfigProvider extends ConfigHolder {
   #settling: NodeJS.Timeout | undefined;
   /** Since when a change has waited to settle: files written without pause are read anyway after MAX_SETTLE_ROUNDS. */
   #changingSince: number | undefined;
+  /** The files as the read that started the wait found them. */
+  #settledFrom = "";
   /** The watched directory's identity: one replaced (rm -rf, mkdir) leaves a watch on the old one. */
   #dirId: string | undefined;
   /** Each config file as last parsed: a reload parses only the files whose text changed. */
@@ -143,7 +145,7 @@ export class FileConfigProvider extends ConfigHolder {
   reload(settled = false): void {
     // What this reload reads: the poll then fires only for a change made after it, not once more
     // for one the watch already brought (which logged and counted a broken edit twice).
-    this.#signature = filesSignature(this.path);
+    const signature = (this.#signature = filesSignature(this.path));
     clearTimeout(this.#settling);
     let next: CompiledConfig | undefined;
     let problems: string[] = [];
@@ -160,9 +162,12 @@ export class FileConfigProvider extends ConfigHolder {
     // to the wrong URL and dead-lettered: found by a review), or not parse at all. A change takes
     // effect only when a read `settleMs` after the last write seen finds it still there; a watch
     // event meanwhile starts the wait again.
-    if (!unchanged && !settled) {
+    // The second read counts only if the files are as the first found them (found by a review:
+    // a write just before it was applied at once).
+    if (!unchanged && (!settled || signature !== this.#settledFrom)) {
       this.#changingSince ??= Date.now();
       if (Date.now() - this.#changingSince < MAX_SETTLE_ROUNDS * this.#settleMs) {
+        this.#settledFrom = signature;
         this.#settling = setTimeout(() => this.reload(true), this.#settleMs);
         this.#settling.unref();
         return;

@@ -46,6 +46,11 @@ export function destinationConsumerConfig(destination: CompiledDestination): Par
   };
 }
 
+/** What became of the sources that left a destination's filter (ensureDestinationConsumer). */
+export type SourcesRemoved =
+  | { filters: string[]; narrowed: true; moved: UndeliveredMoved }
+  | { filters: string[]; narrowed: boolean; error: Error };
+
 /**
  * Creates the destination's consumer, or updates its filters and limits in place. `startSeq`
  * overrides where a consumer made now starts (one recreated after it was deleted under delivery).
@@ -57,9 +62,9 @@ export async function ensureDestinationConsumer(
     startSeq?: number;
     /** Told when this call made the consumer (not another process). */
     onCreated?: () => void;
-    /** Told what moved to the DLQ because sources left the filter (see below). */
-    onSourcesRemoved?: (removed: { filters: string[]; moved: UndeliveredMoved }) => void;
-    /** When those could not be moved (the DLQ full): narrow the filter anyway (true), or throw (the default). */
+    /** Told what happened when sources left the filter (see below). */
+    onSourcesRemoved?: (removed: SourcesRemoved) => void;
+    /** When their notices cannot be moved (the DLQ full): narrow the filter anyway (true), or keep it (the default). */
     dropUndelivered?: boolean;
   } = {},
 ): Promise<string> {
@@ -86,21 +91,30 @@ export async function ensureDestinationConsumer(
   if (existing) {
     // Where it started is fixed at creation.
     const { deliver_policy: _policy, opt_start_time: _start, opt_start_seq: _seq, ...mutable } = config;
-    const differs = (Object.keys(mutable) as Array<keyof typeof mutable>).some(
-      (key) => JSON.stringify(existing.config[key]) !== JSON.stringify(mutable[key]),
+    const differsFrom = (wanted: typeof mutable) => (Object.keys(wanted) as Array<keyof typeof wanted>).some(
+      (key) => JSON.stringify(existing.config[key]) !== JSON.stringify(wanted[key]),
     );
-    if (!differs) return config.durable_name;
+    if (!differsFrom(mutable)) return config.durable_name;
     // A source leaving the filter takes its messages not yet delivered with it, unsent; its delete
     // notifications (user erasures) go to the DLQ first (found by a review: a destination moved
     // to another source in Git dropped a pending erasure, with no trace).
+    // When they cannot be moved (the DLQ full), the filter stays as it was: the destination goes
+    // on delivering, the leaving sources too, and the caller tries again later; throwing would stop
+    // the whole destination (found by a review).
     const wanted = new Set(mutable.filter_subjects);
     const leaving = (existing.config.filter_subjects ?? []).filter((f) => f.startsWith("trackhook.events.") && !wanted.has(f));
     if (leaving.length > 0) {
       try {
         const moved = await deadLetterUndelivered(jsm, jsm.jetstream(), existing, "source_removed", leaving);
-        options.onSourcesRemoved?.({ filters: leaving, moved });
+        options.onSourcesRemoved?.({ filters: leaving, moved, narrowed: true });
       } catch (err) {
-        if (!options.dropUndelivered) throw err;
+        options.onSourcesRemoved?.({ filters: leaving, error: err as Error, narrowed: options.dropUndelivered === true });
+        if (!options.dropUndelivered) {
+          // Only what does not narrow the filter (limits, ack_wait) changes meanwhile.
+          const kept = { ...mutable, filter_subjects: existing.config.filter_subjects ?? mutable.filter_subjects };
+          if (differsFrom(kept)) await jsm.consumers.update(EVENTS_STREAM, config.durable_name, kept);
+          return config.durable_name;
+        }
       }
     }
     await jsm.consumers.update(EVENTS_STREAM, config.durable_name, mutable);

@@ -10,7 +10,7 @@ import { ATTEMPTS_STREAM, DLQ_STREAM, DLQ_SUBJECTS, EVENTS_STREAM, TurnBatch, at
 import { ensureDestinationConsumer, removeDestinationConsumers } from "./consumers.ts";
 import { deadLetterUndelivered } from "./undelivered.ts";
 import type { DeliveryBacklog, DeliveryBacklogs, DeliveryMetrics } from "./metrics.ts";
-import type { StreamUse } from "../telemetry/mod.ts";
+import { KeyedLogInterval, type StreamUse } from "../telemetry/mod.ts";
 import { DestinationWorker, changeOf, pullAhead, type WebhookSending } from "./worker.ts";
 import type { ConsumerPosition } from "./consumer-watch.ts";
 import { DeliverySlots } from "./limit.ts";
@@ -58,6 +58,9 @@ const STREAM_CHECK_MS = 30_000;
 const UNDELIVERED_MOVED = "a destination no longer enabled had delete notifications (user erasures) or replayed dead letters not yet delivered: moved to the dead-letter queue (`trackhook dead-letters`; `trackhook replay` once it is enabled again)";
 const SOURCE_REMOVED_MOVED = "sources left a destination's spec.sources with delete notifications (user erasures) not yet delivered: moved to the dead-letter queue, reason source_removed (`trackhook dead-letters`; `trackhook replay` to send them); the sources' other messages not yet delivered are not sent";
 const START_RETRY_MAX_MS = 30_000;
+const SOURCE_REMOVED_NOT_MOVED = "sources left a destination's spec.sources, but their undelivered delete notifications (user erasures) could not be moved to the dead-letter queue: those sources are still read and delivered until it takes them (make room: `trackhook dead-letters`, `trackhook replay`, or raise its limits); tried again every minute";
+/** How often a destination whose leaving sources' notices could not be moved tries again. */
+const NARROW_RETRY_MS = 60_000;
 
 /**
  * A config file caught half-written (`gen > config.yaml`), or a destination disabled for a
@@ -104,6 +107,10 @@ export class DeliveryService {
    */
   readonly #pending = new Map<string, number>();
   #retryTimer: NodeJS.Timeout | undefined;
+  /** Destinations still reading sources that left them (their notices could not be moved yet), and the retry. */
+  readonly #narrowing = new Set<string>();
+  #narrowRetry: NodeJS.Timeout | undefined;
+  readonly #notMovedLog = new KeyedLogInterval(10 * 60_000);
   #retryMs = START_RETRY_MS;
   /** Destinations wanted per tenant (namespace), for what a worker started now pulls ahead (pullAhead()). */
   #wantedPerTenant = new Map<string, number>();
@@ -293,7 +300,11 @@ export class DeliveryService {
     for (const key of this.#predecessors.keys()) if (!wanted.has(key)) this.#predecessors.delete(key);
     for (const [key, destination] of wanted) {
       keep.set(consumerName(destination.namespace, destination.name), key);
-      if (this.#workers.has(key)) continue;
+      if (this.#workers.has(key)) {
+        // Sources that left it are read until their notices can be moved (see #ensureConsumer).
+        if (this.#narrowing.has(key)) await this.#ensureConsumer(key, destination).catch(() => {});
+        continue;
+      }
       const since = this.#pending.get(key) ?? Date.now();
       this.#pending.set(key, since);
       const predecessor = this.#draining.get(key);
@@ -310,12 +321,7 @@ export class DeliveryService {
         // startSeq counts only if the consumer has to be made (it was deleted): an existing one keeps
         // its place. Without createdAt (config files), one made now starts when it was first wanted.
         const made = destination.createdAt ? destination : { ...destination, createdAt: new Date(since).toISOString() };
-        this.#managed.add(await ensureDestinationConsumer(this.#jsm, made, {
-          ...(last ? { startSeq: await this.#resumeFrom(last) } : {}),
-          onSourcesRemoved: ({ filters, moved }) => {
-            if (moved.deletes > 0) log.error({ destination: key, filters, deleteNotifications: moved.deletes }, SOURCE_REMOVED_MOVED);
-          },
-        }));
+        this.#managed.add(await this.#ensureConsumer(key, made, last ? { startSeq: await this.#resumeFrom(last) } : {}));
         await this.#startWorker(key, destination);
         this.#pending.delete(key);
         this.#predecessors.delete(key);
@@ -394,6 +400,37 @@ export class DeliveryService {
   }
 
   /** Applies the latest config again after a pause that doubles while starts keep failing. */
+  /**
+   * ensureDestinationConsumer, saying what became of sources that left the destination: their
+   * undelivered delete notifications moved to the DLQ, or, when it cannot take them (full), the
+   * filter kept as it was (they are still read and delivered; a stopped destination would be
+   * worse) and tried again every minute.
+   */
+  async #ensureConsumer(key: string, destination: CompiledDestination, options: { startSeq?: number } = {}): Promise<string> {
+    const { log } = this.#deps;
+    return ensureDestinationConsumer(this.#jsm, destination, {
+      ...options,
+      onSourcesRemoved: (removed) => {
+        if ("moved" in removed) {
+          this.#narrowing.delete(key);
+          if (removed.moved.deletes > 0) log.error({ destination: key, filters: removed.filters, deleteNotifications: removed.moved.deletes }, SOURCE_REMOVED_MOVED);
+          return;
+        }
+        this.#narrowing.add(key);
+        if (this.#notMovedLog.pass(key) !== undefined) {
+          log.error({ destination: key, filters: removed.filters, err: removed.error.message, retryInSeconds: NARROW_RETRY_MS / 1000 }, SOURCE_REMOVED_NOT_MOVED);
+        }
+        if (!this.#narrowRetry) {
+          this.#narrowRetry = setTimeout(() => {
+            this.#narrowRetry = undefined;
+            if (!this.#stopped) void this.apply(this.#deps.config.current()).catch(() => {});
+          }, NARROW_RETRY_MS);
+          this.#narrowRetry.unref();
+        }
+      },
+    });
+  }
+
   #retryLater(): void {
     if (this.#stopped || this.#retryTimer) return;
     this.#retryTimer = setTimeout(() => {
@@ -539,6 +576,7 @@ export class DeliveryService {
     clearInterval(this.#maxAgeTimer);
     this.#guard?.stop();
     clearTimeout(this.#retryTimer);
+    clearTimeout(this.#narrowRetry);
     this.#unsubscribe();
     await this.#applying.catch(() => {});
     // Consumers awaiting removal stay, as for a destination removed while no process runs.

@@ -47,7 +47,8 @@ function parseDate(value: unknown): number | undefined {
   if (offset === undefined && value.length > 10) text += "Z";
   else if (offset !== undefined && offset.length === 3) text += ":00";
   const ms = Date.parse(text);
-  return Number.isNaN(ms) ? undefined : ms;
+  // A year-0000 or year-9999 time whose offset takes it out of the years RFC 3339 can write in UTC is no date either.
+  return ms >= RFC3339_MIN_MS && ms <= RFC3339_MAX_MS ? ms : undefined;
 }
 
 /**

@@ -3,7 +3,7 @@
 // missing, say), the last good config and its consumer stay: messages keep flowing and nothing
 // already accepted is lost; Ready says what is wrong.
 import { compileDestination, destinationKey, secretNamesOf } from "../../dataplane/config/mod.ts";
-import { deadLetterUndelivered, ensureDestinationConsumer, removeDestinationConsumers, type UndeliveredMoved } from "../../dataplane/delivery/mod.ts";
+import { deadLetterUndelivered, ensureDestinationConsumer, removeDestinationConsumers, type SourcesRemoved, type UndeliveredMoved } from "../../dataplane/delivery/mod.ts";
 import { consumerName, isStreamNotFound } from "../../dataplane/nats/mod.ts";
 import { KeyedLogInterval } from "../../dataplane/telemetry/mod.ts";
 import type { WebhookDestinationDocument } from "../../schema/mod.ts";
@@ -50,11 +50,15 @@ async function applyDestination(ctx: OperatorContext, namespace: string, name: s
   }
   const compiled = result.value;
   if (await ctx.config.put(key, compiled)) ctx.log.info({ destination: `${namespace}/${name}`, sources: compiled.sources }, "destination config written");
+  let notMoved: Extract<SourcesRemoved, { error: Error }> | undefined;
   try {
     if (compiled.enabled) {
       await ensureDestinationConsumer(ctx.jsm, compiled, {
         dropUndelivered: destination.metadata.annotations?.[DROP_UNDELIVERED] === "true",
-        onSourcesRemoved: ({ filters, moved }) => void saidMoved(ctx, namespace, name, "source_removed", moved, destination, filters).catch(() => {}),
+        onSourcesRemoved: (removed) => {
+          if ("moved" in removed) void saidMoved(ctx, namespace, name, "source_removed", removed.moved, destination, removed.filters).catch(() => {});
+          else notMoved = removed;
+        },
       });
     } else await removeConsumer(ctx, namespace, name, "destination_disabled", destination);
   } catch (err) {
@@ -76,13 +80,42 @@ async function applyDestination(ctx: OperatorContext, namespace: string, name: s
   // A listed source that takes no messages sends it nothing: said, for a Source renamed in Git
   // keeps its key under the old name until that one is gone (found by a GitOps review: 200s,
   // nothing delivered, and this destination said all was well).
+  // A Source switched off on purpose is said, but is no fault to alert on.
   const idle = compiled.enabled ? sourcesNotAccepting(ctx, namespace, compiled.sources) : [];
+  const faulty = idle.some(({ why }) => why !== "disabled");
   const note = idle.map(({ name, why }) => `; Source ${name} accepts no messages (${why})`).join("");
+  const stillRead = notMoved ? `; ${await saidNotMoved(ctx, destination, notMoved)}` : "";
   await setReady(
-    ctx, destination, { status: "True", reason: idle.length > 0 ? "SourceNotAccepting" : "Reconciled", message: message + note },
-    { urlCount, sources: compiled.sources, inEffectSince }, idle.length > 0,
+    ctx, destination, { status: "True", reason: faulty ? "SourceNotAccepting" : "Reconciled", message: message + note + stillRead },
+    { urlCount, sources: compiled.sources, inEffectSince }, faulty,
   );
+  // Tried again until the DLQ takes them (or the annotation lets them go).
+  if (notMoved && !notMoved.narrowed) return { requeueAfterMs: NOT_MOVED_RETRY_MS };
 }
+
+const NOT_MOVED_RETRY_MS = 60_000;
+
+/**
+ * Sources left the destination's filter but their undelivered delete notifications could not be
+ * moved to the DLQ (full): the filter stays as it was (they are still read and delivered) until
+ * there is room, or the annotation drops them. Said in a Warning event (once per 10 minutes) and
+ * the log; returns the Ready message's part.
+ */
+async function saidNotMoved(ctx: OperatorContext, destination: DestinationResource, removed: Extract<SourcesRemoved, { error: Error }>): Promise<string> {
+  const label = `${destination.metadata.namespace}/${destination.metadata.name}`;
+  const sources = removed.filters.map((f) => sourceOfFilter(f)).join(", ");
+  if (removed.narrowed) {
+    ctx.log.error({ destination: label, sources, err: removed.error.message }, `the undelivered delete notifications of the sources that left spec.sources could not be moved to the dead-letter queue and are dropped, as ${DROP_UNDELIVERED} asks`);
+    return `the undelivered delete notifications of ${sources} were dropped (${DROP_UNDELIVERED})`;
+  }
+  const message = `Source(s) ${sources} left spec.sources but are still read (and delivered): their undelivered delete notifications could not be moved to the dead-letter queue (${removed.error.message}); tried again every minute: make room in TRACKHOOK_DLQ, or annotate it ${DROP_UNDELIVERED}=true to drop them`;
+  ctx.log.error({ destination: label }, message);
+  if (notMovedSaid.pass(destination.metadata.uid) !== undefined) await ctx.events.record(destination, "Warning", "UndeliveredNotMoved", message).catch(() => {});
+  return message;
+}
+
+/** `trackhook.events.<ns>.<source>.>` -> `<source>`. */
+const sourceOfFilter = (filter: string) => filter.split(".")[3] ?? filter;
 
 /** Of these sources, those ingest refuses messages for: disabled, or not Ready (a missing Secret, a key another Source holds). */
 function sourcesNotAccepting(ctx: OperatorContext, namespace: string, names: string[]): Array<{ name: string; why: string }> {

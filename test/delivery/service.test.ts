@@ -11,7 +11,7 @@ import { ConfigHolder, FileConfigProvider, compileConfig } from "../../dataplane
 import { DeliveryMetrics, DeliveryService, DestinationWorker, WebhookSender, type WebhookSending } from "../../dataplane/delivery/mod.ts";
 import { readDeadLetters } from "../../dataplane/admin/mod.ts";
 import { createLogger, type Logger } from "../../dataplane/logging.ts";
-import { ATTEMPTS_STREAM, DLQ_STREAM, EVENTS_STREAM, consumerName, dlqStreamConfig, ensureStream, eventsStreamConfig, type SideStreamSettings } from "../../dataplane/nats/mod.ts";
+import { ATTEMPTS_STREAM, DLQ_STREAM, EVENTS_STREAM, consumerName, dlqStreamConfig, dlqSubject, ensureStream, eventsStreamConfig, type SideStreamSettings } from "../../dataplane/nats/mod.ts";
 import { DEFAULT_STREAM } from "../harness/ingest.ts";
 import { startNats, type NatsHarness } from "../harness/nats.ts";
 import { answer, startReceiver, type Receiver } from "../harness/receiver.ts";
@@ -440,6 +440,37 @@ describe("delivery service", () => {
       await expect.poll(() => ownReceiver.requests("/iota").slice(answered).map((r) => (JSON.parse(r.body.toString()) as { messageId: string }).messageId), { timeout: 20_000 }).toContain("delete-app");
       const info = await own.jsm.consumers.info(EVENTS_STREAM, consumerName("default", "iota"));
       expect(info.config.filter_subjects).toEqual(["trackhook.events.default.app.>", "trackhook.replay.default.iota"]);
+    } finally {
+      await service.stop();
+      await ownReceiver.close();
+      await own.stop();
+    }
+  });
+
+  it("a source leaving a destination while the DLQ cannot take its notices: the destination goes on delivering, the leaving source is still read, and the notices move once there is room (found by a diff review: the whole destination stopped)", async () => {
+    const own = await startNats();
+    const ownReceiver = await startReceiver();
+    ownReceiver.on("/mu", answer(503));
+    await ensureStream(own.jsm, eventsStreamConfig(DEFAULT_STREAM));
+    const config = new ConfigHolder(configOf([{ name: "mu", url: ownReceiver.url("/mu"), sources: ["web", "app"] }]));
+    const { log, lines } = capturedLog("error");
+    const service = await start(config, { on: own, log, dlqStream: { maxBytes: 64 * 1024 ** 2, replicas: 1, maxPerDestination: 1 } });
+    try {
+      await own.js.publish(dlqSubject("default", "mu"), "{}"); // the destination's one dead letter: its share is full
+      await own.js.publish("trackhook.events.default.web.delete", JSON.stringify({ type: "delete", userId: "u9", messageId: "delete-web", timestamp: new Date().toISOString(), context: {} }), { msgID: "default/web/delete-web" });
+      await ownReceiver.waitFor("/mu", 1); // tried once, waiting for a retry
+      config.set(configOf([{ name: "mu", url: ownReceiver.url("/mu"), sources: ["app"] }]));
+      await expect.poll(() => lines.some((l) => l.includes("could not be moved to the dead-letter queue: those sources are still read"))).toBe(true);
+      ownReceiver.on("/mu", answer(200));
+      await publishTo("app", own)("app-after");
+      const delivered = () => ownReceiver.requests("/mu").map((r) => (JSON.parse(r.body.toString()) as { messageId: string }).messageId);
+      await expect.poll(delivered, { timeout: 20_000 }).toContain("app-after");
+      expect(lines.some((l) => l.includes("could not start"))).toBe(false);
+      // Room made: the next config change (or the minute's retry) moves it and narrows the filter.
+      await own.jsm.streams.purge(DLQ_STREAM, { filter: dlqSubject("default", "mu") });
+      config.set(configOf([{ name: "mu", url: ownReceiver.url("/mu"), sources: ["app"], timeout: "6s" }]));
+      await expect.poll(async () => (await own.jsm.consumers.info(EVENTS_STREAM, consumerName("default", "mu"))).config.filter_subjects, { timeout: 20_000 })
+        .toEqual(["trackhook.events.default.app.>", "trackhook.replay.default.mu"]);
     } finally {
       await service.stop();
       await ownReceiver.close();

@@ -75,6 +75,10 @@ describe("timestamps", () => {
       const [m] = await sendAndRead("/v1/track", { userId: "u1", event: "Absurd", messageId: uniqueId(), timestamp: "2026-11-23T19:00:00.000Z", sentAt });
       expect(m!.timestamp).toBe("2026-11-23T19:00:00.000Z");
     }
+    // A time whose offset takes it out of those years is no date (found by a diff review: "-000001-12-31T19:00:00.000Z").
+    const [edge] = await sendAndRead("/v1/track", { userId: "u1", event: "Edge", messageId: uniqueId(), timestamp: "0000-01-01T00:00:00+05:00", sentAt: "9999-12-31T23:00:00-05:00" });
+    expect([edge!.timestamp, edge!.originalTimestamp]).toEqual([edge!.receivedAt, edge!.receivedAt]);
+    expect(edge!.sentAt).toBe("9999-12-31T23:00:00-05:00"); // kept as sent, as any sentAt that is no date
     // A large but writable correction is still made (a device clock decades off).
     const [far] = await sendAndRead("/v1/track", { userId: "u1", event: "Far", messageId: uniqueId(), timestamp: "2099-01-01T00:00:00.000Z", sentAt: "2099-01-01T00:00:01.000Z" });
     expect(Date.parse(far!.timestamp)).toBe(Date.parse(far!.receivedAt) - 1000);
