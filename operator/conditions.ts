@@ -1,4 +1,4 @@
-// The Ready condition in metav1.Condition shape, as kubectl wait, Helm --wait and kstatus read it.
+// The Ready and Stalled conditions in metav1.Condition shape, as kubectl wait, Helm --wait and kstatus read them.
 import type { Condition } from "../schema/mod.ts";
 
 export interface ReadyState {
@@ -9,21 +9,30 @@ export interface ReadyState {
 }
 
 /**
- * The conditions with Ready set to `state`. lastTransitionTime changes only when the status
- * flips (a new reason alone is not a transition), as apimachinery's SetStatusCondition does.
+ * The conditions with one of `type` set to `state`, or taken out when `state` is undefined.
+ * lastTransitionTime changes only when the status flips (a new reason alone is not a
+ * transition), as apimachinery's SetStatusCondition does.
  */
+function withCondition(conditions: readonly Condition[] | undefined, type: string, state: ReadyState | undefined, generation: number | undefined, now: Date): Condition[] {
+  const others = (conditions ?? []).filter((c) => c.type !== type);
+  if (!state) return others;
+  const previous = conditions?.find((c) => c.type === type);
+  return [
+    ...others,
+    {
+      type,
+      status: state.status,
+      reason: state.reason,
+      message: state.message.slice(0, 32_768),
+      lastTransitionTime: previous && previous.status === state.status ? previous.lastTransitionTime : now.toISOString().replace(/\.\d+Z$/, "Z"),
+      ...(generation !== undefined ? { observedGeneration: generation } : {}),
+    },
+  ];
+}
+
+/** The conditions with Ready set to `state`. */
 export function withReady(conditions: readonly Condition[] | undefined, state: ReadyState, generation: number | undefined, now = new Date()): Condition[] {
-  const others = (conditions ?? []).filter((c) => c.type !== "Ready");
-  const previous = conditions?.find((c) => c.type === "Ready");
-  const ready: Condition = {
-    type: "Ready",
-    status: state.status,
-    reason: state.reason,
-    message: state.message.slice(0, 32_768),
-    lastTransitionTime: previous && previous.status === state.status ? previous.lastTransitionTime : now.toISOString().replace(/\.\d+Z$/, "Z"),
-    ...(generation !== undefined ? { observedGeneration: generation } : {}),
-  };
-  return [...others, ready];
+  return withCondition(conditions, "Ready", state, generation, now);
 }
 
 /**
@@ -32,17 +41,7 @@ export function withReady(conditions: readonly Condition[] | undefined, state: R
  * undefined.
  */
 export function withStalled(conditions: readonly Condition[] | undefined, state: { reason: string; message: string } | undefined, generation: number | undefined, now = new Date()): Condition[] {
-  const others = (conditions ?? []).filter((c) => c.type !== "Stalled");
-  if (!state) return others;
-  const previous = conditions?.find((c) => c.type === "Stalled");
-  return [
-    ...others,
-    {
-      type: "Stalled", status: "True", reason: state.reason, message: state.message.slice(0, 32_768),
-      lastTransitionTime: previous?.status === "True" ? previous.lastTransitionTime : now.toISOString().replace(/\.\d+Z$/, "Z"),
-      ...(generation !== undefined ? { observedGeneration: generation } : {}),
-    },
-  ];
+  return withCondition(conditions, "Stalled", state && { status: "True", ...state }, generation, now);
 }
 
 export function readyOf(conditions: readonly Condition[] | undefined): Condition | undefined {

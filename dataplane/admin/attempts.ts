@@ -3,7 +3,7 @@ import { jetstream, jetstreamManager } from "@nats-io/jetstream";
 import type { NatsConnection } from "@nats-io/transport-node";
 import { ATTEMPTS_STREAM, attemptsSubject, readStored, streamLastSeq } from "../nats/mod.ts";
 import type { AttemptRecord } from "../delivery/mod.ts";
-import { checkName, type DestinationRef } from "./names.ts";
+import { checkDestinationRef, type DestinationRef } from "./names.ts";
 
 export interface AttemptsOptions extends DestinationRef {
   /** Only the attempts of this message. */
@@ -16,8 +16,7 @@ export interface AttemptsOptions extends DestinationRef {
 
 /** The attempt records of a destination, oldest first (TRACKHOOK_ATTEMPTS keeps 7 days). */
 export async function* readAttempts(nc: NatsConnection, options: AttemptsOptions): AsyncGenerator<AttemptRecord> {
-  checkName("namespace", options.namespace);
-  checkName("destination", options.destination);
+  checkDestinationRef(options);
   if ((await streamLastSeq(await jetstreamManager(nc), ATTEMPTS_STREAM)) === undefined) return;
   const startTime = options.sinceMs !== undefined ? new Date(Date.now() - options.sinceMs) : undefined;
   let left = options.limit ?? Number.POSITIVE_INFINITY;

@@ -4,7 +4,7 @@ import { jetstream, jetstreamManager, type ConsumerInfo, type JetStreamClient, t
 import { headers as natsHeaders, type NatsConnection } from "@nats-io/transport-node";
 import { parseJson } from "../json.ts";
 import { DEAD_LETTER_HEADERS, DLQ_STREAM, EVENTS_STREAM, consumerName, dlqSubject, isConsumerNotFound, isStreamNotFound, replaySubject, sourceOfEventSubject, readStored, streamLastSeq } from "../nats/mod.ts";
-import { checkName, type DestinationRef } from "./names.ts";
+import { checkDestinationRef, checkName, type DestinationRef } from "./names.ts";
 
 /** Which of a destination's dead letters `replay` moves and `dead-letters` lists. */
 export interface DeadLetterSelection extends DestinationRef {
@@ -53,8 +53,7 @@ export async function replayDeadLetters(
   },
 ): Promise<{ replayed: number }> {
   const { namespace, destination } = options;
-  checkName("namespace", namespace);
-  checkName("destination", destination);
+  checkDestinationRef({ namespace, destination });
   if (options.limit !== undefined && options.limit <= 0) return { replayed: 0 };
   const jsm = await jetstreamManager(nc);
   const js = jetstream(nc);
@@ -201,8 +200,7 @@ async function* selectDeadLetters(js: JetStreamClient, selection: DeadLetterSele
  * admin commands use this to tell "nothing yet" from "no such destination".
  */
 export async function destinationConsumer(nc: NatsConnection, ref: DestinationRef): Promise<ConsumerInfo | undefined> {
-  checkName("namespace", ref.namespace);
-  checkName("destination", ref.destination);
+  checkDestinationRef(ref);
   const jsm = await jetstreamManager(nc);
   return jsm.consumers.info(EVENTS_STREAM, consumerName(ref.namespace, ref.destination)).catch((err: Error) => {
     if (isConsumerNotFound(err) || isStreamNotFound(err)) return undefined;
@@ -230,8 +228,7 @@ export interface DeadLetter {
 
 /** A destination's dead letters, oldest first, without moving them (`replay` moves them). */
 export async function* readDeadLetters(nc: NatsConnection, options: DeadLetterSelection): AsyncGenerator<DeadLetter> {
-  checkName("namespace", options.namespace);
-  checkName("destination", options.destination);
+  checkDestinationRef(options);
   if (options.limit !== undefined && options.limit <= 0) return;
   const lastSeq = await streamLastSeq(await jetstreamManager(nc), DLQ_STREAM);
   if (lastSeq === undefined) return;

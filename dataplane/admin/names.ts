@@ -10,3 +10,9 @@ export interface DestinationRef {
 export function checkName(what: string, name: string): void {
   if (!isDnsLabel(name)) throw new TypeError(`${what} "${name}" is not a DNS label (lowercase letters, digits and "-")`);
 }
+
+/** A destination's namespace and name, both checked. */
+export function checkDestinationRef({ namespace, destination }: DestinationRef): void {
+  checkName("namespace", namespace);
+  checkName("destination", destination);
+}

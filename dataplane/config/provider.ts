@@ -160,10 +160,9 @@ export class FileConfigProvider extends ConfigHolder {
     // cut anywhere: documents missing (a Source's SDKs refused with 401, which they do not
     // retry), a key, secret or URL cut short (requests refused, deliveries signed wrong or sent
     // to the wrong URL and dead-lettered: found by a review), or not parse at all. A change takes
-    // effect only when a read `settleMs` after the last write seen finds it still there; a watch
-    // event meanwhile starts the wait again.
-    // The second read counts only if the files are as the first found them (found by a review:
-    // a write just before it was applied at once).
+    // effect only when a read `settleMs` after the last write seen finds the files as the first
+    // read did (found by a review: a write just before it was applied at once); a watch event
+    // meanwhile starts the wait again.
     if (!unchanged && (!settled || signature !== this.#settledFrom)) {
       this.#changingSince ??= Date.now();
       if (Date.now() - this.#changingSince < MAX_SETTLE_ROUNDS * this.#settleMs) {

@@ -97,10 +97,10 @@ export async function ensureDestinationConsumer(
     if (!differsFrom(mutable)) return config.durable_name;
     // A source leaving the filter takes its messages not yet delivered with it, unsent; its delete
     // notifications (user erasures) go to the DLQ first (found by a review: a destination moved
-    // to another source in Git dropped a pending erasure, with no trace).
-    // When they cannot be moved (the DLQ full), the filter stays as it was: the destination goes
-    // on delivering, the leaving sources too, and the caller tries again later; throwing would stop
-    // the whole destination (found by a review).
+    // to another source in Git dropped a pending erasure, with no trace). When they cannot be
+    // moved (the DLQ full), the filter stays as it was: the destination goes on delivering, the
+    // leaving sources too, and the caller tries again later; throwing would stop the whole
+    // destination (found by a review).
     const wanted = new Set(mutable.filter_subjects);
     const leaving = (existing.config.filter_subjects ?? []).filter((f) => f.startsWith("trackhook.events.") && !wanted.has(f));
     if (leaving.length > 0) {

@@ -399,7 +399,6 @@ export class DeliveryService {
     this.#removals.set(name, timer);
   }
 
-  /** Applies the latest config again after a pause that doubles while starts keep failing. */
   /**
    * ensureDestinationConsumer, saying what became of sources that left the destination: their
    * undelivered delete notifications moved to the DLQ, or, when it cannot take them (full), the
@@ -431,6 +430,7 @@ export class DeliveryService {
     });
   }
 
+  /** Applies the latest config again after a pause that doubles while starts keep failing. */
   #retryLater(): void {
     if (this.#stopped || this.#retryTimer) return;
     this.#retryTimer = setTimeout(() => {

@@ -1,10 +1,10 @@
-// What a destination's consumer still had to deliver, when the consumer is removed (the
-// destination disabled or deleted) or a source leaves its filter: the messages that nothing else
-// would bring back go to the dead-letter queue first. Its events stay in the events stream (until max_age) and a disabled
-// destination means "send nothing more"; but a delete notification still being retried is a
-// user's erasure that would vanish without a trace (found by a review: a team disabled a failing
-// receiver for a minute, and the notice was gone, no dead letter, no metric), and a replayed dead
-// letter left the DLQ for this one consumer.
+// What a destination's consumer still had to deliver, when the consumer is removed (the destination
+// disabled or deleted) or a source leaves its filter: the messages that nothing else would bring
+// back go to the dead-letter queue first. Its events stay in the events stream (until max_age) and
+// a disabled destination means "send nothing more"; but a delete notification still being retried
+// is a user's erasure that would vanish without a trace (found by a review: a team disabled a
+// failing receiver for a minute, and the notice was gone, no dead letter, no metric), and a
+// replayed dead letter left the DLQ for this one consumer.
 import type { ConsumerInfo, JetStreamClient, JetStreamManager } from "@nats-io/jetstream";
 import { EVENTS_STREAM, dlqSubject, isConsumerNotFound, isStreamNotFound, parseConsumerName, readStored } from "../nats/mod.ts";
 import { deadLetterOptions } from "./dead-letter.ts";
@@ -18,10 +18,10 @@ export interface UndeliveredMoved {
 }
 
 /**
- * Copies a destination consumer's undelivered delete notifications and replayed dead letters to
- * the DLQ, before the consumer is removed (or, given `filters`, only the delete notifications of
- * those source filters, before they leave the consumer's filter). "Undelivered" is what lies past its ack floor: a
- * message acked out of order there (delivered) is copied too, and a replay of it sends it again
+ * Copies a destination consumer's undelivered delete notifications and replayed dead letters to the
+ * DLQ, before the consumer is removed (or, given `only`, the delete notifications of those source
+ * filters, before they leave the consumer's filter). "Undelivered" is what lies past its ack floor:
+ * a message acked out of order there (delivered) is copied too, and a replay of it sends it again
  * with the same messageId and X-Delivery-Id, which receivers drop. A dead letter is keyed as
  * delivery keys its own, so one that delivery stored a moment before is not stored twice.
  */

@@ -25,8 +25,18 @@ const SETTLE_DELAY_MS = 3_000;
 /** How long it then waits for the destinations it concerns to be reconciled (their consumers made), and how often it looks. */
 const SETTLE_LIMIT_MS = 60_000;
 const SETTLE_CHECK_MS = 1_000;
-/** When this process first saw each request not yet planned (performance.now()), by uid. */
+/** When this process first saw each request not yet planned (performance.now()), by uid; forgotten once planned. */
 const firstSeen = new Map<string, number>();
+
+function firstSeenAt(uid: string): number {
+  const now = performance.now();
+  // Requests deleted while waiting are never planned: their entries go once they are old.
+  if (firstSeen.size > 10_000) for (const [key, at] of firstSeen) if (now - at > 10 * SETTLE_LIMIT_MS) firstSeen.delete(key);
+  const seen = firstSeen.get(uid);
+  if (seen !== undefined) return seen;
+  firstSeen.set(uid, now);
+  return now;
+}
 
 export async function reconcileDeletion(ctx: OperatorContext, namespace: string, name: string): Promise<ReconcileResult> {
   try {
@@ -160,10 +170,7 @@ async function plan(ctx: OperatorContext, request: DeletionResource): Promise<De
   // Timed from when this process first saw it, by its own monotonic clock: creationTimestamp is
   // the API server's, and an operator whose clock ran a minute ahead skipped the wait (found by a
   // time review). An operator that starts anew waits again, a few seconds.
-  const uid = request.metadata.uid ?? `${request.metadata.namespace}/${request.metadata.name}`;
-  if (firstSeen.size > 10_000) for (const [key, at] of firstSeen) if (performance.now() - at > 10 * SETTLE_LIMIT_MS) firstSeen.delete(key); // deleted while waiting
-  const seenAt = firstSeen.get(uid) ?? firstSeen.set(uid, performance.now()).get(uid)!;
-  const waitedMs = performance.now() - seenAt;
+  const waitedMs = performance.now() - firstSeenAt(request.metadata.uid ?? `${request.metadata.namespace}/${request.metadata.name}`);
   if (waitedMs < SETTLE_DELAY_MS) return { waitMs: SETTLE_DELAY_MS - waitedMs };
   const { namespace } = request.metadata;
   const namespaceSources = ctx.sources.list(namespace);

@@ -4,7 +4,7 @@
 // already accepted is lost; Ready says what is wrong.
 import { compileDestination, destinationKey, secretNamesOf } from "../../dataplane/config/mod.ts";
 import { deadLetterUndelivered, ensureDestinationConsumer, removeDestinationConsumers, type SourcesRemoved, type UndeliveredMoved } from "../../dataplane/delivery/mod.ts";
-import { consumerName, isStreamNotFound } from "../../dataplane/nats/mod.ts";
+import { consumerName, isStreamNotFound, sourceOfEventSubject } from "../../dataplane/nats/mod.ts";
 import { KeyedLogInterval } from "../../dataplane/telemetry/mod.ts";
 import type { WebhookDestinationDocument } from "../../schema/mod.ts";
 import { readyOf } from "../conditions.ts";
@@ -79,8 +79,8 @@ async function applyDestination(ctx: OperatorContext, namespace: string, name: s
   const inEffectSince = destination.status?.inEffectSince ?? new Date().toISOString();
   // A listed source that takes no messages sends it nothing: said, for a Source renamed in Git
   // keeps its key under the old name until that one is gone (found by a GitOps review: 200s,
-  // nothing delivered, and this destination said all was well).
-  // A Source switched off on purpose is said, but is no fault to alert on.
+  // nothing delivered, and this destination said all was well). A Source switched off on
+  // purpose is said, but is no fault to alert on.
   const idle = compiled.enabled ? sourcesNotAccepting(ctx, namespace, compiled.sources) : [];
   const faulty = idle.some(({ why }) => why !== "disabled");
   const note = idle.map(({ name, why }) => `; Source ${name} accepts no messages (${why})`).join("");
@@ -103,7 +103,8 @@ const NOT_MOVED_RETRY_MS = 60_000;
  */
 async function saidNotMoved(ctx: OperatorContext, destination: DestinationResource, removed: Extract<SourcesRemoved, { error: Error }>): Promise<string> {
   const label = `${destination.metadata.namespace}/${destination.metadata.name}`;
-  const sources = removed.filters.map((f) => sourceOfFilter(f)).join(", ");
+  // A source's filter (`trackhook.events.<ns>.<source>.>`) reads as one of its subjects.
+  const sources = removed.filters.map((f) => sourceOfEventSubject(f) ?? f).join(", ");
   if (removed.narrowed) {
     ctx.log.error({ destination: label, sources, err: removed.error.message }, `the undelivered delete notifications of the sources that left spec.sources could not be moved to the dead-letter queue and are dropped, as ${DROP_UNDELIVERED} asks`);
     return `the undelivered delete notifications of ${sources} were dropped (${DROP_UNDELIVERED})`;
@@ -114,8 +115,6 @@ async function saidNotMoved(ctx: OperatorContext, destination: DestinationResour
   return message;
 }
 
-/** `trackhook.events.<ns>.<source>.>` -> `<source>`. */
-const sourceOfFilter = (filter: string) => filter.split(".")[3] ?? filter;
 
 /** Of these sources, those ingest refuses messages for: disabled, or not Ready (a missing Secret, a key another Source holds). */
 function sourcesNotAccepting(ctx: OperatorContext, namespace: string, names: string[]): Array<{ name: string; why: string }> {
