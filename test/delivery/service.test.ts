@@ -78,6 +78,17 @@ function capturedLog(level: string): { log: Logger; lines: string[] } {
 const publishTo = (source: string, on: NatsHarness = nats) => (id: string) =>
   on.js.publish(`trackhook.events.default.${source}.track`, JSON.stringify({ type: "track", messageId: id, userId: "u", event: "e" }), { msgID: `default/${source}/${id}` });
 
+/** Stores a delete notification (a user's erasure) of a source, as the operator or delete-user would. */
+const storeErasure = (on: NatsHarness, source: string, id: string) =>
+  on.js.publish(`trackhook.events.default.${source}.delete`, JSON.stringify({ type: "delete", userId: "u9", messageId: id, timestamp: new Date().toISOString(), context: {} }), { msgID: `default/${source}/${id}` });
+
+/** A destination's dead letters as [messageId, reason, attempts], oldest first. */
+async function deadLetterRows(on: NatsHarness, destination: string): Promise<Array<[string | undefined, string, number]>> {
+  const rows: Array<[string | undefined, string, number]> = [];
+  for await (const letter of readDeadLetters(on.nc, { namespace: "default", destination })) rows.push([letter.messageId, letter.reason, letter.attempts]);
+  return rows;
+}
+
 const consumers = async () => {
   const names: string[] = [];
   for await (const c of nats.jsm.consumers.list(EVENTS_STREAM)) names.push(c.name);
@@ -400,11 +411,7 @@ describe("delivery service", () => {
       await store("after");
       const ids = async () => (await ownReceiver.waitFor("/kappa", 2, 20_000)).map((r) => r.headers["x-delivery-id"]);
       expect((await ids()).sort()).toEqual(["default/kappa/kappa/after", "default/kappa/kappa/lone-%EF%BF%BD-x"]);
-      await expect.poll(async () => {
-        const letters = [];
-        for await (const letter of readDeadLetters(own.nc, { namespace: "default", destination: "kappa" })) letters.push([letter.messageId, letter.reason, letter.attempts]);
-        return letters.sort();
-      }, { timeout: 20_000 }).toEqual([["explodes", "invalid_message", 3], ["explodes-too", "invalid_message", 3]]);
+      await expect.poll(() => deadLetterRows(own, "kappa").then((rows) => rows.sort()), { timeout: 20_000 }).toEqual([["explodes", "invalid_message", 3], ["explodes-too", "invalid_message", 3]]);
     } finally {
       await service.stop();
       await ownReceiver.close();
@@ -421,18 +428,12 @@ describe("delivery service", () => {
     const { log, lines } = capturedLog("error");
     const service = await start(config, { on: own, log });
     try {
-      const erasure = (source: string, id: string) =>
-        own.js.publish(`trackhook.events.default.${source}.delete`, JSON.stringify({ type: "delete", userId: "u9", messageId: id, timestamp: new Date().toISOString(), context: {} }), { msgID: `default/${source}/${id}` });
       await publishTo("web", own)("web-event");
-      await erasure("web", "delete-web");
-      await erasure("app", "delete-app");
+      await storeErasure(own, "web", "delete-web");
+      await storeErasure(own, "app", "delete-app");
       await ownReceiver.waitFor("/iota", 3); // all tried once, all waiting for a retry
       config.set(configOf([{ name: "iota", url: ownReceiver.url("/iota"), sources: ["app"] }]));
-      await expect.poll(async () => {
-        const letters = [];
-        for await (const letter of readDeadLetters(own.nc, { namespace: "default", destination: "iota" })) letters.push([letter.messageId, letter.reason, letter.attempts]);
-        return letters;
-      }, { timeout: 10_000 }).toEqual([["delete-web", "source_removed", 0]]);
+      await expect.poll(() => deadLetterRows(own, "iota"), { timeout: 10_000 }).toEqual([["delete-web", "source_removed", 0]]);
       await expect.poll(() => lines.some((l) => l.includes("moved to the dead-letter queue, reason source_removed"))).toBe(true);
       // The source still listed keeps its erasure, delivered once the receiver answers.
       const answered = ownReceiver.requests("/iota").length;
@@ -457,7 +458,7 @@ describe("delivery service", () => {
     const service = await start(config, { on: own, log, dlqStream: { maxBytes: 64 * 1024 ** 2, replicas: 1, maxPerDestination: 1 } });
     try {
       await own.js.publish(dlqSubject("default", "mu"), "{}"); // the destination's one dead letter: its share is full
-      await own.js.publish("trackhook.events.default.web.delete", JSON.stringify({ type: "delete", userId: "u9", messageId: "delete-web", timestamp: new Date().toISOString(), context: {} }), { msgID: "default/web/delete-web" });
+      await storeErasure(own, "web", "delete-web");
       await ownReceiver.waitFor("/mu", 1); // tried once, waiting for a retry
       config.set(configOf([{ name: "mu", url: ownReceiver.url("/mu"), sources: ["app"] }]));
       await expect.poll(() => lines.some((l) => l.includes("could not be moved to the dead-letter queue: those sources are still read"))).toBe(true);
@@ -488,14 +489,10 @@ describe("delivery service", () => {
     const service = await start(config, { on: own, log });
     try {
       await publishTo("theta", own)("theta-event");
-      await own.js.publish("trackhook.events.default.theta.delete", JSON.stringify({ type: "delete", userId: "u9", messageId: "delete-theta", timestamp: new Date().toISOString(), context: {} }), { msgID: "default/theta/delete-theta" });
+      await storeErasure(own, "theta", "delete-theta");
       await ownReceiver.waitFor("/theta", 2); // both tried once, both waiting for a retry
       config.set(configOf([]));
-      await expect.poll(async () => {
-        const letters = [];
-        for await (const letter of readDeadLetters(own.nc, { namespace: "default", destination: "theta" })) letters.push([letter.messageId, letter.reason, letter.attempts]);
-        return letters;
-      }, { timeout: 10_000 }).toEqual([["delete-theta", "destination_disabled", 0]]);
+      await expect.poll(() => deadLetterRows(own, "theta"), { timeout: 10_000 }).toEqual([["delete-theta", "destination_disabled", 0]]);
       await expect.poll(() => lines.some((l) => l.includes("delete notifications (user erasures) or replayed dead letters not yet delivered: moved to the dead-letter queue"))).toBe(true);
     } finally {
       await service.stop();

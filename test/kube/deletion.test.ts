@@ -25,6 +25,24 @@ spec:
   userIds: ${JSON.stringify(userIds)}
 ${sources ? `  sources: ${JSON.stringify(sources)}\n` : ""}`;
 
+/**
+ * A destination of "shop" whose receiver fails, a DeletionRequest's notice to it waiting for a
+ * retry, then `patch` merged into it: the notice's dead letter, once there.
+ */
+async function noticeDeadLetteredAfter(name: string, sources: string[], user: string, patch: object) {
+  env.receiver.on(`/${name}`, answer(503));
+  await env.apply(yamlDocuments(setup(sources, ["shop"]), destinationYaml(name, { sources: ["shop"], urls: [env.receiver.url(`/${name}`)] })));
+  await env.waitReady("WebhookDestination", name);
+  await env.apply(deletionRequest(`gdpr-${name}`, [user], ["shop"]));
+  await env.waitReady("DeletionRequest", `gdpr-${name}`);
+  await env.receiver.waitFor(`/${name}`, 1); // its first attempt failed; a retry is due later
+  await env.cluster.kubectlOk(["patch", "webhookdestination", name, "-n", env.namespace, "--type=merge", "-p", JSON.stringify(patch)]);
+  return env.waitFor("the notice dead-lettered", async () => {
+    const m = await env.nats.jsm.streams.getMessage(DLQ_STREAM, { last_by_subj: dlqSubject(env.namespace, name) }).catch(() => null);
+    return m ?? undefined;
+  }, 20_000);
+}
+
 /** Delete notifications stored in the stream for a source (what delivery will send). */
 async function storedDeletes(source: string): Promise<number> {
   const info = await env.nats.jsm.streams.info(EVENTS_STREAM, { subjects_filter: `trackhook.events.${env.namespace}.${source}.delete` });
@@ -102,17 +120,7 @@ describe("DeletionRequest", () => {
   it("a destination disabled while a notice to it is being retried has the notice dead-lettered, not dropped (found by a review: gone without a trace)", async () => {
     const operator = await spawnOperator(env);
     try {
-      env.receiver.on("/failing", answer(503));
-      await env.apply(yamlDocuments(setup(["shop"], ["shop"]), destinationYaml("failing", { sources: ["shop"], urls: [env.receiver.url("/failing")] })));
-      await env.waitReady("WebhookDestination", "failing");
-      await env.apply(deletionRequest("gdpr-mid", ["gina"], ["shop"]));
-      await env.waitReady("DeletionRequest", "gdpr-mid");
-      await env.receiver.waitFor("/failing", 1); // its first attempt failed; a retry is due later
-      await env.cluster.kubectlOk(["patch", "webhookdestination", "failing", "-n", env.namespace, "--type=merge", "-p", '{"spec":{"enabled":false}}']);
-      const letter = await env.waitFor("the notice dead-lettered", async () => {
-        const m = await env.nats.jsm.streams.getMessage(DLQ_STREAM, { last_by_subj: dlqSubject(env.namespace, "failing") }).catch(() => null);
-        return m ?? undefined;
-      }, 20_000);
+      const letter = await noticeDeadLetteredAfter("failing", ["shop"], "gina", { spec: { enabled: false } });
       expect(letter.header?.get("Trackhook-Reason")).toBe("destination_disabled");
       expect(letter.json<{ type: string; userId: string }>()).toMatchObject({ type: "delete", userId: "gina" });
       await env.waitFor("a Warning event on the destination", async () =>
@@ -125,17 +133,7 @@ describe("DeletionRequest", () => {
   it("a destination moved to another source while a notice to it is being retried has the notice dead-lettered (found by a review: a move in Git dropped the erasure)", async () => {
     const operator = await spawnOperator(env);
     try {
-      env.receiver.on("/moved", answer(503));
-      await env.apply(yamlDocuments(setup(["shop", "blog"], ["shop"]), destinationYaml("moved", { sources: ["shop"], urls: [env.receiver.url("/moved")] })));
-      await env.waitReady("WebhookDestination", "moved");
-      await env.apply(deletionRequest("gdpr-moved", ["hana"], ["shop"]));
-      await env.waitReady("DeletionRequest", "gdpr-moved");
-      await env.receiver.waitFor("/moved", 1); // its first attempt failed; a retry is due later
-      await env.cluster.kubectlOk(["patch", "webhookdestination", "moved", "-n", env.namespace, "--type=merge", "-p", '{"spec":{"sources":["blog"]}}']);
-      const letter = await env.waitFor("the notice dead-lettered", async () => {
-        const m = await env.nats.jsm.streams.getMessage(DLQ_STREAM, { last_by_subj: dlqSubject(env.namespace, "moved") }).catch(() => null);
-        return m ?? undefined;
-      }, 20_000);
+      const letter = await noticeDeadLetteredAfter("moved", ["shop", "blog"], "hana", { spec: { sources: ["blog"] } });
       expect(letter.header?.get("Trackhook-Reason")).toBe("source_removed");
       expect(letter.json<{ type: string; userId: string }>()).toMatchObject({ type: "delete", userId: "hana" });
       await env.waitReady("WebhookDestination", "moved");
