@@ -262,3 +262,30 @@ describe("a config directory replaced (found by a config churn review: its watch
     }
   });
 });
+
+describe("the settle read of a --config change", () => {
+  it("applies only files as the read that started the wait found them: a write just before the settle read waits another round (diff review of the config churn fix)", async () => {
+    const own = mkdtempSync(join(tmpdir(), "trackhook-settle-"));
+    const path = join(own, "sources.yaml");
+    writeFileSync(path, doc({ web: "key-one" }));
+    // Watch, poll and settle timers all far off: this test drives the reads itself, so what it
+    // checks does not depend on when the watcher fires.
+    const watched = new FileConfigProvider(path, createLogger({ level: "silent" }), 600_000, 600_000, 600_000);
+    const applied: string[] = [];
+    watched.subscribe((config) => applied.push(config.sources[0]!.writeKeySha256));
+    try {
+      writeFileSync(path, doc({ web: "key-one-ro" })); // a writer cut mid-value...
+      watched.reload(); // ...seen: the wait starts
+      writeFileSync(path, doc({ web: "key-one-rot" })); // more of it written just before...
+      watched.reload(true); // ...the settle read: not as the first read found it, so another round
+      expect(applied).toEqual([]);
+      writeFileSync(path, doc({ web: "key-one-rotated" }));
+      watched.reload(true); // changed again since the last read: another round
+      expect(applied).toEqual([]);
+      watched.reload(true); // unchanged since: in force
+      expect(applied).toEqual([sha256Hex("key-one-rotated")]);
+    } finally {
+      watched.close();
+    }
+  });
+});
