@@ -8,12 +8,12 @@ import type { NatsConnection } from "@nats-io/transport-node";
 import { CONFIG_BUCKET, ConfigWriter, KvConfigProvider, ensureConfigBucket, parseConfigKey, secretNamesOf } from "../dataplane/config/mod.ts";
 import type { Logger } from "../dataplane/logging.ts";
 import { EVENTS_STREAM, StreamGuard, natsDisconnectedForMs, parseConsumerName, patiently } from "../dataplane/nats/mod.ts";
-import { GROUP, VERSION, type SourceDocument, type WebhookDestinationDocument } from "../schema/mod.ts";
+import { GROUP, VERSION, type CompiledConfig, type SourceDocument, type WebhookDestinationDocument } from "../schema/mod.ts";
 import { readyOf } from "./conditions.ts";
 import { EventRecorder } from "./events.ts";
 import type { Kube, KubeObject } from "./kube/client.ts";
 import { listMetadata, metadataOnly } from "./kube/metadata.ts";
-import { Reflector, type WatchEventType } from "./kube/reflector.ts";
+import { Reflector, ReflectorSet, type WatchEventType } from "./kube/reflector.ts";
 import { DEFAULT_LEASE, LeaderElector } from "./leader.ts";
 import { OperatorMetrics } from "./metrics.ts";
 import { checkInstalledCrds } from "./kube/crd-check.ts";
@@ -47,8 +47,8 @@ export interface OperatorOptions {
   bucketCheckMs: number;
   /** A leader that has not reached NATS for this long hands the lease over and stops. */
   natsLossMs: number;
-  /** Watch only this namespace (a namespace-scoped install); undefined: all namespaces. */
-  watchNamespace: string | undefined;
+  /** Watch only these namespaces (a namespace-scoped install); empty: all namespaces. */
+  watchNamespaces: readonly string[];
   /** Delivery runs with --allow-private-networks: destinations may name private addresses. */
   allowPrivateNetworks: boolean;
   /** Read only Secrets labelled SECRET_LABEL (--require-secret-label). */
@@ -65,7 +65,7 @@ export function operatorOptions(input: Partial<OperatorOptions> = {}): Readonly<
     configReplicas: 1,
     bucketCheckMs: 5_000,
     natsLossMs: 60_000,
-    watchNamespace: undefined,
+    watchNamespaces: [],
     allowPrivateNetworks: false,
     requireSecretLabel: false,
     identity: `${process.env.POD_NAME ?? hostname()}_${randomBytes(4).toString("hex")}`,
@@ -91,9 +91,11 @@ export class Operator {
   readonly #elector: LeaderElector;
   #queues: Record<Kind, WorkQueue> | undefined;
   #reflectors: Array<Reflector<KubeObject>> = [];
-  #sources: Reflector<SourceResource> | undefined;
-  #destinations: Reflector<DestinationResource> | undefined;
-  #deletions: Reflector<DeletionResource> | undefined;
+  #sources: ReflectorSet<SourceResource> | undefined;
+  #destinations: ReflectorSet<DestinationResource> | undefined;
+  #deletions: ReflectorSet<DeletionResource> | undefined;
+  /** Namespace-scoped: the config bucket's Sources, for the keys other operators' namespaces hold. */
+  #owners: KvConfigProvider | undefined;
   #resync: NodeJS.Timeout | undefined;
   #failingResync: NodeJS.Timeout | undefined;
   #natsWatch: NodeJS.Timeout | undefined;
@@ -166,20 +168,29 @@ export class Operator {
     const kv = await patiently("making the config bucket", () => ensureConfigBucket(this.#nc, { replicas: this.#options.configReplicas }, this.#log), this.#log);
     const jsm = await jetstreamManager(this.#nc);
     const { kc, custom } = this.#kube;
-    const ns = this.#options.watchNamespace;
-    const list = (plural: string) => () =>
-      ns
-        ? custom.listNamespacedCustomObject({ group: GROUP, version: VERSION, namespace: ns, plural })
-        : custom.listCustomObjectForAllNamespaces({ group: GROUP, version: VERSION, resourcePlural: plural });
-    const path = (plural: string) => `/apis/${GROUP}/${VERSION}/${ns ? `namespaces/${ns}/` : ""}${plural}`;
     const withKind = (kind: Kind) => (o: KubeObject) => ({ ...o, kind }) as KubeObject;
-
-    const sources = new Reflector<SourceResource>({ kc, log: this.#log, path: path(PLURALS.Source), list: list(PLURALS.Source), transform: withKind("Source") as never, onEvent: (t, o, p) => this.#onSource(t, o, p) });
-    const destinations = new Reflector<DestinationResource>({ kc, log: this.#log, path: path(PLURALS.WebhookDestination), list: list(PLURALS.WebhookDestination), transform: withKind("WebhookDestination") as never, onEvent: (t, o, p) => this.#onDestination(t, o, p) });
-    const deletions = new Reflector<DeletionResource>({ kc, log: this.#log, path: path(PLURALS.DeletionRequest), list: list(PLURALS.DeletionRequest), transform: withKind("DeletionRequest") as never, onEvent: (t, o) => this.#onDeletion(t, o) });
+    // One reflector per watched namespace, or one for all of them.
+    const watched = this.#options.watchNamespaces.length > 0 ? this.#options.watchNamespaces : [undefined];
+    const reflect = <T extends KubeObject>(make: (ns: string | undefined) => Reflector<T>) => new ReflectorSet<T>(new Map(watched.map((ns) => [ns, make(ns)])));
+    const customResources = <T extends KubeObject>(kind: Kind, onEvent: (type: WatchEventType, o: T, previous: T | undefined) => void) => (ns: string | undefined) => {
+      const plural = PLURALS[kind];
+      return new Reflector<T>({
+        kc, log: this.#log, transform: withKind(kind) as (o: KubeObject) => T, onEvent,
+        path: `/apis/${GROUP}/${VERSION}/${ns ? `namespaces/${ns}/` : ""}${plural}`,
+        list: () =>
+          ns
+            ? custom.listNamespacedCustomObject({ group: GROUP, version: VERSION, namespace: ns, plural })
+            : custom.listCustomObjectForAllNamespaces({ group: GROUP, version: VERSION, resourcePlural: plural }),
+      });
+    };
+    const sources = reflect(customResources<SourceResource>("Source", (t, o, p) => this.#onSource(t, o, p)));
+    const destinations = reflect(customResources<DestinationResource>("WebhookDestination", (t, o, p) => this.#onDestination(t, o, p)));
+    const deletions = reflect(customResources<DeletionResource>("DeletionRequest", (t, o) => this.#onDeletion(t, o)));
     // Secrets as metadata only: a change is all the operator needs to hear of; values are read per reconcile.
-    const secretsPath = ns ? `/api/v1/namespaces/${ns}/secrets` : "/api/v1/secrets";
-    const secrets = new Reflector<KubeObject>({ kc: metadataOnly(kc), log: this.#log, path: secretsPath, list: () => listMetadata(kc, secretsPath), transform: secretMetadataOnly, onEvent: (_t, o) => this.#onSecret(o) });
+    const secrets = reflect((ns) => {
+      const path = ns ? `/api/v1/namespaces/${ns}/secrets` : "/api/v1/secrets";
+      return new Reflector<KubeObject>({ kc: metadataOnly(kc), log: this.#log, path, list: () => listMetadata(kc, path), transform: secretMetadataOnly, onEvent: (_t, o) => this.#onSecret(o) });
+    });
 
     const ctx: OperatorContext = {
       kube: this.#kube, log: this.#log, metrics: this.metrics,
@@ -188,6 +199,7 @@ export class Operator {
       sources, destinations, deletions, sourceDigests: new Map(), statusWrites: new StatusWrites(), allowPrivateNetworks: this.#options.allowPrivateNetworks,
       requireSecretLabel: this.#options.requireSecretLabel,
       requeue: (kind, namespace, name) => this.#queues?.[kind].add(`${namespace}/${name}`),
+      inScope: (namespace) => this.#inScope(namespace),
     };
     const queue = (kind: Kind, reconcile: (ctx: OperatorContext, ns: string, name: string) => Promise<ReconcileResult>) =>
       new WorkQueue({
@@ -216,7 +228,7 @@ export class Operator {
     this.#sources = sources;
     this.#destinations = destinations;
     this.#deletions = deletions;
-    this.#reflectors = [sources, destinations, deletions, secrets] as Array<Reflector<KubeObject>>;
+    this.#reflectors = [...sources.members, ...destinations.members, ...deletions.members, ...secrets.members] as Array<Reflector<KubeObject>>;
     this.metrics.readWatchesFrom(() => this.#reflectors.map((r) => ({ resource: resourceOf(r.path), failingSeconds: Math.round(r.failing.forMs / 1000) })));
     this.metrics.readResourcesFrom(() =>
       [sources, destinations, deletions].flatMap((cache) =>
@@ -234,8 +246,26 @@ export class Operator {
     // would take that key's traffic until the older one's turn. (An entry whose Source is gone
     // loses the key to the first live claimant, as the orphan collection below removes it.)
     const owners = await KvConfigProvider.start(this.#nc, this.#log.child({ reading: "write-key owners" }), { part: "sources", kv });
-    for (const s of owners.current().sources) if (this.#inScope(s.namespace)) ctx.sourceDigests.set(`${s.namespace}/${s.name}`, sourceKeysOf(s));
-    owners.close();
+    for (const s of owners.current().sources) ctx.sourceDigests.set(`${s.namespace}/${s.name}`, sourceKeysOf(s));
+    if (this.#options.watchNamespaces.length > 0) {
+      // Scoped, this operator cannot see the Sources of namespaces other operators watch, but their
+      // keys are in the bucket: followed, so that a key one of them holds is refused here too
+      // (found by a multi-tenant review: two releases on one NATS each accepted one key, and
+      // ingest sent its traffic to one of them).
+      const followOthers = (sources: CompiledConfig["sources"]) => {
+        const theirs = new Set<string>();
+        for (const s of sources) {
+          if (this.#inScope(s.namespace)) continue;
+          theirs.add(`${s.namespace}/${s.name}`);
+          ctx.sourceDigests.set(`${s.namespace}/${s.name}`, sourceKeysOf(s));
+        }
+        for (const id of ctx.sourceDigests.keys()) if (!this.#inScope(id.slice(0, id.indexOf("/"))) && !theirs.has(id)) ctx.sourceDigests.delete(id);
+      };
+      owners.subscribe((config) => followOthers(config.sources));
+      this.#owners = owners;
+    } else {
+      owners.close();
+    }
     this.#synced = true;
     this.#ctx = ctx;
     await this.#collectOrphans();
@@ -266,7 +296,7 @@ export class Operator {
   }
 
   #inScope(namespace: string): boolean {
-    return !this.#options.watchNamespace || namespace === this.#options.watchNamespace;
+    return this.#options.watchNamespaces.length === 0 || this.#options.watchNamespaces.includes(namespace);
   }
 
   /**
@@ -363,6 +393,7 @@ export class Operator {
     clearInterval(this.#natsWatch);
     this.#bucketGuard?.stop();
     for (const r of this.#reflectors) r.stop();
+    this.#owners?.close();
     if (this.#queues) await Promise.all(Object.values(this.#queues).map((q) => q.stop()));
     await this.#elector.release();
     this.metrics.leader.set(0);

@@ -368,7 +368,26 @@ const commonStatus = {
 };
 const statusDescription = "Observed state, written by the operator.";
 
-export const SourceStatus = Type.Object(commonStatus, { description: statusDescription });
+export const SourceStatus = Type.Object(
+  {
+    ...commonStatus,
+    writeKeyHeldElsewhere: Type.Optional(
+      Type.Object(
+        {
+          secretName: Type.String({ description: "The Secret that held the refused key." }),
+          secretKey: Type.String({ description: "Its key." }),
+          secretResourceVersion: Type.String({ description: "The Secret's version then." }),
+        },
+        {
+          additionalProperties: false,
+          description:
+            "Set while the write key is refused because a Source in another namespace holds it. While the Secret stays as it was, this Source does not take the key over once it is free (that namespace's apps may still send with it): change the Secret or re-create the Source to claim it.",
+        },
+      ),
+    ),
+  },
+  { description: statusDescription },
+);
 export type SourceStatus = Static<typeof SourceStatus>;
 
 export const WebhookDestinationStatus = Type.Object(

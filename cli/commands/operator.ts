@@ -20,7 +20,7 @@ export const operatorCommand: Command = {
   --lease-namespace <ns>       namespace of the leader Lease (default: $POD_NAMESPACE or default)
   --lease-name <name>          name of the leader Lease (default trackhook-operator)
   --lease-duration <dur>       how long a dead leader's lease blocks a standby (default 15s)
-  --watch-namespace <ns>       reconcile only this namespace's resources (default: all namespaces)
+  --watch-namespace <ns,...>   reconcile only these namespaces' resources, comma-separated (default: all namespaces)
   --config-replicas <n>        JetStream replicas of the trackhook-config bucket (default 1)
   --resync <dur>               reconcile every object this often regardless of events (default 10m, at least 10s)
   --allow-private-networks     delivery runs with --allow-private-networks: accept destinations whose URLs
@@ -48,8 +48,8 @@ export const operatorCommand: Command = {
     const resyncMs = durationFlag("resync", values.resync ?? "10m");
     if (resyncMs < 10_000) throw new UsageError("--resync must be at least 10s");
     // A name that is not a namespace would start an operator that watches nothing and says nothing.
-    for (const flag of ["watch-namespace", "lease-namespace"] as const) {
-      const namespace = values[flag];
+    const watchNamespaces = [...new Set((values["watch-namespace"] ?? "").split(",").map((ns) => ns.trim()).filter(Boolean))];
+    for (const [flag, namespace] of [...watchNamespaces.map((ns) => ["watch-namespace", ns]), ["lease-namespace", values["lease-namespace"]]] as const) {
       if (namespace && !isDnsLabel(namespace)) {
         throw new UsageError(`--${flag}: "${namespace}" is not a namespace name (lower-case letters, digits and '-', at most 63, starting and ending with a letter or digit)`);
       }
@@ -62,7 +62,7 @@ export const operatorCommand: Command = {
       renewDeadlineMs: Math.round((leaseDurationMs * 2) / 3),
       retryPeriodMs: Math.round((leaseDurationMs * 2) / 15),
       resyncMs,
-      watchNamespace: values["watch-namespace"] || undefined,
+      watchNamespaces,
       configReplicas: integerFlag("config-replicas", values["config-replicas"] ?? "1", 1, 5),
       allowPrivateNetworks: Boolean(values["allow-private-networks"] as unknown),
       requireSecretLabel: Boolean(values["require-secret-label"] as unknown),

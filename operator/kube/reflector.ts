@@ -200,3 +200,43 @@ const WATCH_INACTIVITY_MS = 90_000;
 function isInactivityTimeout(err: unknown): boolean {
   return err instanceof Error && err.name === "TimeoutError";
 }
+
+/** What reconciles read: one kind's cache, whatever the namespaces watched. */
+export interface ObjectCache<T extends KubeObject> {
+  get(namespace: string, name: string): T | undefined;
+  list(namespace?: string): T[];
+}
+
+/**
+ * One kind watched in several namespaces (`--watch-namespace a,b`), read as one cache: a
+ * reflector per namespace, so RBAC can be a Role in each rather than cluster-wide.
+ */
+export class ReflectorSet<T extends KubeObject> implements ObjectCache<T> {
+  readonly #byNamespace: ReadonlyMap<string | undefined, Reflector<T>>;
+
+  /** @param reflectors by the namespace each watches; one keyed undefined watches them all. */
+  constructor(reflectors: ReadonlyMap<string | undefined, Reflector<T>>) {
+    this.#byNamespace = reflectors;
+  }
+
+  get members(): Array<Reflector<T>> {
+    return [...this.#byNamespace.values()];
+  }
+
+  get(namespace: string, name: string): T | undefined {
+    return (this.#byNamespace.get(namespace) ?? this.#byNamespace.get(undefined))?.get(namespace, name);
+  }
+
+  list(namespace?: string): T[] {
+    if (namespace !== undefined) return (this.#byNamespace.get(namespace) ?? this.#byNamespace.get(undefined))?.list(namespace) ?? [];
+    return this.members.flatMap((r) => r.list());
+  }
+
+  async start(): Promise<void> {
+    await Promise.all(this.members.map((r) => r.start()));
+  }
+
+  stop(): void {
+    for (const r of this.members) r.stop();
+  }
+}

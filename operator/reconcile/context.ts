@@ -17,7 +17,7 @@ import { KINDS } from "../../schema/mod.ts";
 import type { EventRecorder } from "../events.ts";
 import type { OperatorMetrics } from "../metrics.ts";
 import { MERGE_PATCH, apiErrorMessage, apiStatus, customResource, isConflict, isNotFound, type CustomResource, type Kube, type KubeObject } from "../kube/client.ts";
-import type { Reflector } from "../kube/reflector.ts";
+import type { ObjectCache } from "../kube/reflector.ts";
 import type { ReconcileResult } from "../queue.ts";
 import { readyOf, withReady, type ReadyState } from "../conditions.ts";
 
@@ -46,9 +46,11 @@ export interface OperatorContext {
   config: ConfigWriter;
   jsm: JetStreamManager;
   js: JetStreamClient;
-  sources: Reflector<SourceResource>;
-  destinations: Reflector<DestinationResource>;
-  deletions: Reflector<DeletionResource>;
+  sources: ObjectCache<SourceResource>;
+  destinations: ObjectCache<DestinationResource>;
+  deletions: ObjectCache<DeletionResource>;
+  /** Whether a namespace is watched: a Source elsewhere may hold a key, unseen (a namespace-scoped operator). */
+  inScope(namespace: string): boolean;
   /** namespace/name → the write-key digests of the Sources in effect, to refuse a key two Sources share. */
   sourceDigests: Map<string, SourceKeys>;
   /** Whether delivery may reach private networks: if not, destinations whose URLs only reach them are refused. */
@@ -237,13 +239,18 @@ export async function removeFinalizer(ctx: OperatorContext, object: AnyResource)
 /** The label a Secret needs to be read when the operator runs with --require-secret-label. */
 export const SECRET_LABEL = { name: "trackhook.io/secret", value: "true" } as const;
 
+/** The Secrets read for one compile, and each one's resourceVersion as read. */
+export type SecretsRead = SecretLookup & { versionOf(name: string): string | undefined };
+
 /** Reads the named Secrets of a namespace (fresh, never cached) for one compile. */
-export async function readSecrets(ctx: OperatorContext, namespace: string, names: readonly string[]): Promise<SecretLookup> {
+export async function readSecrets(ctx: OperatorContext, namespace: string, names: readonly string[]): Promise<SecretsRead> {
   const found = new Map<string, Map<string, string> | RefusedSecret>();
+  const versions = new Map<string, string>();
   await Promise.all(
     names.map(async (name) => {
       try {
         const secret = await ctx.kube.core.readNamespacedSecret({ name, namespace });
+        versions.set(name, secret.metadata?.resourceVersion ?? "");
         if (ctx.requireSecretLabel && secret.metadata?.labels?.[SECRET_LABEL.name] !== SECRET_LABEL.value) {
           found.set(name, new RefusedSecret(
             `Secret ${namespace}/${name} lacks the label ${SECRET_LABEL.name}=${SECRET_LABEL.value}, which the operator (--require-secret-label) asks of every Secret it reads: \`kubectl label secret -n ${namespace} ${name} ${SECRET_LABEL.name}=${SECRET_LABEL.value}\``,
@@ -256,7 +263,8 @@ export async function readSecrets(ctx: OperatorContext, namespace: string, names
       }
     }),
   );
-  return (ns, name) => (ns === namespace ? found.get(name) : undefined);
+  const lookup: SecretLookup = (ns, name) => (ns === namespace ? found.get(name) : undefined);
+  return Object.assign(lookup, { versionOf: (name: string) => versions.get(name) });
 }
 
 /** Secrets in the cache keep only their metadata: values are read when needed, never held. */

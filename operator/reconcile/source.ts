@@ -2,10 +2,11 @@
 // whose main key cannot be read is disabled in the bucket: its old keys must stop working, and
 // stay its own until the Source is deleted.
 import { compileSource, secretNamesOf, sourceKey, writeKeyDigests } from "../../dataplane/config/mod.ts";
+import { isDeepStrictEqual } from "node:util";
 import type { CompiledSource, SourceDocument } from "../../schema/mod.ts";
 import { readyOf } from "../conditions.ts";
 import type { ReconcileResult } from "../queue.ts";
-import { addFinalizer, isDeleting, readSecrets, removeFinalizer, reportingFailures, setReady, type OperatorContext, type SourceKeys } from "./context.ts";
+import { addFinalizer, isDeleting, readSecrets, removeFinalizer, reportingFailures, setReady, type OperatorContext, type SourceKeys, type SourceResource } from "./context.ts";
 
 export async function reconcileSource(ctx: OperatorContext, namespace: string, name: string): Promise<ReconcileResult> {
   return reportingFailures(ctx, () => ctx.statusWrites.fresh(ctx.sources.get(namespace, name)), () => applySource(ctx, namespace, name));
@@ -24,7 +25,8 @@ async function applySource(ctx: OperatorContext, namespace: string, name: string
   await addFinalizer(ctx, source);
 
   const doc = source as unknown as SourceDocument;
-  const result = compileSource(namespace, doc, await readSecrets(ctx, namespace, secretNamesOf(doc)));
+  const secrets = await readSecrets(ctx, namespace, secretNamesOf(doc));
+  const result = compileSource(namespace, doc, secrets);
   if (!result.ok) {
     // Its key stops working, but stays reserved for it until the Source is deleted: a Secret
     // recreated or edited by mistake must not hand the key, and its traffic, to a copy waiting
@@ -52,14 +54,45 @@ async function applySource(ctx: OperatorContext, namespace: string, name: string
   const previous = digests.get(id);
   const owners = new Map<string, string>(); // digest -> the other Source holding it
   for (const [other, keys] of digests) if (other !== id) for (const digest of writeKeyDigests(keys)) owners.set(digest, other);
-  const live = (other: string) => Boolean(ctx.sources.get(...(other.split("/") as [string, string])));
+  // A holder in a namespace this operator does not watch is taken to be live: another operator's.
+  const live = (other: string) => {
+    const [ns, sourceName] = other.split("/") as [string, string];
+    return !ctx.inScope(ns) || Boolean(ctx.sources.get(ns, sourceName));
+  };
   const holderName = (other: string) => (other.startsWith(`${namespace}/`) ? `Source ${other}` : "a Source in another namespace");
   const mainHolder = owners.get(result.value.writeKeySha256);
+  const ref = doc.spec.writeKeySecretRef;
+  const keyFrom = { secretName: ref.name, secretKey: ref.key, secretResourceVersion: secrets.versionOf(ref.name) ?? "" };
+  const heldElsewhere = source.status?.writeKeyHeldElsewhere;
   if (mainHolder && live(mainHolder)) {
     digests.delete(id);
     await ctx.config.delete(key);
-    // Another namespace's Source is not named: the key may have been copied from a public page.
-    await setReady(ctx, source, { status: "False", reason: "DuplicateWriteKey", message: `${holderName(mainHolder)} already uses the same write key; give each Source its own` });
+    const elsewhere = !mainHolder.startsWith(`${namespace}/`);
+    // Another namespace's Source is not named in status (the key may have been copied from a
+    // public page), but in the operator's log, for whoever runs the cluster to sort it out.
+    if (elsewhere && !isDeepStrictEqual(heldElsewhere, keyFrom)) ctx.log.warn({ source: id, holder: mainHolder }, "write key refused: a Source in another namespace holds it");
+    await setReady(
+      ctx,
+      source,
+      { status: "False", reason: "DuplicateWriteKey", message: `${holderName(mainHolder)} already uses the same write key; give each Source its own${elsewhere ? " (this Source will not take the key over when that one is gone)" : ""}` },
+      elsewhere ? { writeKeyHeldElsewhere: keyFrom } : clearHeldElsewhere(source),
+    );
+    return;
+  }
+  // A key another namespace held when this Source was refused is not taken over once free: that
+  // namespace deleting its Source (a rename in Git, a namespace re-created, `kubectl replace
+  // --force`) would hand its apps' traffic to a copy that was waiting (found by a multi-tenant
+  // review). Its own namespace's Sources take it, as a rename needs; this one only once its
+  // Secret changes or it is made anew.
+  const holding = previous !== undefined && writeKeyDigests(previous).includes(result.value.writeKeySha256);
+  if (!holding && isDeepStrictEqual(heldElsewhere, keyFrom)) {
+    digests.delete(id);
+    await ctx.config.delete(key);
+    await setReady(ctx, source, {
+      status: "False",
+      reason: "DuplicateWriteKey",
+      message: "a Source in another namespace used the same write key when this Source was refused; it is not taken over now that it is free, since that namespace's apps may still send with it. To claim it, change this Source's Secret or re-create the Source",
+    });
     return;
   }
   // An additional key another Source holds is left out, like one that cannot be read: the source
@@ -99,7 +132,12 @@ async function applySource(ctx: OperatorContext, namespace: string, name: string
     status: "True",
     reason: skipped ? "AdditionalWriteKeySkipped" : "Reconciled",
     message: (value.enabled ? accepted : "disabled: the write keys are refused as unknown") + skipped,
-  }, {}, skipped !== "");
+  }, clearHeldElsewhere(source), skipped !== "");
+}
+
+/** A merge patch removes a field set to null: only when there is one, or every write would differ. */
+function clearHeldElsewhere(source: SourceResource): { writeKeyHeldElsewhere?: never } {
+  return source.status?.writeKeyHeldElsewhere ? { writeKeyHeldElsewhere: null as never } : {};
 }
 
 /** The keys of a compiled source that decide who holds which key. */

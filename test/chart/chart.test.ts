@@ -294,6 +294,17 @@ describe("rendered manifests", () => {
     }
   });
 
+  it("scope the operator to a list of namespaces: a Role and RoleBinding in each, one --watch-namespace (found by a multi-tenant review: one namespace or the whole cluster's Secrets)", async () => {
+    const docs = await render({ set: { "operator.watchNamespace": "{team-a,team-b}" } });
+    expect(ofKind(docs, "ClusterRole")).toEqual([]);
+    const scoped = (kind: string) => ofKind(docs, kind).filter((r) => !r.metadata.name.endsWith("-leader-election")).map((r) => r.metadata.namespace);
+    expect(scoped("Role")).toEqual(["team-a", "team-b"]);
+    expect(scoped("RoleBinding")).toEqual(["team-a", "team-b"]);
+    expect(deploymentOf(docs, "operator").spec.template.spec.containers[0].args).toContain("--watch-namespace=team-a,team-b");
+    const named = await render({ release: "trackhook" });
+    expect(deploymentOf(named, "operator").spec.template.spec.containers[0].args).toContain("--lease-name=trackhook-operator");
+  });
+
   it("give the operator minimal RBAC: its resources and status, read-only Secrets, Events, its own Lease", () => {
     const rules = (docs: Manifest[], kind: string) =>
       ofKind(docs, kind).flatMap((r) =>
@@ -314,7 +325,10 @@ describe("rendered manifests", () => {
     // Cluster-wide, it may also read its own three CRDs (to check at start that they are its version's).
     const crds = { ns: undefined, groups: ["apiextensions.k8s.io"], resources: ["customresourcedefinitions"], names: ["sources.trackhook.io", "webhookdestinations.trackhook.io", "deletionrequests.trackhook.io"], verbs: ["get"] };
     expect(rules(defaults, "ClusterRole")).toEqual([...expected.map((r) => ({ ns: undefined, names: undefined, ...r })), crds]);
-    expect(rules(defaults, "Role")).toEqual([leases[0], { ...leases[1], names: ["trackhook-operator"] }]);
+    // The Lease is the release's own (two releases in one namespace do not share one; found by a
+    // multi-tenant review), and trackhook-operator as before for a release named trackhook.
+    expect(rules(defaults, "Role")).toEqual([leases[0], { ...leases[1], names: ["th-test-trackhook-operator"] }]);
+    expect(deploymentOf(defaults, "operator").spec.template.spec.containers[0].args).toContain("--lease-name=th-test-trackhook-operator");
     expect(ofKind(full, "ClusterRole")).toEqual([]);
     expect(rules(full, "Role")).toEqual([...expected.map((r) => ({ ns: "tenants", names: undefined, ...r })), leases[0], { ...leases[1], names: ["th-operator"] }]);
     expect(rules(fullClusterWide, "ClusterRole")).toHaveLength(expected.length + 1);

@@ -76,6 +76,9 @@ describe("trackhook CLI", () => {
     const ns = run("operator", "--nats", "nats://127.0.0.1:1", "--watch-namespace", "Bad_NS");
     expect(ns.status).toBe(2);
     expect(ns.stderr).toContain('--watch-namespace: "Bad_NS" is not a namespace name');
+    const list = run("operator", "--nats", "nats://127.0.0.1:1", "--watch-namespace", "team-a,Bad_NS");
+    expect(list.status).toBe(2);
+    expect(list.stderr).toContain('--watch-namespace: "Bad_NS" is not a namespace name');
   });
 
   it("--version, `help <command>`, and a --log-level that is no level (a usage error, not a pino stack trace)", () => {

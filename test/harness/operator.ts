@@ -9,7 +9,7 @@ import { afterAll, beforeAll } from "vitest";
 import { KvConfigProvider, ensureConfigBucket } from "../../dataplane/config/mod.ts";
 import { DeliveryMetrics, DeliveryService, WebhookSender } from "../../dataplane/delivery/mod.ts";
 import { createLogger } from "../../dataplane/logging.ts";
-import { Operator, kubeClients, operatorOptions } from "../../operator/mod.ts";
+import { Operator, kubeClients, operatorOptions, type OperatorOptions } from "../../operator/mod.ts";
 import { GROUP, VERSION } from "../../schema/mod.ts";
 import { repoRoot, useControlPlane, type ClusterAccess } from "./control-plane.ts";
 import { startIngest, type IngestHarness } from "./ingest.ts";
@@ -118,12 +118,12 @@ export function useOperatorEnv(prefix: string): OperatorEnv {
 }
 
 /** An in-process operator for the env's namespace, running (leading and synced) when this resolves. */
-export async function startOperator(env: OperatorEnv, options: { requireSecretLabel?: boolean } = {}): Promise<Operator> {
+export async function startOperator(env: OperatorEnv, options: Partial<Pick<OperatorOptions, "requireSecretLabel" | "watchNamespaces" | "leaseName">> = {}): Promise<Operator> {
   const kube = kubeClients(env.cluster.kubeConfig());
   const operator = new Operator(
     { kube, nc: await env.nats.connect(), log },
     // Private networks allowed, as for the delivery beside it: the test receivers are on loopback.
-    operatorOptions({ watchNamespace: env.namespace, leaseNamespace: env.namespace, leaseDurationMs: 15_000, renewDeadlineMs: 10_000, retryPeriodMs: 2000, allowPrivateNetworks: true, ...options }),
+    operatorOptions({ watchNamespaces: [env.namespace], leaseNamespace: env.namespace, leaseDurationMs: 15_000, renewDeadlineMs: 10_000, retryPeriodMs: 2000, allowPrivateNetworks: true, ...options }),
   );
   await operator.run((reason) => {
     throw new Error(`the test operator lost its lease: ${reason}`);

@@ -348,8 +348,8 @@ describe("the chart's pods, run as processes", () => {
     for (const c of COMPONENTS) {
       await waitFor(`${c} ${proc(c).pod.container.readinessProbe.httpGet.path}`, () => probeOk(proc(c), proc(c).pod.container.readinessProbe), 20_000, logs);
     }
-    // The leader Lease is the chart's name in this namespace, held by the made-up pod name.
-    const lease = JSON.parse(await cluster.kubectlOk(["get", "lease", "trackhook-operator", "-n", namespace, "-o", "json"])) as Manifest;
+    // The leader Lease is the release's own in this namespace, held by the made-up pod name.
+    const lease = JSON.parse(await cluster.kubectlOk(["get", "lease", `${RELEASE}-trackhook-operator`, "-n", namespace, "-o", "json"])) as Manifest;
     expect(lease.spec.holderIdentity).toMatch(new RegExp(`^${proc("operator").pod.name}_`));
   });
 

@@ -191,8 +191,8 @@ describe("the chart on a real API server", () => {
       [operator, ["delete", "events", "-n", elsewhere], "no"],
       // Its Lease, in its own namespace only.
       [operator, ["create", "leases.coordination.k8s.io", "-n", installed], "yes"],
-      [operator, ["get", "leases.coordination.k8s.io/trackhook-operator", "-n", installed], "yes"],
-      [operator, ["update", "leases.coordination.k8s.io/trackhook-operator", "-n", installed], "yes"],
+      [operator, ["get", `leases.coordination.k8s.io/${release}-trackhook-operator`, "-n", installed], "yes"],
+      [operator, ["update", `leases.coordination.k8s.io/${release}-trackhook-operator`, "-n", installed], "yes"],
       [operator, ["update", "leases.coordination.k8s.io/kube-scheduler", "-n", installed], "no"],
       [operator, ["create", "leases.coordination.k8s.io", "-n", elsewhere], "no"],
       // Nothing else.

@@ -42,7 +42,7 @@ describe("NATS unreachable", () => {
     const leaseName = "nats-loss-lease";
     const operator = new Operator(
       { kube: kubeClients(env.cluster.kubeConfig()), nc: await env.nats.connect(), log: createLogger({ level: "silent" }) },
-      operatorOptions({ watchNamespace: env.namespace, leaseNamespace: env.namespace, leaseName, leaseDurationMs: 15_000, renewDeadlineMs: 10_000, retryPeriodMs: 2000, natsLossMs: 2_000 }),
+      operatorOptions({ watchNamespaces: [env.namespace], leaseNamespace: env.namespace, leaseName, leaseDurationMs: 15_000, renewDeadlineMs: 10_000, retryPeriodMs: 2000, natsLossMs: 2_000 }),
     );
     let lost!: (reason: string) => void;
     const stopped = new Promise<string>((resolve) => (lost = resolve));

@@ -315,3 +315,14 @@ checksum/config: {{ include (print .root.Template.BasePath "/configmap.yaml") .r
 {{ toYaml . }}
 {{- end }}
 {{- end }}
+
+{{/* operator.watchNamespace as a list: "" (all namespaces) is empty; one name or a list of them. */}}
+{{- define "trackhook.operator.watchNamespaces" -}}
+{{- $w := .Values.operator.watchNamespace }}
+{{- if kindIs "string" $w }}{{ $w }}{{ else }}{{ join "," (uniq $w) }}{{ end }}
+{{- end }}
+
+{{/* The leader Lease: one per release, so that two releases in one namespace do not share it. */}}
+{{- define "trackhook.operator.leaseName" -}}
+{{- .Values.operator.leaderElection.leaseName | default (include "trackhook.componentName" (dict "root" . "component" "operator")) }}
+{{- end }}
