@@ -23,7 +23,7 @@ import { resolveIngestOptions, type IngestOptions, type IngestOptionsInput } fro
 import { EventPublisher } from "./publish.ts";
 import { SourceRateLimits } from "./rate-limit.ts";
 import { corsRoutes } from "./routes/cors.ts";
-import { ENRICHMENT_ALLOWANCE, MESSAGE_PATHS, messageRoutes } from "./routes/messages.ts";
+import { BATCH_FIELDS_ALLOWANCE, ENRICHMENT_ALLOWANCE, MESSAGE_PATHS, messageRoutes } from "./routes/messages.ts";
 import { settingsRoutes } from "./routes/settings.ts";
 import { analyticsJsRoutes } from "./routes/analytics-js.ts";
 import type { IngestState } from "./state.ts";
@@ -306,7 +306,7 @@ const REPEATED_LINE_INTERVAL_MS = 10_000;
 function warnIfPayloadLimitTooSmall(nc: NatsConnection, options: IngestOptions, log: Logger | undefined): void {
   const maxPayload = nc.info?.max_payload;
   // The largest stored message, and room for its headers (Nats-Msg-Id and the subject's).
-  const needed = Math.max(options.limits.singleBytes, options.limits.itemBytes) + ENRICHMENT_ALLOWANCE + 1024;
+  const needed = Math.max(options.limits.singleBytes, options.limits.itemBytes + BATCH_FIELDS_ALLOWANCE) + ENRICHMENT_ALLOWANCE + 1024;
   if (maxPayload !== undefined && maxPayload < needed) {
     log?.error({ maxPayload, needed }, "nats-server's max_payload is smaller than the largest message ingest accepts: such messages get 503 storage_unavailable at every try; raise max_payload in nats-server's config (its default is 1MB)");
   }

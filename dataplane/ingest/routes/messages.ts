@@ -13,9 +13,25 @@ import type { IngestState } from "../state.ts";
 
 /**
  * Bytes a stored message may grow by over what was sent: receivedAt, timestamps, messageId,
- * context.library, and a batch's own context merged in. Beyond this, merging is refused.
+ * context.library. A batch's own context and integrations, merged into each item, are allowed
+ * besides, up to BATCH_FIELDS_ALLOWANCE per item and BATCH_FIELDS_COPIES in all.
  */
 export const ENRICHMENT_ALLOWANCE = 1024;
+
+/**
+ * What a batch's own fields may add to each item: a batch within the limits as sent is never
+ * refused for them (found by an SDK review: analytics-go sends `DefaultContext` at batch level,
+ * and one of 1 KB got a full batch refused with 400 and dropped).
+ */
+export const BATCH_FIELDS_ALLOWANCE = 32 * 1024;
+
+/**
+ * The bytes all the copies of a batch's own fields may come to, checked as they are made: a 31KB
+ * context merged into 2,500 items would otherwise be ~80MB of copies and serialising before the
+ * answer, for a 136KB request. An analytics-go batch of 250 messages has room here for a
+ * `DefaultContext` of 8KB.
+ */
+const BATCH_FIELDS_COPIES = 2 * 1024 * 1024;
 
 /**
  * Bytes a batch body may carry beyond its `batchBytes` of messages: the spec's 500KB counts the
@@ -138,7 +154,9 @@ async function handle(state: IngestState, request: FastifyRequest, config: Route
   const receivedAt = new Date();
   const accepted: PreparedMessage[] = [];
   let storedBytes = 0;
-  const storedLimit = limit + items.length * ENRICHMENT_ALLOWANCE;
+  // A batch's context and integrations go into every item: each may grow by their size.
+  const batchFields = batch ? Math.min(BATCH_FIELDS_ALLOWANCE, Buffer.byteLength(JSON.stringify({ context: batch.context, integrations: batch.integrations }))) : 0;
+  const storedLimit = limit + items.length * ENRICHMENT_ALLOWANCE + Math.min(items.length * batchFields, BATCH_FIELDS_COPIES);
   for (const [index, item] of items.entries()) {
     // Before anything walks or serialises it (judge describes an unknown type, enrich copies).
     if (deep?.items.has(item)) {
@@ -162,12 +180,11 @@ async function handle(state: IngestState, request: FastifyRequest, config: Route
     // Serialised once: these bytes are what is stored and, later, signed and delivered.
     const payload = Buffer.from(JSON.stringify(message));
     // A batch's context is merged into every item, so what is stored is bounded again here.
-    if (payload.length > limits.itemBytes + ENRICHMENT_ALLOWANCE) {
+    if (payload.length > limits.itemBytes + ENRICHMENT_ALLOWANCE + batchFields) {
       throw batch ? errors.batchItemTooLarge(index, limits.itemBytes, "after merging the batch context") : errors.requestTooLarge(limits.singleBytes);
     }
     storedBytes += payload.length;
-    // Checked as it grows: a 31KB batch context merged into 2,500 items would otherwise be
-    // ~80MB of copies and serialising before the answer, for a 136KB request.
+    // Checked as it grows (see BATCH_FIELDS_COPIES).
     if (batch && storedBytes > storedLimit) throw errors.batchTooLarge(limit, `after merging the batch context (at item ${index})`);
     accepted.push({ message, payload });
   }
