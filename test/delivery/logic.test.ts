@@ -24,6 +24,12 @@ describe("routing by integrations", () => {
   });
   it("All: false turns off what is not named", () => expect(routesTo(track({ All: false, Salesforce: true }), "crm")).toBe(false));
   it("keys are case-sensitive", () => expect(routesTo(track({ CRM: false, webhooks: false }), "crm")).toBe(true));
+  it("but `all` counts as `All` where there is no `All` (found by an SDK review: analytics-go's DisableAll() sends it, and those messages reached every webhook)", () => {
+    expect(routesTo(track({ all: false }), "crm")).toBe(false);
+    expect(routesTo(track({ all: false, Amplitude: true }), "crm")).toBe(false);
+    expect(routesTo(track({ all: false, crm: true }), "crm")).toBe(true);
+    expect(routesTo(track({ All: true, all: false }), "crm")).toBe(true);
+  });
   it("an options object counts as on", () => expect(routesTo(track({ All: false, crm: { apiVersion: 2 } }), "crm")).toBe(true));
   it("delete notifications ignore integrations", () => expect(routesTo({ type: "delete", integrations: { All: false } }, "crm")).toBe(true));
 });
