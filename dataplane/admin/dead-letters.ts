@@ -80,7 +80,7 @@ export async function replayDeadLetters(
     h.set(DEAD_LETTER_HEADERS.replayOf, String(m.seq));
     const original = m.headers?.get(DEAD_LETTER_HEADERS.originalSubject);
     if (original) h.set(DEAD_LETTER_HEADERS.originalSubject, original);
-    await js.publish(replay, m.data, { headers: h, msgID: `replay/${namespace}/${destination}/${m.seq}`, expect: { streamName: EVENTS_STREAM } });
+    await js.publish(replay, m.data, { headers: h, msgID: `replay/${namespace}/${destination}/${m.seq}/${m.timestampNanos}`, expect: { streamName: EVENTS_STREAM } });
     // Only now is the copy stored. Counted by whoever deleted the dead letter: two replays at
     // once each count only their own.
     if (await deleteDeadLetter(jsm, m.seq)) {
