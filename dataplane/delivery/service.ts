@@ -132,7 +132,10 @@ export class DeliveryService {
     // No settings given (`trackhook dev`, which has no flags for these): an existing stream keeps
     // all of its own, as for a flag left out; `dev --nats` pointed at a shared NATS took a
     // replicas-3 dead-letter stream down to one copy and 1 GiB.
-    const kept = (settings: SideStreamSettings | undefined) => keptSettings(settings ? settings.defaulted : ALL_SIDE_SETTINGS);
+    // max_age and the duplicate window have no flags: an existing stream always keeps its own (found
+    // by a DR review: a DLQ kept 30 days for an incident was cut back to 14 at the next restart,
+    // and a shorter max_age drops older dead letters at once, their only copy).
+    const kept = (settings: SideStreamSettings | undefined) => [...keptSettings(settings ? settings.defaulted : ALL_SIDE_SETTINGS), "max_age", "duplicate_window"] as const;
     const sideStreams = [
       { config: dlqStreamConfig(deps.dlqStream), keep: kept(deps.dlqStream) },
       { config: attemptsStreamConfig(deps.attemptsStream), keep: kept(deps.attemptsStream) },

@@ -3,6 +3,7 @@
 // the process's delivery slots from a healthy one.
 import { createHmac } from "node:crypto";
 import type { ServerResponse } from "node:http";
+import { nanos } from "@nats-io/transport-node";
 import { afterAll, beforeAll, describe, expect, it, vi } from "vitest";
 import { mkdtempSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
@@ -11,7 +12,7 @@ import { ConfigHolder, FileConfigProvider, compileConfig } from "../../dataplane
 import { DeliveryMetrics, DeliveryService, DestinationWorker, WebhookSender, type WebhookSending } from "../../dataplane/delivery/mod.ts";
 import { readDeadLetters } from "../../dataplane/admin/mod.ts";
 import { createLogger, type Logger } from "../../dataplane/logging.ts";
-import { ATTEMPTS_STREAM, DLQ_STREAM, EVENTS_STREAM, consumerName, dlqStreamConfig, dlqSubject, ensureStream, eventsStreamConfig, type SideStreamSettings } from "../../dataplane/nats/mod.ts";
+import { ATTEMPTS_STREAM, DLQ_STREAM, EVENTS_STREAM, attemptsStreamConfig, consumerName, dlqStreamConfig, dlqSubject, ensureStream, eventsStreamConfig, type SideStreamSettings } from "../../dataplane/nats/mod.ts";
 import { DEFAULT_STREAM } from "../harness/ingest.ts";
 import { startNats, type NatsHarness } from "../harness/nats.ts";
 import { answer, startReceiver, type Receiver } from "../harness/receiver.ts";
@@ -644,6 +645,26 @@ describe("delivery service", () => {
       expect((await own.jsm.streams.info(DLQ_STREAM)).config).toMatchObject({ max_bytes: 64 * 1024 ** 2, max_msgs_per_subject: 500, discard_new_per_subject: true });
     } finally {
       await service.stop();
+      await own.stop();
+    }
+  });
+
+  it("keeps the dead-letter and attempts streams' max_age and duplicate window as set by hand, with stream settings or without (found by a DR review: a DLQ kept 30 days for an incident was cut to 14 at the next restart, dropping older dead letters)", async () => {
+    const own = await startNats();
+    await ensureStream(own.jsm, eventsStreamConfig(DEFAULT_STREAM));
+    const month = nanos(30 * 24 * 3_600_000);
+    await ensureStream(own.jsm, { ...dlqStreamConfig(), max_age: month, duplicate_window: nanos(10 * 60_000) });
+    await ensureStream(own.jsm, { ...attemptsStreamConfig(), max_age: month });
+    const { log, lines } = capturedLog("warn");
+    for (const dlqStream of [undefined, { maxBytes: 2 * 1024 ** 3, replicas: 1 }]) {
+      const service = await start(new ConfigHolder(configOf([])), { on: own, log, ...(dlqStream ? { dlqStream } : {}) });
+      await service.stop();
+    }
+    try {
+      expect((await own.jsm.streams.info(DLQ_STREAM)).config).toMatchObject({ max_age: month, duplicate_window: nanos(10 * 60_000), max_bytes: 2 * 1024 ** 3 });
+      expect((await own.jsm.streams.info(ATTEMPTS_STREAM)).config.max_age).toBe(month);
+      expect(lines.filter((l) => l.includes("max_age"))).toEqual([]);
+    } finally {
       await own.stop();
     }
   });
