@@ -78,8 +78,11 @@ export function integerFlag(flag: string, text: string, min = 0, max = Number.MA
 export const listFlag = (text: string | undefined): string[] | undefined =>
   text === undefined ? undefined : text.split(",").map((s) => s.trim()).filter(Boolean);
 
-/** Schemes a NATS client dials; anything else (an http:// ingest URL by mistake) would only time out. */
-const NATS_SCHEMES = ["nats", "tls", "ws", "wss"];
+/**
+ * Schemes the NATS client dials; anything else (an http:// ingest URL by mistake) would only time
+ * out. Not ws:// or wss://: the Node client does not speak WebSocket (found by a CLI review).
+ */
+const NATS_SCHEMES = ["nats", "tls"];
 
 /**
  * The --nats URL, else TRACKHOOK_NATS_URL; for an admin command (`orDev`), else the NATS of the
@@ -92,9 +95,13 @@ export function natsUrl(values: { nats?: string | undefined }, { orDev = false }
     const scheme = /^([a-z][a-z0-9+.-]*):\/\//i.exec(server.trim())?.[1]?.toLowerCase();
     const shown = server.trim().replace(/\/\/[^/@]*@/, "//");
     if (scheme !== undefined && !NATS_SCHEMES.includes(scheme)) {
-      throw new UsageError(`--nats: "${shown}" is not a NATS URL (use nats://host:4222, tls://, ws:// or wss://, or host:port)`);
+      throw new UsageError(`--nats: "${shown}" is not a NATS URL (use nats://host:4222, tls://host:4222, or host:port)`);
     }
     // `localhost:4222x` made the NATS client throw a TypeError, printed with its stack.
+    // An empty entry ("host:4222," or "nats://") made the NATS client throw a TypeError too.
+    if (server.trim() === "" || /^[a-z]+:\/\/$/i.test(server.trim())) {
+      throw new UsageError(`--nats: "${url}" has an empty server address (use nats://host:4222, or host:port, comma-separated)`);
+    }
     if (!URL.canParse(scheme === undefined ? `nats://${server.trim()}` : server.trim())) {
       throw new UsageError(`--nats: "${shown}" is not a valid URL (use nats://host:4222, or host:port)`);
     }

@@ -76,8 +76,16 @@ async function main(argv: string[]): Promise<void> {
   if (SERVICES.has(command.name) && !startedWithMemoryFlags()) {
     process.stderr.write("trackhook: note: started without the V8 flags of dist/cli/main.js's first line (as `node dist/cli/main.js` does), so it uses more memory; run the file itself (`npx trackhook`), or give node those flags\n");
   }
-  // A reader that goes away (`| head`) ends the output, not with an EPIPE stack trace.
-  if (command.exitWhenDone) process.stdout.on("error", (err: NodeJS.ErrnoException) => (err.code === "EPIPE" ? process.exit(process.exitCode ?? 0) : undefined));
+  // A reader that goes away (`| head`) ends the output, not with an EPIPE stack trace. Any other
+  // failure to write (a full disk) is a failure: exit 0 told a script the output was complete
+  // (found by a CLI review).
+  if (command.exitWhenDone) {
+    process.stdout.on("error", (err: NodeJS.ErrnoException) => {
+      if (err.code === "EPIPE") process.exit(process.exitCode ?? 0);
+      process.stderr.write(`trackhook: cannot write the output: ${err.code ?? err.message}\n`);
+      process.exit(1);
+    });
+  }
   await command.run(values as Record<string, string | undefined>);
   if (command.exitWhenDone) process.exit(process.exitCode ?? 0);
 }

@@ -24,7 +24,7 @@ export function qualifiedName(flag: string, text: string | undefined): { namespa
 export async function connectAdmin(url: string, name: string): Promise<NatsConnection | undefined> {
   // Before connecting, so the URL printed below never carries credentials (NatsAuthError: exit 2).
   assertNoCredentialsInUrl(url);
-  const auth = natsAuthOptions();
+  const auth = natsAuthOptions(process.env, url);
   try {
     return await connect({ ...auth, servers: url.split(",").map((s) => s.trim()), name, noAsyncTraces: true, timeout: 5_000 });
   } catch (err) {

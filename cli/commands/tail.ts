@@ -30,8 +30,12 @@ export const tailCommand: Command = {
     const onSignal = () => stop.abort();
     process.once("SIGINT", onSignal);
     process.once("SIGTERM", onSignal);
-    // `trackhook tail | head`: stop when the reader goes away.
-    process.stdout.on("error", onSignal);
+    // `trackhook tail | head`: stop when the reader goes away; any other write failure (a full
+    // disk) stops it as a failure.
+    process.stdout.on("error", (err: NodeJS.ErrnoException) => {
+      if (err.code !== "EPIPE") fail(`cannot write the output: ${err.code ?? err.message}`);
+      onSignal();
+    });
     try {
       const messages = await tail(nc, { ...(source ? { namespace: source.namespace, source: source.name } : {}), ...(sinceMs !== undefined ? { sinceMs } : {}), signal: stop.signal }).catch((err: unknown) => {
         if (!isStreamNotFound(err)) throw err;

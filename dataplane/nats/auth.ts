@@ -19,8 +19,13 @@ export const NATS_AUTH_ENV = {
   key: "TRACKHOOK_NATS_KEY",
 } as const;
 
-/** Connection options for the credentials and TLS files named in `env`; validated up front. */
-export function natsAuthOptions(env: NodeJS.ProcessEnv = process.env): Partial<ConnectionOptions> {
+/**
+ * Connection options for the credentials and TLS files named in `env`; validated up front. A
+ * `tls://` URL among `servers` requires TLS: nats.js reads the scheme as a hint only, and would
+ * send the user and password in the clear to a server (or anyone between) that offers no TLS
+ * (found by a CLI review).
+ */
+export function natsAuthOptions(env: NodeJS.ProcessEnv = process.env, servers = ""): Partial<ConnectionOptions> {
   const get = (name: string) => env[name] || undefined;
   const creds = get(NATS_AUTH_ENV.creds);
   const user = get(NATS_AUTH_ENV.user);
@@ -42,7 +47,7 @@ export function natsAuthOptions(env: NodeJS.ProcessEnv = process.env): Partial<C
   const cert = get(NATS_AUTH_ENV.cert);
   const key = get(NATS_AUTH_ENV.key);
   if (Boolean(cert) !== Boolean(key)) throw new NatsAuthError(`${NATS_AUTH_ENV.cert} and ${NATS_AUTH_ENV.key} go together`);
-  if (ca || cert) {
+  if (ca || cert || servers.split(",").some((server) => /^tls:\/\//i.test(server.trim()))) {
     options.tls = {
       ...(ca ? { ca: readable(ca, NATS_AUTH_ENV.ca).toString() } : {}),
       ...(cert && key ? { cert: readable(cert, NATS_AUTH_ENV.cert).toString(), key: readable(key, NATS_AUTH_ENV.key).toString() } : {}),

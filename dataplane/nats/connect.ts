@@ -88,7 +88,7 @@ export interface ConnectOptions {
 
 export async function connectNats({ servers, name, log, component }: ConnectOptions): Promise<NatsConnection> {
   assertNoCredentialsInUrl(servers);
-  const auth = natsAuthOptions(); // a missing creds file fails here, before waiting on NATS
+  const auth = natsAuthOptions(process.env, servers); // a missing creds file fails here, before waiting on NATS
   log.info({ servers, auth: describeAuth(auth) }, "connecting to NATS (waiting until it answers)");
   // Said again while it does not answer, so a wrong URL is not mistaken for a slow start.
   const started = Date.now();

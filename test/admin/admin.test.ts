@@ -2,6 +2,7 @@
 // and as `trackhook replay`), attempt history (`readAttempts`, `trackhook attempts`), and `tail`,
 // against a real nats-server, the real ingest, the delivery service and a real HTTP receiver.
 import { spawn, spawnSync } from "node:child_process";
+import { closeSync, existsSync, openSync } from "node:fs";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { jetstream } from "@nats-io/jetstream";
@@ -447,6 +448,13 @@ describe("attempt history", () => {
     expect(await collect(readAttempts(env.nc, { namespace: "default", destination: "flaky-hook", messageId: "replay-1", limit: 1 }))).toEqual(records.slice(0, 1));
     const limited = cli("attempts", "--destination", "flaky-hook", "--message-id", "replay-1", "--limit", "1", "--json");
     expect(limited.stdout.trimEnd().split("\n").map((l) => JSON.parse(l) as AttemptRecord)).toEqual(records.slice(0, 1));
+    // Output that cannot be written is a failure (found by a CLI review: exit 0, nothing said).
+    if (existsSync("/dev/full")) {
+      const full = openSync("/dev/full", "w");
+      const unwritten = spawnSync(process.execPath, [CLI, "attempts", "--destination", "flaky-hook", "--json", "--nats", env.nats.server.url], { cwd: root, encoding: "utf8", timeout: 20_000, stdio: ["ignore", full, "pipe"] });
+      closeSync(full);
+      expect([unwritten.status, unwritten.stderr]).toEqual([1, "trackhook: cannot write the output: ENOSPC\n"]);
+    }
     const lastAt = Date.parse(records.at(-1)!.at);
     await sleep(Math.max(0, lastAt + 1500 - Date.now()));
     expect(await collect(readAttempts(env.nc, { namespace: "default", destination: "flaky-hook", sinceMs: 1000 }))).toEqual([]);

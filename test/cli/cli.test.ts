@@ -133,6 +133,14 @@ describe("trackhook CLI", () => {
     }
   });
 
+  it("an empty server in --nats, and ws:// (which the Node client cannot dial), are usage errors (found by a CLI review: a TypeError's stack)", () => {
+    for (const [command, url] of [["ingest", "127.0.0.1:4222,"], ["tail", "nats://"], ["tail", " "], ["dev", "ws://127.0.0.1:4222"]] as const) {
+      const result = run(command, "--nats", url, ...(command === "tail" ? [] : ["--config", "examples/", "--port", "0"]));
+      expect(result.status, `${command} ${url}`).toBe(2);
+      expect(result.stderr, `${command} ${url}`).toMatch(/^trackhook: --nats: .*(empty server address|is not a NATS URL)/m);
+    }
+  });
+
   it("invalid config fails at start, naming the document and field", () => {
     const dir = mkdtempSync(join(tmpdir(), "trackhook-cli-"));
     writeFileSync(join(dir, "bad.yaml"), "apiVersion: trackhook.io/v1alpha1\nkind: Source\nmetadata: { name: web }\nspec: { writeKeySecretRef: { name: k } }\n");

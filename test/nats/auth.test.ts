@@ -45,6 +45,16 @@ describe("NATS credentials from the environment", () => {
     expect(inUrl.stderr).not.toContain("pa55-word");
   });
 
+  it("a tls:// URL requires TLS: against a server that offers none, no connection and so no password sent (found by a CLI review: sent in the clear)", () => {
+    const run = spawnSync(process.execPath, [join(root, "cli/main.ts"), "replay", "--destination", "default/none", "--nats", server.url.replace("nats://", "tls://")], {
+      cwd: root, encoding: "utf8", timeout: 20_000, env: { ...process.env, TRACKHOOK_NATS_USER: "trackhook", TRACKHOOK_NATS_PASSWORD: "pa55-word" },
+    });
+    expect(run.status).toBe(1);
+    expect(run.stderr).toMatch(/cannot connect to NATS at tls:\/\/.*TLS/i);
+    expect(natsAuthOptions({}, `nats://a:4222, tls://b:4222`)).toEqual({ tls: {} });
+    expect(natsAuthOptions({}, "nats://a:4222")).toEqual({});
+  });
+
   it("refuses contradictory or unreadable settings with the variable's name", () => {
     expect(() => natsAuthOptions({ TRACKHOOK_NATS_USER: "u" })).toThrow("TRACKHOOK_NATS_USER and TRACKHOOK_NATS_PASSWORD go together");
     expect(() => natsAuthOptions({ TRACKHOOK_NATS_TOKEN: "t", TRACKHOOK_NATS_USER: "u", TRACKHOOK_NATS_PASSWORD: "p" })).toThrow(/set only one of/);
