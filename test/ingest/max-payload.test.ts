@@ -25,7 +25,8 @@ describe("nats-server's max_payload", () => {
         const app = await buildIngestApp({ nc, config: configFromYaml(TEST_CONFIG), logger: log });
         await app.close();
         const said = lines.map((l) => JSON.parse(l) as { msg: string; maxPayload?: number; needed?: number }).filter((l) => l.msg.includes("max_payload"));
-        if (expected) expect(said).toEqual([expect.objectContaining({ maxPayload: 4096, needed: 67_584 }) // 32KB, a batch context of up to 32KB merged in, 1KB of enrichment and 1KB of headers]);
+        // 32KB, a batch context of up to 32KB merged in, 1KB of enrichment and 1KB of headers.
+        if (expected) expect(said).toEqual([expect.objectContaining({ maxPayload: 4096, needed: 67_584 })]);
         else expect(said).toEqual([]);
       } finally {
         await nc.close();
