@@ -5,7 +5,7 @@ import { buildOpsServer } from "../../dataplane/ops/mod.ts";
 import type { NatsConnection } from "@nats-io/transport-node";
 import type { Operator } from "../../operator/mod.ts";
 import { isDnsLabel } from "../../schema/mod.ts";
-import { UsageError, anyAddress, durationFlag, integerFlag, listenOrExplain, natsUrl } from "../args.ts";
+import { UsageError, anyAddress, durationFlag, integerFlag, listFlag, listenOrExplain, natsUrl } from "../args.ts";
 import { onShutdown } from "../shutdown.ts";
 import type { Command } from "./types.ts";
 import { natsAuthHelp } from "./nats-help.ts";
@@ -48,7 +48,7 @@ export const operatorCommand: Command = {
     const resyncMs = durationFlag("resync", values.resync ?? "10m");
     if (resyncMs < 10_000) throw new UsageError("--resync must be at least 10s");
     // A name that is not a namespace would start an operator that watches nothing and says nothing.
-    const watchNamespaces = [...new Set((values["watch-namespace"] ?? "").split(",").map((ns) => ns.trim()).filter(Boolean))];
+    const watchNamespaces = [...new Set(listFlag(values["watch-namespace"]) ?? [])];
     for (const [flag, namespace] of [...watchNamespaces.map((ns) => ["watch-namespace", ns]), ["lease-namespace", values["lease-namespace"]]] as const) {
       if (namespace && !isDnsLabel(namespace)) {
         throw new UsageError(`--${flag}: "${namespace}" is not a namespace name (lower-case letters, digits and '-', at most 63, starting and ending with a letter or digit)`);

@@ -224,12 +224,17 @@ export class ReflectorSet<T extends KubeObject> implements ObjectCache<T> {
   }
 
   get(namespace: string, name: string): T | undefined {
-    return (this.#byNamespace.get(namespace) ?? this.#byNamespace.get(undefined))?.get(namespace, name);
+    return this.#watching(namespace)?.get(namespace, name);
   }
 
   list(namespace?: string): T[] {
-    if (namespace !== undefined) return (this.#byNamespace.get(namespace) ?? this.#byNamespace.get(undefined))?.list(namespace) ?? [];
+    if (namespace !== undefined) return this.#watching(namespace)?.list(namespace) ?? [];
     return this.members.flatMap((r) => r.list());
+  }
+
+  /** The reflector of a namespace: its own, or the one of all namespaces; none if not watched. */
+  #watching(namespace: string): Reflector<T> | undefined {
+    return this.#byNamespace.get(namespace) ?? this.#byNamespace.get(undefined);
   }
 
   async start(): Promise<void> {

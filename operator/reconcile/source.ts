@@ -64,35 +64,25 @@ async function applySource(ctx: OperatorContext, namespace: string, name: string
   const ref = doc.spec.writeKeySecretRef;
   const keyFrom = { secretName: ref.name, secretKey: ref.key, secretResourceVersion: secrets.versionOf(ref.name) ?? "" };
   const heldElsewhere = source.status?.writeKeyHeldElsewhere;
-  if (mainHolder && live(mainHolder)) {
-    digests.delete(id);
-    await ctx.config.delete(key);
-    const elsewhere = !mainHolder.startsWith(`${namespace}/`);
-    // Another namespace's Source is not named in status (the key may have been copied from a
-    // public page), but in the operator's log, for whoever runs the cluster to sort it out.
-    if (elsewhere && !isDeepStrictEqual(heldElsewhere, keyFrom)) ctx.log.warn({ source: id, holder: mainHolder }, "write key refused: a Source in another namespace holds it");
-    await setReady(
-      ctx,
-      source,
-      { status: "False", reason: "DuplicateWriteKey", message: `${holderName(mainHolder)} already uses the same write key; give each Source its own${elsewhere ? " (this Source will not take the key over when that one is gone)" : ""}` },
-      elsewhere ? { writeKeyHeldElsewhere: keyFrom } : clearHeldElsewhere(source),
-    );
-    return;
-  }
+  const holding = previous !== undefined && writeKeyDigests(previous).includes(result.value.writeKeySha256);
   // A key another namespace held when this Source was refused is not taken over once free: that
   // namespace deleting its Source (a rename in Git, a namespace re-created, `kubectl replace
   // --force`) would hand its apps' traffic to a copy that was waiting (found by a multi-tenant
   // review). Its own namespace's Sources take it, as a rename needs; this one only once its
   // Secret changes or it is made anew.
-  const holding = previous !== undefined && writeKeyDigests(previous).includes(result.value.writeKeySha256);
-  if (!holding && isDeepStrictEqual(heldElsewhere, keyFrom)) {
+  const refusedBefore = !holding && isDeepStrictEqual(heldElsewhere, keyFrom);
+  if ((mainHolder && live(mainHolder)) || refusedBefore) {
     digests.delete(id);
     await ctx.config.delete(key);
-    await setReady(ctx, source, {
-      status: "False",
-      reason: "DuplicateWriteKey",
-      message: "a Source in another namespace used the same write key when this Source was refused; it is not taken over now that it is free, since that namespace's apps may still send with it. To claim it, change this Source's Secret or re-create the Source",
-    });
+    const holder = mainHolder && live(mainHolder) ? mainHolder : undefined;
+    const elsewhere = holder === undefined || !holder.startsWith(`${namespace}/`);
+    // Another namespace's Source is not named in status (the key may have been copied from a
+    // public page), but in the operator's log, for whoever runs the cluster to sort it out.
+    if (holder && elsewhere && !refusedBefore) ctx.log.warn({ source: id, holder }, "write key refused: a Source in another namespace holds it");
+    const message = holder
+      ? `${holderName(holder)} already uses the same write key; give each Source its own${elsewhere ? " (this Source will not take the key over when that one is gone)" : ""}`
+      : "a Source in another namespace used the same write key when this Source was refused; it is not taken over now that it is free, since that namespace's apps may still send with it. To claim it, change this Source's Secret or re-create the Source";
+    await setReady(ctx, source, { status: "False", reason: "DuplicateWriteKey", message }, elsewhere ? { writeKeyHeldElsewhere: keyFrom } : clearHeldElsewhere(source));
     return;
   }
   // An additional key another Source holds is left out, like one that cannot be read: the source
