@@ -13,6 +13,7 @@ import { DeliveryMetrics, DeliveryService, DestinationWorker, WebhookSender, typ
 import { readDeadLetters } from "../../dataplane/admin/mod.ts";
 import { createLogger, type Logger } from "../../dataplane/logging.ts";
 import { ATTEMPTS_STREAM, DLQ_STREAM, EVENTS_STREAM, attemptsStreamConfig, consumerName, dlqStreamConfig, dlqSubject, ensureStream, eventsStreamConfig, type SideStreamSettings } from "../../dataplane/nats/mod.ts";
+import { freeze, thaw } from "../harness/freeze.ts";
 import { DEFAULT_STREAM } from "../harness/ingest.ts";
 import { startNats, type NatsHarness } from "../harness/nats.ts";
 import { answer, startReceiver, type Receiver } from "../harness/receiver.ts";
@@ -148,13 +149,13 @@ describe("delivery service", () => {
     try {
       config.set({ sources: [], destinations: [] });
       await expect.poll(() => service.destinations).toEqual([]);
-      process.kill(pid, "SIGSTOP"); // away when the grace ends, and through the removal's two 5 s requests
+      await freeze(pid); // away when the grace ends, and through the removal's two 5 s requests
       await new Promise((r) => setTimeout(r, 12_000));
-      process.kill(pid, "SIGCONT");
+      thaw(pid);
       await expect.poll(() => lines.some((l) => l.includes("could not be removed; trying again")), { timeout: 5_000 }).toBe(true);
       await expect.poll(ownConsumers, { timeout: 15_000, interval: 500 }).not.toContain("dest_default_kappa");
     } finally {
-      process.kill(pid, "SIGCONT");
+      thaw(pid);
       await service.stop();
       await own.stop();
     }
@@ -590,7 +591,7 @@ describe("delivery service", () => {
       await receiver.waitFor("/frozen", 1);
       const before = await metrics.registry.metrics();
       expect(before).toContain('trackhook_delivery_in_flight_messages{destination="default/frozen"} 1');
-      process.kill(pid, "SIGSTOP"); // a paused VM, a partition: TCP stays up, nothing answers
+      await freeze(pid); // a paused VM, a partition: TCP stays up, nothing answers
       await new Promise((r) => setTimeout(r, 1_000));
       const started = Date.now();
       const text = await metrics.registry.metrics();
@@ -598,11 +599,11 @@ describe("delivery service", () => {
       expect(text).toContain('trackhook_delivery_destination_up{destination="default/frozen"} 1'); // the scrape itself is whole
       expect(text).toContain('trackhook_delivery_in_flight_messages{destination="default/frozen"} 1');
       expect(age(text)).toBeGreaterThan(age(before) + 1);
-      process.kill(pid, "SIGCONT");
+      thaw(pid);
       receiver.on("/frozen", answer(200));
       await expect.poll(async () => await metrics.registry.metrics(), { timeout: 20_000, interval: 500 }).toContain('trackhook_delivery_in_flight_messages{destination="default/frozen"} 0');
     } finally {
-      process.kill(pid, "SIGCONT");
+      thaw(pid);
       await service.stop();
       await own.stop();
     }

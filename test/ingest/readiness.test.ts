@@ -5,6 +5,7 @@ import { describe, expect, it } from "vitest";
 import { buildIngestApp } from "../../dataplane/ingest/mod.ts";
 import { createLogger } from "../../dataplane/logging.ts";
 import { ensureStream, eventsStreamConfig } from "../../dataplane/nats/mod.ts";
+import { freeze, thaw } from "../harness/freeze.ts";
 import { DEFAULT_STREAM, TEST_CONFIG, WRITE_KEY, basic, configFromYaml, post, useIngest } from "../harness/ingest.ts";
 import { startNats } from "../harness/nats.ts";
 
@@ -94,7 +95,7 @@ describe("a client that gives up while its messages are being stored", () => {
     const url = await app.listen({ host: "127.0.0.1", port: 0 });
     const counted = async () => (await (await fetch(`${url}/metrics`)).text()).split("\n").filter((l) => l.startsWith('trackhook_ingest_requests_total{route="/v1/track"'));
     try {
-      process.kill(nats.server.pid!, "SIGSTOP"); // the PubAck never comes; the client does not know yet
+      await freeze(nats.server.pid!); // the PubAck never comes; the client does not know yet
       // The client leaves 300 ms after its whole request is on the wire (not 300 ms after it was
       // begun, which on a busy machine could be before anything was sent).
       const answered = await new Promise<number | "left">((resolve, reject) => {
@@ -109,7 +110,7 @@ describe("a client that gives up while its messages are being stored", () => {
       await new Promise((r) => setTimeout(r, 1_000));
       expect(await counted()).toEqual(['trackhook_ingest_requests_total{route="/v1/track",status="499",code="client_aborted"} 1']); // once
     } finally {
-      process.kill(nats.server.pid!, "SIGCONT");
+      thaw(nats.server.pid!);
       await app.close();
       await nats.stop();
     }

@@ -3,6 +3,7 @@
 // publish is reliably in flight when close() starts.
 import { connect } from "node:net";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { freeze, thaw } from "../harness/freeze.ts";
 import { startNats, type NatsHarness } from "../harness/nats.ts";
 import { WRITE_KEY, basic, post, startIngest, storedMessages, uniqueId, type IngestHarness } from "../harness/ingest.ts";
 
@@ -13,14 +14,14 @@ beforeAll(async () => {
   ingest = await startIngest(nats);
 });
 afterAll(async () => {
-  process.kill(nats.server.pid!, "SIGCONT");
+  thaw(nats.server.pid!);
   await nats?.stop();
 });
 
 describe("graceful shutdown", () => {
   it("finishes in-flight publishes before closing, and refuses new requests meanwhile", async () => {
     const id = uniqueId("in-flight");
-    process.kill(nats.server.pid!, "SIGSTOP");
+    await freeze(nats.server.pid!);
     const inFlight = post(`${ingest.url}/v1/track`, { userId: "u", event: "Late", messageId: id }, { headers: { authorization: basic(WRITE_KEY) } });
     await new Promise((r) => setTimeout(r, 200)); // the request is now waiting for its PubAck
 
@@ -31,7 +32,7 @@ describe("graceful shutdown", () => {
     const late = await post(`${ingest.url}/v1/track`, { userId: "u", event: "Too late" }, { headers: { authorization: basic(WRITE_KEY) } }).catch((err: Error) => err);
     expect(late instanceof Error || late.status === 503).toBe(true);
 
-    process.kill(nats.server.pid!, "SIGCONT");
+    thaw(nats.server.pid!);
     expect(await inFlight).toMatchObject({ status: 200, json: { success: true } });
     await closing; // and close() completes: the connection did not hold the server open
     expect((await storedMessages(nats)).filter((m) => m.body.messageId === id)).toHaveLength(1);

@@ -3,6 +3,7 @@
 import { afterAll, describe, expect, it } from "vitest";
 import { createLogger } from "../../dataplane/logging.ts";
 import { Operator, kubeClients, operatorOptions } from "../../operator/mod.ts";
+import { freeze, thaw } from "../harness/freeze.ts";
 import { secretYaml, sourceYaml } from "../harness/documents.ts";
 import { useOperator, useOperatorEnv, type KubeResource } from "../harness/operator.ts";
 
@@ -12,7 +13,7 @@ useOperator(env);
 const ready = (object: KubeResource | undefined) => object?.status?.conditions?.find((c) => c.type === "Ready");
 
 afterAll(() => {
-  process.kill(env.nats.server.pid!, "SIGCONT");
+  thaw(env.nats.server.pid!);
 });
 
 describe("NATS unreachable", () => {
@@ -20,7 +21,7 @@ describe("NATS unreachable", () => {
     await env.apply([secretYaml("k", { writeKey: "first-key" }), sourceYaml("web", { name: "k" })].join("---\n"));
     await env.waitReady("Source", "web");
 
-    process.kill(env.nats.server.pid!, "SIGSTOP");
+    await freeze(env.nats.server.pid!);
     try {
       await env.apply(secretYaml("k", { writeKey: "rotated-key" })); // the new digest must reach the bucket
       const retrying = await env.waitFor("Ready=Unknown Retrying", async () => {
@@ -33,7 +34,7 @@ describe("NATS unreachable", () => {
       const events = JSON.parse(await env.cluster.kubectlOk(["get", "events", "-n", env.namespace, "-o", "json"])) as { items: Array<{ type: string; reason: string }> };
       expect(events.items.filter((e) => e.reason === "Retrying").map((e) => e.type)).toContain("Warning");
     } finally {
-      process.kill(env.nats.server.pid!, "SIGCONT");
+      thaw(env.nats.server.pid!);
     }
     await env.waitFor("Ready=True again", async () => ready(await env.get("Source", "web"))?.reason === "Reconciled", 30_000);
   });

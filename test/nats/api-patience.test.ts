@@ -5,6 +5,7 @@ import { jetstreamManager } from "@nats-io/jetstream";
 import { pino } from "pino";
 import { spawn } from "node:child_process";
 import { DLQ_STREAM, StreamStorageRefusedError, connectNats, dlqStreamConfig, ensureStream, findNatsServer, isSlowJetStream, patiently } from "../../dataplane/nats/mod.ts";
+import { freeze, thaw } from "../harness/freeze.ts";
 import { startNats, type NatsHarness } from "../harness/nats.ts";
 import { freePort } from "../harness/ports.ts";
 
@@ -28,15 +29,15 @@ describe("patiently", () => {
     try {
       const jsm = await jetstreamManager(nc);
       const { lines, log } = recordingLog();
-      process.kill(nats.server.pid!, "SIGSTOP"); // sockets open, nothing answers
+      await freeze(nats.server.pid!); // sockets open, nothing answers
       const made = patiently(`making stream ${DLQ_STREAM}`, () => ensureStream(jsm, dlqStreamConfig({ maxBytes: 64 * 1024 ** 2, replicas: 1 })), log);
       await new Promise((r) => setTimeout(r, 7_000)); // past the 5 s API timeout
-      process.kill(nats.server.pid!, "SIGCONT");
+      thaw(nats.server.pid!);
       await made;
       expect((await nats.jsm.streams.info(DLQ_STREAM)).config.max_bytes).toBe(64 * 1024 ** 2);
       expect(lines).toEqual([`making stream ${DLQ_STREAM}: JetStream did not answer in time (in a NATS cluster, a leader election or a new replicated stream takes a few seconds); trying again`]);
     } finally {
-      process.kill(nats.server.pid!, "SIGCONT");
+      thaw(nats.server.pid!);
       await nc.close();
     }
   });
@@ -71,12 +72,12 @@ describe("patiently", () => {
     const nc = await connectNats({ servers: nats.server.url, name: "patience-test", log: pino({ level: "silent" }) });
     try {
       const jsm = await jetstreamManager(nc);
-      process.kill(nats.server.pid!, "SIGSTOP");
+      await freeze(nats.server.pid!);
       const started = Date.now();
       await expect(patiently("reading", () => jsm.streams.info(DLQ_STREAM), recordingLog().log, 1_000)).rejects.toThrow(/timeout/i);
       expect(Date.now() - started).toBeLessThan(9_000);
     } finally {
-      process.kill(nats.server.pid!, "SIGCONT");
+      thaw(nats.server.pid!);
       await nc.close();
     }
   });

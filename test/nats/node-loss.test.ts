@@ -13,6 +13,7 @@ import { CONFIG_BUCKET, ConfigHolder, ConfigWriter, KvConfigProvider, compileCon
 import { DeliveryMetrics, DeliveryService, WebhookSender } from "../../dataplane/delivery/mod.ts";
 import { createLogger } from "../../dataplane/logging.ts";
 import { EVENTS_STREAM, connectNats, consumerName, ensureStream, eventsStreamConfig } from "../../dataplane/nats/mod.ts";
+import { freeze, thaw } from "../harness/freeze.ts";
 import { startNatsCluster, type NatsClusterHarness } from "../harness/nats.ts";
 import { startReceiver, type Receiver } from "../harness/receiver.ts";
 
@@ -49,8 +50,8 @@ describe("losing a NATS node", () => {
     const js = jetstream(await connectTo(frozen.url), { timeout: 1000 });
     const store = (id: string) => js.publish("trackhook.events.default.web.track", "{}", { msgID: id });
     await store("before");
-    process.kill(frozen.pid!, "SIGSTOP");
-    cleanups.push(() => process.kill(frozen.pid!, "SIGCONT"));
+    await freeze(frozen.pid!);
+    cleanups.push(() => thaw(frozen.pid!));
     const frozenAt = Date.now();
     let n = 0;
     await expect.poll(() => store(`during-${n++}`).then(() => true, () => false), { timeout: 40_000, interval: 200 }).toBe(true);
