@@ -349,6 +349,7 @@ export class Operator {
       // Its Ready flipped (a status write of ours): its destinations say whether it takes messages.
       const [now, before] = [readyOf(source.status?.conditions), readyOf(previous?.status?.conditions)];
       if (now?.status !== before?.status || now?.reason !== before?.reason) {
+        this.#log.debug({ source: keyOf(source), ready: `${now?.status} ${now?.reason}`, was: `${before?.status} ${before?.reason}` }, "source's Ready changed; its namespace's destinations are reconciled");
         for (const d of this.#destinationsIn(source.metadata.namespace)) this.#queues?.WebhookDestination.add(keyOf(d));
       }
       return;

@@ -85,6 +85,7 @@ export class WorkQueue {
 
   async #run(key: string): Promise<void> {
     try {
+      this.#options.log.debug({ queue: this.#options.name, key }, "reconciling");
       const result = await this.#options.handler(key);
       this.#failures.delete(key);
       if (result?.requeueAfterMs !== undefined) this.addAfter(key, result.requeueAfterMs);

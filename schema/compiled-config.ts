@@ -51,6 +51,12 @@ export const CompiledDestination = Type.Object(
      * and its consumer's (events sent at once, a delete notification) is delivered too.
      */
     createdAt: Type.Optional(Type.String()),
+    /**
+     * Since when the destination has been enabled without a break (the operator's
+     * status.deliveringSince): a consumer made again for it starts at the events stream's
+     * beginning when the stream is younger than this (a NATS store lost, a move to another NATS).
+     */
+    deliveringSince: Type.Optional(Type.String()),
   },
   { additionalProperties: false },
 );

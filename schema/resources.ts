@@ -401,6 +401,13 @@ export const WebhookDestinationStatus = Type.Object(
           "When the destination's config first took effect (enabled or disabled). A destination not yet in effect (its Secret still missing, say) receives, once it is, what was stored from its creation on; one in effect that is enabled again receives from then.",
       }),
     ),
+    deliveringSince: Type.Optional(
+      Type.String({
+        format: "date-time",
+        description:
+          "Since when the destination has been enabled without a break. Its consumer made again meanwhile (a NATS store lost, a move to another NATS) starts at the events stream's beginning when the stream is younger than this, so nothing stored since is skipped.",
+      }),
+    ),
     sources: Type.Optional(
       Type.Array(Type.String({ maxLength: 63 }), { maxItems: 256, description: "The Sources whose messages are delivered (selector resolved)." }),
     ),

@@ -304,6 +304,7 @@ export function compileDestination(
       maxInFlight: spec.maxInFlight ?? 100,
       standardWebhooks: spec.standardWebhooks ?? false,
       ...createdAt(doc.metadata, origin === "operator" ? ((doc as { status?: { inEffectSince?: string } }).status ?? {}) : undefined, now, fileModifiedAt),
+      ...(origin === "operator" ? deliveringSince((doc as { status?: { deliveringSince?: string } }).status) : {}),
     },
   };
 }
@@ -331,6 +332,12 @@ function createdAt(
   if (Number.isNaN(time)) return {};
   const isNew = operatorStatus !== undefined ? operatorStatus.inEffectSince === undefined : now - time <= FILE_NEW_DESTINATION_MS;
   return isNew ? { createdAt: new Date(time).toISOString() } : {};
+}
+
+/** The operator's record of since when the destination has been enabled without a break, if it is a time. */
+function deliveringSince(status: { deliveringSince?: string } | undefined): { deliveringSince?: string } {
+  const since = status?.deliveringSince !== undefined ? Date.parse(status.deliveringSince) : NaN;
+  return Number.isNaN(since) ? {} : { deliveringSince: new Date(since).toISOString() };
 }
 
 /** How long after its creationTimestamp a `--config` destination still counts as new. */

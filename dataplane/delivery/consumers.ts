@@ -51,6 +51,33 @@ export type SourcesRemoved =
   | { filters: string[]; narrowed: true; moved: UndeliveredMoved }
   | { filters: string[]; narrowed: boolean; error: Error };
 
+/** Where a consumer made by ensureDestinationConsumer starts. */
+export type ConsumerMade =
+  | { from: "config" }
+  | { from: "sequence"; startSeq: number }
+  /** The events stream is younger than the destination's deliveringSince: all of it. */
+  | { from: "stream-start"; streamCreated: string; pending: number };
+
+/** Said (at warn level) by whoever made a consumer from the stream's start. */
+export const FROM_STREAM_START =
+  "the destination's consumer was missing and the events stream is younger than the destination (a NATS store lost, or a move to another NATS): made from the stream's first message, so nothing stored since is skipped (what was delivered before may arrive again, with the same messageId)";
+
+/**
+ * Where a consumer made again for a destination enabled without a break starts, when its
+ * consumer is missing (a NATS whose store was lost, a move to another NATS, a `nats consumer rm`
+ * while no delivery ran). From now (the default for one that has delivered before) would skip
+ * what ingest stored in between, silently (found by a disaster-recovery review). When the stream
+ * itself is younger than the destination's deliveringSince, all of it arrived while the
+ * destination was meant to receive it: from its start. An older stream says nothing about when
+ * the consumer went (or whether it was removed on purpose): from the configured start.
+ */
+async function streamYoungerThanDestination(jsm: JetStreamManager, destination: CompiledDestination): Promise<string | undefined> {
+  const since = destination.deliveringSince ? Date.parse(destination.deliveringSince) : NaN;
+  if (Number.isNaN(since)) return undefined;
+  const { created } = await jsm.streams.info(EVENTS_STREAM);
+  return Date.parse(created) > since ? created : undefined;
+}
+
 /**
  * Creates the destination's consumer, or updates its filters and limits in place. `startSeq`
  * overrides where a consumer made now starts (one recreated after it was deleted under delivery).
@@ -60,8 +87,8 @@ export async function ensureDestinationConsumer(
   destination: CompiledDestination,
   options: {
     startSeq?: number;
-    /** Told when this call made the consumer (not another process). */
-    onCreated?: () => void;
+    /** Told when this call made the consumer (not another process), and where it starts. */
+    onCreated?: (made: ConsumerMade) => void;
     /** Told what happened when sources left the filter (see below). */
     onSourcesRemoved?: (removed: SourcesRemoved) => void;
     /** When their notices cannot be moved (the DLQ full): narrow the filter anyway (true), or keep it (the default). */
@@ -79,9 +106,14 @@ export async function ensureDestinationConsumer(
     });
   let existing = await info();
   if (!existing) {
+    const streamCreated = options.startSeq === undefined ? await streamYoungerThanDestination(jsm, destination) : undefined;
     try {
-      await jsm.consumers.add(EVENTS_STREAM, config);
-      options.onCreated?.();
+      const made = await jsm.consumers.add(EVENTS_STREAM, streamCreated ? { ...config, deliver_policy: DeliverPolicy.All, opt_start_time: undefined } : config);
+      options.onCreated?.(
+        streamCreated ? { from: "stream-start", streamCreated, pending: made.num_pending }
+        : options.startSeq !== undefined ? { from: "sequence", startSeq: options.startSeq }
+        : { from: "config" },
+      );
     } catch (err) {
       // The operator and the delivery pods may all create it at once; one wins, the others update.
       existing = await info();

@@ -38,13 +38,14 @@ function customHeaders(destination: CompiledDestination): Record<string, string>
  * What a change of each field of a destination asks of its running worker. Every field must be
  * here (the compiler says so when one is added), so a new knob is a decision, not a silent
  * restart:
- * - "none": createdAt only says where a consumer starts when it is made; a change must not
- *   restart the worker and lose its URL pauses and round state.
+ * - "none": createdAt and deliveringSince only say where a consumer starts when it is made; a
+ *   change must not restart the worker and lose its URL pauses and round state.
  * - "live": DestinationWorker.applyLive takes it in place, for the next requests.
  * - "restart": the worker is replaced (a new consumer filter, new URL pauses, new limits).
  */
 const FIELD_CHANGE = {
   createdAt: "none",
+  deliveringSince: "none",
   sharedSecret: "live",
   headers: "live",
   standardWebhooks: "live",

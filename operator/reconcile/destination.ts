@@ -3,7 +3,7 @@
 // missing, say), the last good config and its consumer stay: messages keep flowing and nothing
 // already accepted is lost; Ready says what is wrong.
 import { compileDestination, destinationKey, secretNamesOf } from "../../dataplane/config/mod.ts";
-import { deadLetterUndelivered, ensureDestinationConsumer, removeDestinationConsumers, type SourcesRemoved, type UndeliveredMoved } from "../../dataplane/delivery/mod.ts";
+import { FROM_STREAM_START, deadLetterUndelivered, ensureDestinationConsumer, removeDestinationConsumers, type SourcesRemoved, type UndeliveredMoved } from "../../dataplane/delivery/mod.ts";
 import { consumerName, isStreamNotFound, sourceOfEventSubject } from "../../dataplane/nats/mod.ts";
 import { KeyedLogInterval } from "../../dataplane/telemetry/mod.ts";
 import type { WebhookDestinationDocument } from "../../schema/mod.ts";
@@ -31,7 +31,10 @@ async function applyDestination(ctx: OperatorContext, namespace: string, name: s
   }
   await addFinalizer(ctx, destination);
 
-  const doc = destination as unknown as WebhookDestinationDocument;
+  // Since when it has been enabled without a break, in its config too: its consumer made again
+  // meanwhile starts at the stream's beginning when the stream is younger (ensureDestinationConsumer).
+  const deliveringSince = destination.spec.enabled === false ? undefined : (destination.status?.deliveringSince ?? new Date().toISOString());
+  const doc = { ...destination, status: { ...destination.status, deliveringSince } } as unknown as WebhookDestinationDocument;
   const sources = ctx.sources
     .list(namespace)
     .filter((s) => !isDeleting(s))
@@ -55,6 +58,9 @@ async function applyDestination(ctx: OperatorContext, namespace: string, name: s
     if (compiled.enabled) {
       await ensureDestinationConsumer(ctx.jsm, compiled, {
         dropUndelivered: destination.metadata.annotations?.[DROP_UNDELIVERED] === "true",
+        onCreated: (made) => {
+          if (made.from === "stream-start") ctx.log.warn({ destination: `${namespace}/${name}`, streamCreated: made.streamCreated, deliveringSince, pending: made.pending }, FROM_STREAM_START);
+        },
         onSourcesRemoved: (removed) => {
           if ("moved" in removed) void saidMoved(ctx, namespace, name, "source_removed", removed.moved, destination, removed.filters).catch(() => {});
           else notMoved = removed;
@@ -82,12 +88,14 @@ async function applyDestination(ctx: OperatorContext, namespace: string, name: s
   // nothing delivered, and this destination said all was well). A Source switched off on
   // purpose is said, but is no fault to alert on.
   const idle = compiled.enabled ? sourcesNotAccepting(ctx, namespace, compiled.sources) : [];
+  if (idle.length > 0) ctx.log.debug({ destination: `${namespace}/${name}`, idle }, "sources that take no messages");
   const faulty = idle.some(({ why }) => why !== "disabled");
   const note = idle.map(({ name, why }) => `; Source ${name} accepts no messages (${why})`).join("");
   const stillRead = notMoved ? `; ${await saidNotMoved(ctx, destination, notMoved)}` : "";
   await setReady(
     ctx, destination, { status: "True", reason: faulty ? "SourceNotAccepting" : "Reconciled", message: message + note + stillRead },
-    { urlCount, sources: compiled.sources, inEffectSince }, faulty,
+    // Cleared (null, in a merge patch) while disabled: enabled again, it starts from then.
+    { urlCount, sources: compiled.sources, inEffectSince, deliveringSince: deliveringSince ?? (destination.status?.deliveringSince ? null as never : undefined) }, faulty,
   );
   // Tried again until the DLQ takes them (or the annotation lets them go).
   if (notMoved && !notMoved.narrowed) return { requeueAfterMs: NOT_MOVED_RETRY_MS };

@@ -44,6 +44,8 @@ export interface OperatorEnv {
   /** Waits until Ready has this status (and observedGeneration is current); returns the object. */
   waitReady(kind: Kind, name: string, status?: "True" | "False", timeoutMs?: number): Promise<KubeResource>;
   waitFor<T>(what: string, probe: () => Promise<T | undefined | false>, timeoutMs?: number): Promise<T>;
+  /** Stops delivery, runs `meanwhile`, and starts delivery again (a deliver pod down for a while). */
+  restartDelivery(meanwhile: () => Promise<void>): Promise<void>;
 }
 
 /** Everything but the operator; `beforeAll`/`afterAll` of the calling file. */
@@ -68,8 +70,9 @@ export function useOperatorEnv(prefix: string): OperatorEnv {
     providers.push(await ingestConfig, await deliveryConfig);
     ingest = await startIngest(nats, { config: providers[0]! });
     receiver = await startReceiver();
-    delivery = await DeliveryService.start({ nc: await nats.connect(), config: providers[1]!, sender, log, metrics: new DeliveryMetrics({ defaultMetrics: false }) });
+    delivery = await startDelivery();
   });
+  const startDelivery = async () => DeliveryService.start({ nc: await nats!.connect(), config: providers[1]!, sender, log, metrics: new DeliveryMetrics({ defaultMetrics: false }) });
   afterAll(async () => {
     await delivery?.stop();
     await sender.close();
@@ -86,6 +89,12 @@ export function useOperatorEnv(prefix: string): OperatorEnv {
     get ingest() { return ingest!; },
     get receiver() { return receiver!; },
     get delivery() { return delivery!; },
+    async restartDelivery(meanwhile) {
+      await delivery?.stop();
+      delivery = undefined;
+      await meanwhile();
+      delivery = await startDelivery();
+    },
     async apply(yaml) {
       await cluster.kubectlOk(["apply", "-n", namespace, "-f", "-"], { input: yaml });
     },

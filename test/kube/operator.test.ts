@@ -99,6 +99,27 @@ spec: { enabled: false, writeKeySecretRef: { name: deleted-secret, key: writeKey
     await env.cluster.kubectlOk(["delete", "webhookdestination", "late", "-n", env.namespace, "--wait=true", "--timeout=15s"]);
   });
 
+  it("says since when a destination has been enabled without a break, in its status and its config; nothing while disabled, and from then once enabled again", async () => {
+    const steady = (enabled: boolean) => `${destinationYaml("steady", { sources: ["web"], urls: [env.receiver.url("/steady")] })}${enabled ? "" : "  enabled: false\n"}`;
+    type Status = { observedGeneration?: number; deliveringSince?: string | null };
+    const observed = async (generation: number) => env.waitFor(`generation ${generation} observed`, async () => {
+      const d = await env.get("WebhookDestination", "steady");
+      const status = d?.status as Status | undefined;
+      return d?.metadata.generation === generation && status?.observedGeneration === generation ? status : undefined;
+    });
+    await env.apply(steady(true));
+    const { deliveringSince: since } = await observed(1);
+    expect(Date.parse(since ?? "")).toBeGreaterThan(Date.now() - 60_000);
+    await env.waitFor("it in the config", async () => (await kvValue(destinationKey(env.namespace, "steady")))?.deliveringSince === since);
+    await env.apply(steady(false));
+    expect((await observed(2)).deliveringSince).toBeUndefined();
+    await env.waitFor("it out of the config", async () => (await kvValue(destinationKey(env.namespace, "steady")))?.enabled === false);
+    expect((await kvValue(destinationKey(env.namespace, "steady")))?.deliveringSince).toBeUndefined();
+    await env.apply(steady(true));
+    expect(Date.parse((await observed(3)).deliveringSince ?? "")).toBeGreaterThan(Date.parse(since!));
+    await env.cluster.kubectlOk(["delete", "webhookdestination", "steady", "-n", env.namespace, "--wait=true", "--timeout=15s"]);
+  });
+
   it("rotating the write-key Secret makes the old key fail and the new one work within 10 s", async () => {
     const started = Date.now();
     await env.apply(secret("web-key", { writeKey: "second-key" }));

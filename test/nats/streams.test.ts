@@ -112,6 +112,34 @@ describe("destination consumers", () => {
     expect((await nats.jsm.consumers.info(EVENTS_STREAM, consumerName("default", "claimed"))).config.opt_start_seq).toBe(5);
   });
 
+  it("made again for a destination delivering since before its events stream was made (a NATS store lost, a move to another NATS) start at the stream's first message; otherwise where configured (found by a disaster-recovery review: what ingest stored before delivery started was skipped)", async () => {
+    const moved = await startNats();
+    try {
+      const destination = (name: string, deliveringSince: string) => ({
+        namespace: "default", name, enabled: true, sources: ["web"], urls: ["https://hooks.example.com/in"], headers: [],
+        timeoutMs: 5000, retryWindowMs: 60_000, maxInFlight: 10, standardWebhooks: false, deliveringSince,
+      });
+      const pending = async (name: string) => (await moved.jsm.consumers.info(EVENTS_STREAM, consumerName("default", name))).num_pending;
+      await ensureStream(moved.jsm, eventsStreamConfig(settings));
+      for (const id of ["stored-1", "stored-2"]) await moved.js.publish("trackhook.events.default.web.track", JSON.stringify({ messageId: id }), { msgID: id });
+      const made: unknown[] = [];
+      // Delivering for an hour, on a stream made just now: what it holds arrived for the destination.
+      await ensureDestinationConsumer(moved.jsm, destination("lost", new Date(Date.now() - 3_600_000).toISOString()), { onCreated: (m) => made.push(m) });
+      expect(made).toEqual([{ from: "stream-start", streamCreated: (await moved.jsm.streams.info(EVENTS_STREAM)).created, pending: 2 }]);
+      expect(await pending("lost")).toBe(2);
+      // Enabled again just now (deliveringSince after the stream was made): what was sent while it was off is not sent.
+      await ensureDestinationConsumer(moved.jsm, destination("again", new Date(Date.now() + 1_000).toISOString()), { onCreated: (m) => made.push(m) });
+      expect(made.at(-1)).toEqual({ from: "config" });
+      expect(await pending("again")).toBe(0);
+      // A consumer that exists keeps its place whatever deliveringSince says.
+      await ensureDestinationConsumer(moved.jsm, destination("again", new Date(0).toISOString()), { onCreated: (m) => made.push(m) });
+      expect(made).toHaveLength(2);
+      expect(await pending("again")).toBe(0);
+    } finally {
+      await moved.stop();
+    }
+  });
+
   it("removing them succeeds when the events stream does not exist (regression: a WebhookDestination's finalizer hung)", async () => {
     const bare = await startNats();
     try {
