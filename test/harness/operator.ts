@@ -5,7 +5,7 @@
 import { spawn, type ChildProcess } from "node:child_process";
 import { join } from "node:path";
 import { CustomObjectsApi } from "@kubernetes/client-node";
-import { afterAll, beforeAll } from "vitest";
+import { afterAll, afterEach, beforeAll } from "vitest";
 import { KvConfigProvider, ensureConfigBucket } from "../../dataplane/config/mod.ts";
 import { DeliveryMetrics, DeliveryService, WebhookSender } from "../../dataplane/delivery/mod.ts";
 import { createLogger } from "../../dataplane/logging.ts";
@@ -17,7 +17,14 @@ import { startNats, type NatsHarness } from "./nats.ts";
 import { startReceiver, type Receiver } from "./receiver.ts";
 import { freePort } from "./ports.ts";
 
-const log = createLogger({ level: process.env.TRACKHOOK_TEST_LOG ?? "silent" });
+// The operator's and the data plane's log: printed as it goes with TRACKHOOK_TEST_LOG=<level>;
+// otherwise its last lines at debug level are kept and printed when a test fails, so a failure
+// seen once in CI can be read.
+const recentLines: string[] = [];
+const RECENT_LINES = 400;
+const log = process.env.TRACKHOOK_TEST_LOG
+  ? createLogger({ level: process.env.TRACKHOOK_TEST_LOG })
+  : createLogger({ level: "debug", destination: { write: (line) => void (recentLines.push(line) > RECENT_LINES && recentLines.shift()) } });
 const PLURAL = { Source: "sources", WebhookDestination: "webhookdestinations", DeletionRequest: "deletionrequests" } as const;
 export type Kind = keyof typeof PLURAL;
 
@@ -60,6 +67,12 @@ export function useOperatorEnv(prefix: string): OperatorEnv {
   const sender = new WebhookSender({ allowPrivateNetworks: true, userAgent: "trackhook/test" });
   const custom = cluster.kubeConfig().makeApiClient(CustomObjectsApi);
 
+  afterEach(({ task }) => {
+    if (task.result?.state === "fail" && recentLines.length > 0) {
+      process.stderr.write(`--- the last ${recentLines.length} log lines of the operator and data plane (${task.name}):\n${recentLines.join("")}---\n`);
+    }
+    recentLines.length = 0;
+  });
   beforeAll(async () => {
     namespace = await cluster.randomNamespace(prefix);
     nats = await startNats();
