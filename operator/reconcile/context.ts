@@ -85,8 +85,12 @@ export class StatusWrites {
    * lastTransitionTime), so a re-run on a stale copy neither writes again nor moves them.
    */
   fresh<R extends AnyResource>(object: R | undefined): R | undefined {
-    const pending = object && this.#pendingFor(object);
-    return pending ? { ...object, status: pending.status } : object;
+    if (!object) return undefined;
+    // Always a copy: a status write records itself on the object it was given (writeStatus),
+    // and on the cached one the watch event of that write then had no change to show. A Source's
+    // Ready flip went unseen, and its destinations kept saying it took no messages (a CI flake).
+    const pending = this.#pendingFor(object);
+    return { ...object, status: pending ? pending.status : object.status } as R;
   }
 
   #pendingFor(object: AnyResource): { status: unknown } | undefined {

@@ -20,15 +20,30 @@ describe("StatusWrites", () => {
     expect(stale.status, "the cached object itself is left alone").toBeUndefined();
     // The write's own event: the cache is the truth again, whatever it says from now on.
     const caughtUp = destination("12", { ...written, urlCount: 2 });
-    expect(writes.fresh(caughtUp)).toBe(caughtUp);
+    expect(writes.fresh(caughtUp)).toEqual(caughtUp);
     expect(writes.fresh(destination("11"))?.status).toBeUndefined();
   });
 
   it("leaves objects it never wrote as they are", () => {
     const writes = new StatusWrites();
     const other = destination("5", written);
-    expect(writes.fresh(other)).toBe(other);
+    expect(writes.fresh(other)).toEqual(other);
     expect(writes.fresh(undefined)).toBeUndefined();
+  });
+
+  it("never hands out the cached object: a status written through the copy leaves the cache as the watch left it (regression: the write's own event then showed no Ready flip, and a destination kept saying its Source took no messages)", async () => {
+    const ctx = {
+      statusWrites: new StatusWrites(),
+      kube: { custom: { patchNamespacedCustomObjectStatus: async () => ({ metadata: { resourceVersion: "8" } }) } },
+      events: { record: async () => {} },
+      log: { info() {}, warn() {} },
+    } as unknown as OperatorContext;
+    const refused = { type: "Ready", status: "False", reason: "DuplicateWriteKey", message: "", lastTransitionTime: "2026-11-22T10:00:00Z" };
+    const cached = { kind: "Source", metadata: { name: "copy", namespace: "ns", uid: "uid-copy", resourceVersion: "7", generation: 1 }, spec: {}, status: { conditions: [refused] } } as unknown as SourceResource;
+    const source = ctx.statusWrites.fresh(cached)!;
+    await setReady(ctx, source, { status: "True", reason: "Reconciled", message: "the write key is accepted by ingest" });
+    expect(cached.status!.conditions).toEqual([refused]);
+    expect(source.status!.conditions![0]).toMatchObject({ status: "True", reason: "Reconciled" });
   });
 });
 
