@@ -3,7 +3,7 @@
 // once the Node version is known to be recent enough.
 import { parseArgs } from "node:util";
 import { ConfigError } from "../dataplane/config/mod.ts";
-import { NatsAuthError, NatsServerNotFoundError, NatsServerTooOldError, StreamStorageRefusedError } from "../dataplane/nats/mod.ts";
+import { NatsAuthError, NatsServerNotFoundError, NatsServerTooOldError, StreamStorageRefusedError, natsFailureMessage } from "../dataplane/nats/mod.ts";
 import { VERSION } from "../dataplane/version.ts";
 import { UsageError } from "./args.ts";
 import { devCommand } from "./commands/dev.ts";
@@ -30,6 +30,11 @@ ${COMMANDS.map((c) => `  ${c.name.padEnd(width)}  ${c.summary}`).join("\n")}
 
 Run \`trackhook <command> --help\` (or \`trackhook help <command>\`) for a command's options;
 \`trackhook --version\` prints the version.
+
+Exit status: 0 done (a listing that finds nothing too; a service stopped by a signal once it has
+finished its work); 1 failed (NATS lost, nothing to act on, output not written); 2 a usage,
+config or credentials error, or a NATS without what trackhook needs (JetStream, permissions);
+128 + the signal's number when a second signal cut a service's shutdown short (130 for Ctrl-C).
 `;
 }
 
@@ -100,6 +105,11 @@ function startedWithMemoryFlags(): boolean {
 main(process.argv.slice(2)).catch((err: unknown) => {
   if (err instanceof UsageError || err instanceof ConfigError || err instanceof NatsServerNotFoundError || err instanceof NatsAuthError || err instanceof NatsServerTooOldError || err instanceof StreamStorageRefusedError) {
     process.stderr.write(`trackhook: ${err.message}\n`);
+    process.exit(2);
+  }
+  const nats = natsFailureMessage(err);
+  if (nats) {
+    process.stderr.write(`trackhook: ${nats}\n`);
     process.exit(2);
   }
   if (err instanceof Error && err.name === "TimeoutError") {

@@ -1,5 +1,6 @@
 // Graceful shutdown on SIGTERM, SIGINT and SIGHUP (a closed terminal): run the steps once; a second
 // signal exits at once.
+import { constants } from "node:os";
 import type { Logger } from "../dataplane/logging.ts";
 
 export function onShutdown(log: Logger, stop: () => Promise<void>): void {
@@ -7,7 +8,8 @@ export function onShutdown(log: Logger, stop: () => Promise<void>): void {
   const handler = (signal: NodeJS.Signals) => {
     if (stopping) {
       log.warn({ signal }, "second signal: exiting now");
-      process.exit(1);
+      // As a shell reports a process the signal ended: 130 for Ctrl-C, 143 for SIGTERM.
+      process.exit(128 + (constants.signals[signal] ?? 0));
     }
     stopping = true;
     // A webhook request may take its destination's whole timeout (up to a minute): say how to skip it.

@@ -5,8 +5,9 @@ import { jetstream, jetstreamManager } from "@nats-io/jetstream";
 import { loadConfigFile } from "../../dataplane/config/mod.ts";
 import { hasEnabledDestination, longestRetryMs, publishDeleteNotifications } from "../../dataplane/deletion/mod.ts";
 import { purgeDeadLettersOf } from "../../dataplane/admin/mod.ts";
+import { EVENTS_STREAM, isStreamNotFound } from "../../dataplane/nats/mod.ts";
 import { UsageError, natsUrl } from "../args.ts";
-import { connectAdmin, fail, qualifiedName } from "./replay.ts";
+import { connectAdmin, fail, noEventsStream, qualifiedName } from "./replay.ts";
 import type { Command } from "./types.ts";
 import { USER_ID_PATTERN } from "../../schema/mod.ts";
 import { NATS_AUTH_HELP } from "./nats-help.ts";
@@ -62,6 +63,12 @@ export const deleteUserCommand: Command = {
       }
       if (!hasEnabledDestination(config, namespace, name)) {
         fail(`Source ${namespace}/${name} has no enabled WebhookDestination: nobody to notify, nothing sent${removedNote(await purge())}`);
+        return;
+      }
+      // Said before a request id is given out (found by a CLI review: a "JetStream is not enabled"
+      // stack trace, on a NATS that had JetStream but no ingest yet).
+      if (!(await jsm.streams.info(EVENTS_STREAM).then(() => true, (err: unknown) => (isStreamNotFound(err) ? false : Promise.reject(err))))) {
+        fail(`${noEventsStream(url)}; nothing sent`);
         return;
       }
       const requestId = values["request-id"] ?? randomUUID();

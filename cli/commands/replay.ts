@@ -2,7 +2,7 @@
 // Also holds what the admin commands (replay, dead-letters, attempts, tail) share: the NATS flag and names.
 import { connect, type NatsConnection } from "@nats-io/transport-node";
 import { REPLAY_IN_FLIGHT, ReplayInterruptedError, ReplayTargetError, destinationConsumer, replayDeadLetters, type DeadLetterSelection, type DestinationRef } from "../../dataplane/admin/mod.ts";
-import { NatsAuthError, assertNoCredentialsInUrl, isAuthError, natsAuthOptions } from "../../dataplane/nats/mod.ts";
+import { EVENTS_STREAM, NatsAuthError, assertNoCredentialsInUrl, isAuthError, natsAuthOptions } from "../../dataplane/nats/mod.ts";
 import { DEFAULT_NAMESPACE } from "../../dataplane/config/mod.ts";
 import { isDnsLabel } from "../../schema/mod.ts";
 import { UsageError, integerFlag, natsUrl, sinceFlag } from "../args.ts";
@@ -38,6 +38,11 @@ export async function connectAdmin(url: string, name: string): Promise<NatsConne
 export function fail(message: string): void {
   process.stderr.write(`trackhook: ${message}\n`);
   process.exitCode = 1;
+}
+
+/** A NATS no ingest has used yet (or --nats names another server): said instead of a stack trace. */
+export function noEventsStream(url: string): string {
+  return `${EVENTS_STREAM} is not on NATS at ${url}: no ingest has run against it yet (start \`trackhook ingest\` or \`dev\` first), or --nats names another server`;
 }
 
 /**

@@ -5,7 +5,7 @@ import { jetstreamManager } from "@nats-io/jetstream";
 import { tail } from "../../dataplane/admin/mod.ts";
 import { EVENTS_STREAM, hasMessagesOn, isStreamNotFound, sourceSubjects } from "../../dataplane/nats/mod.ts";
 import { natsUrl, sinceFlag } from "../args.ts";
-import { connectAdmin, fail, qualifiedName } from "./replay.ts";
+import { connectAdmin, fail, noEventsStream, qualifiedName } from "./replay.ts";
 import type { Command } from "./types.ts";
 import { jsonLine } from "./terminal.ts";
 import { NATS_AUTH_HELP } from "./nats-help.ts";
@@ -40,7 +40,7 @@ export const tailCommand: Command = {
       const messages = await tail(nc, { ...(source ? { namespace: source.namespace, source: source.name } : {}), ...(sinceMs !== undefined ? { sinceMs } : {}), signal: stop.signal }).catch((err: unknown) => {
         if (!isStreamNotFound(err)) throw err;
         // A new NATS, before any ingest ran (or --nats names another server): no stack trace.
-        fail(`${EVENTS_STREAM} is not on NATS at ${url}: no ingest has run against it yet (start \`trackhook ingest\` or \`dev\` first), or --nats names another server`);
+        fail(noEventsStream(url));
         return undefined;
       });
       if (!messages) return;

@@ -18,6 +18,16 @@ export function isSlowJetStream(err: unknown): boolean {
   return false;
 }
 
+const NO_ANSWER = "JetStream did not answer in time (in a NATS cluster, a leader election or a new replicated stream takes a few seconds)";
+// Said apart: a server without -js answers the same way for ever (found by a CLI review: waited a
+// minute saying "did not answer in time", then printed a stack trace).
+const NO_RESPONDERS = "JetStream does not answer (a server just restarted is still starting it; one run without -js, or a jetstream {} block, never will)";
+
+function noResponders(err: unknown): boolean {
+  for (let e = err; e instanceof Error; e = e.cause) if (e.name === "NoResponders") return true;
+  return false;
+}
+
 /** `call()`, tried again every 2 s while JetStream is slow (once said in the log), for up to `patienceMs`. */
 export async function patiently<T>(what: string, call: () => Promise<T>, log: { warn(fields: object, msg: string): void }, patienceMs = START_PATIENCE_MS): Promise<T> {
   const giveUpAt = Date.now() + patienceMs;
@@ -26,7 +36,7 @@ export async function patiently<T>(what: string, call: () => Promise<T>, log: { 
       return await call();
     } catch (err) {
       if (!isSlowJetStream(err) || Date.now() >= giveUpAt) throw err;
-      if (tries === 1) log.warn({ err: (err as Error).message, givingUpInMs: giveUpAt - Date.now() }, `${what}: JetStream did not answer in time (in a NATS cluster, a leader election or a new replicated stream takes a few seconds); trying again`);
+      if (tries === 1) log.warn({ err: (err as Error).message, givingUpInMs: giveUpAt - Date.now() }, `${what}: ${noResponders(err) ? NO_RESPONDERS : NO_ANSWER}; trying again`);
       await new Promise((r) => setTimeout(r, 2_000));
     }
   }

@@ -11,4 +11,5 @@ export { NATS_AUTH_ENV, NatsAuthError, assertNoCredentialsInUrl, natsAuthOptions
 export { streamReadiness, type Readiness } from "./stream-ready.ts";
 export { StreamGuard } from "./stream-guard.ts";
 export { patiently, isSlowJetStream, START_PATIENCE_MS } from "./api-patience.ts";
+export { natsFailureMessage } from "./failures.ts";
 export { FETCH_BATCH, followStream, readStored, streamLastSeq } from "./stream-read.ts";

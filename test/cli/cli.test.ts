@@ -2,7 +2,7 @@
 // example config with its own nats-server, then stopping cleanly on SIGTERM.
 import { gzipSync } from "node:zlib";
 import { spawn, spawnSync } from "node:child_process";
-import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { createServer } from "node:http";
 import type { AddressInfo } from "node:net";
 import { tmpdir } from "node:os";
@@ -204,9 +204,6 @@ describe("trackhook dev after a crash or a closed terminal (found by a review: e
     await expect.poll(() => output, { timeout: 20_000 }).toMatch(/trackhook dev is running/);
     return { child, exited, output: () => output };
   }
-  const natsServersOn = (dataDir: string) =>
-    spawnSync("pgrep", ["-f", "--", `-sd ${join(dataDir, "nats")}`], { encoding: "utf8" }).stdout.trim().split("\n").filter(Boolean).map(Number);
-
   it("kill -9: the next dev stops the nats-server left running, and says so", async () => {
     const dataDir = mkdtempSync(join(tmpdir(), "trackhook-dev-"));
     const first = await startDev(dataDir);
@@ -263,6 +260,39 @@ describe("trackhook dev after a crash or a closed terminal (found by a review: e
   }, 40_000);
 });
 
+describe("a second signal during shutdown", () => {
+  it("exits 128 + the signal's number (it was 1), and dev's nats-server goes with it: dev waiting on a webhook that does not answer", async () => {
+    const hanging = createServer(() => {}); // takes the request, never answers
+    await new Promise<void>((resolve) => hanging.listen(0, "127.0.0.1", resolve));
+    const dir = mkdtempSync(join(tmpdir(), "trackhook-dev-"));
+    mkdirSync(join(dir, "config"));
+    writeFileSync(join(dir, "config", "all.yaml"), `${readFileSync(join(root, "examples", "dev.yaml"), "utf8")}---
+apiVersion: trackhook.io/v1alpha1
+kind: WebhookDestination
+metadata: { name: slow }
+spec: { sources: [website], urls: ["http://127.0.0.1:${(hanging.address() as AddressInfo).port}/hook"], timeout: 30s }
+`);
+    const dev = spawnCli("dev", "--config", join(dir, "config"), "--port", "0", "--data-dir", join(dir, "data"));
+    try {
+      const [, url] = await dev.waitFor(/ingest\s+(http:\/\/127\.0\.0\.1:\d+)/, 20_000);
+      const requested = new Promise((resolve) => hanging.once("request", resolve));
+      expect((await post(`${url}/v1/track`, { userId: "u", event: "Slow" }, { headers: { authorization: basic("dev-write-key") } })).status).toBe(200);
+      await requested;
+      dev.child.kill("SIGTERM");
+      await dev.waitFor(/shutting down: finishing in-flight work/, 5_000); // the webhook request holds it
+      dev.child.kill("SIGINT");
+      expect(await dev.exited).toBe(130);
+      expect(dev.output()).toContain("second signal: exiting now");
+      expect(natsServersOn(join(dir, "data"))).toEqual([]);
+    } finally {
+      dev.child.kill("SIGKILL");
+      hanging.closeAllConnections();
+      hanging.close();
+      rmSync(dir, { recursive: true, force: true });
+    }
+  });
+});
+
 describe("trackhook dev failing to start", () => {
   it("a --data-dir it cannot make is a usage error naming the directory and the way out, not a stack trace (found by a packaging review)", () => {
     const result = run("dev", "--config", "examples", "--data-dir", "/dev/null/trackhook");
@@ -300,6 +330,10 @@ describe("version", () => {
 });
 
 /** A child `trackhook` whose output (pino lines on stdout, messages on stderr) a test can wait on. */
+/** The pids of nats-servers that dev started on this data dir. */
+const natsServersOn = (dataDir: string) =>
+  spawnSync("pgrep", ["-f", "--", `-sd ${join(dataDir, "nats")}`], { encoding: "utf8" }).stdout.trim().split("\n").filter(Boolean).map(Number);
+
 function spawnCli(...args: string[]) {
   const child = spawn(process.execPath, [CLI, ...args], { cwd: root });
   let output = "";
@@ -528,6 +562,83 @@ describe("trackhook and a NATS that comes and goes", () => {
       await server.stop();
     }
   }, 60_000);
+});
+
+describe("trackhook on a NATS it cannot use (found by a CLI review: a nats.js stack trace, exit 1)", () => {
+  async function natsServer(args: string[]): Promise<{ url: string; stop: () => void }> {
+    const port = await freePort();
+    const child = spawn(findNatsServer(), ["-a", "127.0.0.1", "-p", String(port), ...args], { stdio: "ignore" });
+    const url = `nats://127.0.0.1:${port}`;
+    for (const deadline = Date.now() + 10_000; ; await new Promise((r) => setTimeout(r, 50))) {
+      const nc = await connect({ servers: url, user: "viewer", pass: "pw", reconnect: false }).catch(() => undefined);
+      if (nc) {
+        await nc.close();
+        break;
+      }
+      if (Date.now() > deadline) throw new Error(`nats-server on ${url} did not start`);
+    }
+    return { url, stop: () => void child.kill() };
+  }
+
+  it("without JetStream: one line saying how to enable it, exit 2", async () => {
+    const server = await natsServer(["--user", "viewer", "--pass", "pw"]);
+    try {
+      for (const command of [["attempts", "--destination", "default/hook"], ["tail"]]) {
+        const res = spawnSync(process.execPath, [CLI, ...command, "--nats", server.url], { cwd: root, encoding: "utf8", timeout: 20_000, env: { ...process.env, TRACKHOOK_NATS_USER: "viewer", TRACKHOOK_NATS_PASSWORD: "pw" } });
+        expect(res.stderr).toBe("trackhook: JetStream does not answer on this NATS: it is not enabled (run nats-server with -js, or a jetstream {} block in its config; with accounts, the account needs JetStream too), or the server is still starting\n");
+        expect(res.status).toBe(2);
+      }
+    } finally {
+      server.stop();
+    }
+  });
+
+  it("delete-user on a NATS no ingest has used: says so before giving out a request id, and sends nothing (it said JetStream was not enabled)", async () => {
+    const dir = mkdtempSync(join(tmpdir(), "trackhook-noevents-"));
+    const config = join(dir, "config.yaml");
+    writeFileSync(config, `${readFileSync(join(root, "examples", "dev.yaml"), "utf8")}---
+apiVersion: trackhook.io/v1alpha1
+kind: WebhookDestination
+metadata: { name: hook }
+spec: { sources: [website], urls: ["https://hooks.example.com/in"] }
+`);
+    const server = await natsServer(["-js", "-sd", join(dir, "store"), "--user", "viewer", "--pass", "pw"]);
+    try {
+      const res = spawnSync(process.execPath, [CLI, "delete-user", "--config", config, "--source", "default/website", "--user-id", "u-1", "--nats", server.url], { cwd: root, encoding: "utf8", timeout: 20_000, env: { ...process.env, TRACKHOOK_NATS_USER: "viewer", TRACKHOOK_NATS_PASSWORD: "pw" } });
+      expect(res.stderr).toBe(`trackhook: TRACKHOOK_EVENTS is not on NATS at ${server.url}: no ingest has run against it yet (start \`trackhook ingest\` or \`dev\` first), or --nats names another server; nothing sent\n`);
+      expect(res.stdout).toBe("");
+      expect(res.status).toBe(1);
+    } finally {
+      server.stop();
+      rmSync(dir, { recursive: true, force: true });
+    }
+  });
+
+  it("a service waiting for JetStream says that it may not be enabled", async () => {
+    const server = await natsServer([]);
+    const ingest = spawnCli("ingest", "--config", join(root, "examples"), "--nats", server.url, "--port", String(await freePort()));
+    try {
+      await ingest.waitFor(/JetStream does not answer \(a server just restarted is still starting it; one run without -js, or a jetstream \{\} block, never will\); trying again/, 15_000);
+    } finally {
+      ingest.child.kill("SIGKILL");
+      server.stop();
+    }
+  });
+
+  it("with a NATS user that may not use JetStream: one line naming what was refused, exit 2", async () => {
+    const dir = mkdtempSync(join(tmpdir(), "trackhook-perm-"));
+    const conf = join(dir, "nats.conf");
+    writeFileSync(conf, `jetstream { store_dir: "${join(dir, "store")}" }\nauthorization { users = [ { user: viewer, password: pw, permissions: { publish: { allow: ["_INBOX.>"] }, subscribe: { allow: ["_INBOX.>"] } } } ] }\n`);
+    const server = await natsServer(["-c", conf]);
+    try {
+      const res = spawnSync(process.execPath, [CLI, "dead-letters", "--destination", "default/hook", "--nats", server.url], { cwd: root, encoding: "utf8", timeout: 20_000, env: { ...process.env, TRACKHOOK_NATS_USER: "viewer", TRACKHOOK_NATS_PASSWORD: "pw" } });
+      expect(res.stderr).toBe(`trackhook: the NATS user may not do this: Permissions Violation for Publish to "$JS.API.INFO" (docs/operations.md, "One NATS user per component", lists what each command needs)\n`);
+      expect(res.status).toBe(2);
+    } finally {
+      server.stop();
+      rmSync(dir, { recursive: true, force: true });
+    }
+  });
 });
 
 describe("trackhook dev's activity lines", () => {

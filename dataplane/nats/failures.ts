@@ -1,0 +1,25 @@
+// NATS failures a person can fix, said in one line instead of a nats.js stack trace: the CLI
+// prints these and exits 2 (config or credentials), at start of a service or from an admin command.
+
+const NO_JETSTREAM =
+  "JetStream does not answer on this NATS: it is not enabled (run nats-server with -js, or a jetstream {} block in its config; with accounts, the account needs JetStream too), or the server is still starting";
+
+/**
+ * What to tell about `err`, or undefined when it is no such failure. Looked for along the cause
+ * chain: nats.js wraps both in a RequestError, and "no responders" also in JetStreamNotEnabled,
+ * whether JetStream's API or a publish went unanswered.
+ */
+export function natsFailureMessage(err: unknown): string | undefined {
+  const chain: Error[] = [];
+  for (let e = err; e instanceof Error; e = e.cause) chain.push(e);
+  const denied = chain.find((e) => e.name === "PermissionViolationError");
+  if (denied) return `the NATS user may not do this: ${denied.message} (docs/operations.md, "One NATS user per component", lists what each command needs)`;
+  const noResponders = chain.find((e) => e.name === "NoResponders");
+  // Nobody behind JetStream's API: also what a server just restarted says until its JetStream is
+  // up (the services wait, patiently, before they get here).
+  if (noResponders?.message.includes("$JS.API")) return NO_JETSTREAM;
+  // A publish nobody answers: no stream takes its subject.
+  if (noResponders) return `no stream on this NATS stores what was sent (${noResponders.message}): has ingest or dev run against it?`;
+  if (chain.some((e) => e.name === "JetStreamNotEnabled")) return NO_JETSTREAM;
+  return undefined;
+}
