@@ -42,7 +42,7 @@ const LOG_LEVELS = ["trace", "debug", "info", "warn", "error", "fatal", "silent"
 
 async function main(argv: string[]): Promise<void> {
   let [name, ...rest] = argv;
-  if (name === "--version" || name === "-v" || name === "version") {
+  if (name === "--version" || name === "-v" || name === "-V" || name === "version") {
     process.stdout.write(`trackhook ${VERSION}\n`);
     return;
   }
@@ -75,6 +75,9 @@ async function main(argv: string[]): Promise<void> {
   }
   const level = values["log-level"];
   if (typeof level === "string" && !LOG_LEVELS.includes(level)) throw new UsageError(`--log-level: "${level}" is not one of ${LOG_LEVELS.join(", ")}`);
+  // The chart sets it; a level pino does not know was a stack trace at the first log line.
+  const envLevel = process.env.TRACKHOOK_LOG_LEVEL;
+  if (envLevel !== undefined && !LOG_LEVELS.includes(envLevel)) throw new UsageError(`TRACKHOOK_LOG_LEVEL: "${envLevel}" is not one of ${LOG_LEVELS.join(", ")}`);
   // The V8 flags of main.ts's first line are lost when node is given the file (`node
   // dist/cli/main.js`): a soak run that way measured the ingest's RSS at 220 MB where the flags
   // hold it near 150. V8 reads them only at start, so they cannot be set from here.

@@ -90,7 +90,7 @@ ${configSourceHelp}
                              destination's are refused, not everybody's (default 0: no limit)
   --port <n>                 port of /healthz, /readyz and /metrics (default 8081)
   --host <addr>              their listen address (default every address, IPv6 and IPv4: ::)
-  --log-level <level>        trace, debug, info, warn, error (default info)`,
+  --log-level <level>        trace, debug, info, warn, error (default info, or TRACKHOOK_LOG_LEVEL)`,
   flags: {
     ...configSourceFlags, nats: { type: "string" }, "allow-private-networks": { type: "boolean" },
     port: { type: "string" }, host: { type: "string" }, "log-level": { type: "string" }, "max-in-flight": { type: "string" },

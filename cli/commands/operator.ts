@@ -29,7 +29,7 @@ export const operatorCommand: Command = {
                                WebhookDestination does not let one send any Secret of its namespace to a URL
   --port <n>                   port of /healthz, /readyz and /metrics (default 8082)
   --host <addr>                their listen address (default every address, IPv6 and IPv4: ::)
-  --log-level <level>          trace, debug, info, warn, error (default info)`,
+  --log-level <level>          trace, debug, info, warn, error (default info, or TRACKHOOK_LOG_LEVEL)`,
   flags: {
     nats: { type: "string" }, kubeconfig: { type: "string" }, "lease-namespace": { type: "string" },
     "lease-name": { type: "string" }, "lease-duration": { type: "string" }, "config-replicas": { type: "string" }, "watch-namespace": { type: "string" },

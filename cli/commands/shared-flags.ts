@@ -27,7 +27,7 @@ export const ingestFlagsHelp = `
   --stream-max-bytes <size>  stream disk budget; when full, ingest answers 503 (default 10GiB)
   --stream-replicas <n>      JetStream replicas (default 1)
   --duplicate-window <dur>   messageId deduplication window (default 10m; see docs/operations.md)
-  --log-level <level>        trace, debug, info, warn, error (default info)`;
+  --log-level <level>        trace, debug, info, warn, error (default info, or TRACKHOOK_LOG_LEVEL)`;
 
 type Values = { [K in keyof typeof ingestFlags]?: string };
 

@@ -88,6 +88,11 @@ describe("trackhook CLI", () => {
     expect(level.status).toBe(2);
     expect(level.stderr).toContain('--log-level: "verbose" is not one of');
     expect(level.stderr).not.toMatch(/\n\s+at /);
+    // The chart's variable too (found by a CLI review: pino's stack trace).
+    const fromEnv = spawnSync(process.execPath, [CLI, "ingest", "--config", "examples", "--nats", "nats://127.0.0.1:1"], { cwd: root, encoding: "utf8", timeout: 20_000, env: { ...process.env, TRACKHOOK_LOG_LEVEL: "verbose" } });
+    expect(fromEnv.status).toBe(2);
+    expect(fromEnv.stderr).toContain('TRACKHOOK_LOG_LEVEL: "verbose" is not one of');
+    expect(run("-V").stdout).toBe(run("--version").stdout);
   });
 
   it("a NATS password in a URL without a scheme is refused too, and never printed (regression: printed in the error)", () => {
