@@ -2,6 +2,7 @@
 // receiver, for a test file (beforeAll/afterAll). Tests add Sources and WebhookDestinations as
 // they go; each is in force when the call returns.
 import type { NatsConnection } from "@nats-io/transport-node";
+import type { MsgRequest } from "@nats-io/jetstream";
 import { afterAll, beforeAll } from "vitest";
 import { ConfigHolder, compileConfig } from "../../dataplane/config/mod.ts";
 import { DeliveryMetrics, DeliveryService, WebhookSender } from "../../dataplane/delivery/mod.ts";
@@ -99,11 +100,14 @@ export function useDelivery(options: { retireAfterMs?: number } = {}): DeliveryH
     logs: () => logLines.map((line) => JSON.parse(line) as Record<string, unknown>),
     async deadLetters(name) {
       const subject = `trackhook.dlq.default.${name}`;
-      const info = await nats!.jsm.streams.info(DLQ_STREAM, { subjects_filter: subject });
       const out = [];
-      for (let seq = info.state.first_seq; seq <= info.state.last_seq && info.state.messages > 0; seq++) {
-        const m = await nats!.jsm.streams.getMessage(DLQ_STREAM, { seq }).catch(() => null);
-        if (m && m.subject === subject) out.push({
+      // The destination's own messages only (the first at or after seq): the whole stream, one
+      // message at a time, took seconds per look once a file's tests had filled it.
+      for (let seq = 1; ; ) {
+        const m = await nats!.jsm.streams.getMessage(DLQ_STREAM, { seq, next_by_subj: subject } as unknown as MsgRequest).catch(() => null);
+        if (!m) break;
+        seq = m.seq + 1;
+        out.push({
           reason: m.header?.get("Trackhook-Reason"), lastStatus: m.header?.get("Trackhook-Last-Status") || undefined,
           lastError: m.header?.get("Trackhook-Last-Error") || undefined, body: m.json<Record<string, unknown>>(),
         });
