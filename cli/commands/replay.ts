@@ -25,8 +25,14 @@ export async function connectAdmin(url: string, name: string): Promise<NatsConne
   // Before connecting, so the URL printed below never carries credentials (NatsAuthError: exit 2).
   assertNoCredentialsInUrl(url);
   const auth = natsAuthOptions(process.env, url);
+  // A team's own admin user subscribes to its own inboxes only: on the shared _INBOX.>, it could
+  // read the replies other users get (another team's dead letters). docs/nats-permissions.conf.
+  const inboxPrefix = process.env.TRACKHOOK_NATS_INBOX_PREFIX;
+  if (inboxPrefix !== undefined && !/^[A-Za-z0-9_-]+(\.[A-Za-z0-9_-]+)*$/.test(inboxPrefix)) {
+    throw new UsageError(`TRACKHOOK_NATS_INBOX_PREFIX: "${inboxPrefix}" is not a NATS subject without wildcards (such as _INBOX_team_a)`);
+  }
   try {
-    return await connect({ ...auth, servers: url.split(",").map((s) => s.trim()), name, noAsyncTraces: true, timeout: 5_000 });
+    return await connect({ ...auth, ...(inboxPrefix ? { inboxPrefix } : {}), servers: url.split(",").map((s) => s.trim()), name, noAsyncTraces: true, timeout: 5_000 });
   } catch (err) {
     if (isAuthError(err)) throw new NatsAuthError(`NATS at ${url} refused the credentials: ${(err as Error).message}`);
     fail(`cannot connect to NATS at ${url}: ${(err as Error).message}`);

@@ -13,7 +13,11 @@ export function natsFailureMessage(err: unknown): string | undefined {
   const chain: Error[] = [];
   for (let e = err; e instanceof Error; e = e.cause) chain.push(e);
   const denied = chain.find((e) => e.name === "PermissionViolationError");
-  if (denied) return `the NATS user may not do this: ${denied.message} (docs/operations.md, "One NATS user per component", lists what each command needs)`;
+  if (denied) {
+    // A user limited to inboxes of its own prefix (a team's admin user) must be told which.
+    const inbox = /Subscription to "_INBOX\./.test(denied.message) ? "; if this user has inboxes of its own, set TRACKHOOK_NATS_INBOX_PREFIX to their prefix" : "";
+    return `the NATS user may not do this: ${denied.message} (docs/operations.md, "One NATS user per component", lists what each command needs${inbox})`;
+  }
   const noResponders = chain.find((e) => e.name === "NoResponders");
   // Nobody behind JetStream's API: also what a server just restarted says until its JetStream is
   // up (the services wait, patiently, before they get here).

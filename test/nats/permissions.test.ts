@@ -7,18 +7,19 @@
 // ones (`$JS.ACK.<domain>.<account hash>.<stream>...`) that the feature flag js_ack_fc_v2 turns on
 // since 2.14 and that NATS means to make the default.
 import { createHmac } from "node:crypto";
+import { spawnSync } from "node:child_process";
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { jetstream, jetstreamManager } from "@nats-io/jetstream";
 import { Kvm } from "@nats-io/kv";
-import { connect, type NatsConnection } from "@nats-io/transport-node";
+import { connect, headers, type NatsConnection } from "@nats-io/transport-node";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { CONFIG_BUCKET, ConfigWriter, KvConfigProvider, destinationKey, ensureConfigBucket, sha256Hex, sourceKey } from "../../dataplane/config/mod.ts";
 import { DeliveryMetrics, DeliveryService, WebhookSender, deadLetterUndelivered, ensureDestinationConsumer } from "../../dataplane/delivery/mod.ts";
 import { buildIngestApp } from "../../dataplane/ingest/mod.ts";
 import { createLogger } from "../../dataplane/logging.ts";
-import { EVENTS_STREAM, INBOX_PREFIX, LocalNatsServer, connectNats, consumerName, ensureStream, eventsStreamConfig } from "../../dataplane/nats/mod.ts";
+import { EVENTS_STREAM, INBOX_PREFIX, LocalNatsServer, attemptsStreamConfig, connectNats, consumerName, dlqStreamConfig, ensureStream, eventsStreamConfig } from "../../dataplane/nats/mod.ts";
 import type { CompiledDestination, CompiledSource } from "../../schema/mod.ts";
 import { DEFAULT_STREAM, WRITE_KEY, basic } from "../harness/ingest.ts";
 import { startReceiver, type Receiver } from "../harness/receiver.ts";
@@ -26,6 +27,12 @@ import { repoRoot } from "../harness/control-plane.ts";
 
 const log = createLogger({ level: "silent" });
 const PASSWORDS = { ingest: "ingest-pw", delivery: "delivery-pw", operator: "operator-pw" } as const;
+const TEAM_PASSWORD = "team-a-pw";
+const deadLetterHeaders = (reason: string) => {
+  const h = headers();
+  h.set("Trackhook-Reason", reason);
+  return h;
+};
 describe.each([
   { format: "default ack subjects", serverSettings: "" },
   { format: "v2 ack subjects (js_ack_fc_v2)", serverSettings: "feature_flags { js_ack_fc_v2: true }" },
@@ -50,7 +57,12 @@ describe.each([
     // The documented file as it is, plus the server settings of this run (an include would need
     // the file beside it: nats-server reads includes relative to the including file).
     const config = join(store, "nats.conf");
-    writeFileSync(config, `${readFileSync(join(repoRoot, "docs", "nats-permissions.conf"), "utf8")}\n${serverSettings}\n`);
+    // A team's admin user with the documented example block, as its comment says to add one.
+    const documented = readFileSync(join(repoRoot, "docs", "nats-permissions.conf"), "utf8");
+    const operatorUser = "{ user: trackhook-operator, password: $TRACKHOOK_OPERATOR_PASSWORD, permissions: $TRACKHOOK_OPERATOR }";
+    if (!documented.includes(operatorUser)) throw new Error("docs/nats-permissions.conf: the operator's user line changed; update this test");
+    const withTeam = documented.replace(operatorUser, `${operatorUser}\n    { user: team-a, password: ${TEAM_PASSWORD}, permissions: $TRACKHOOK_TEAM_A_ADMIN }`);
+    writeFileSync(config, `${withTeam}\n${serverSettings}\n`);
     server = await LocalNatsServer.start({ storeDir: store, binary: process.env.TRACKHOOK_TEST_NATS_SERVER || undefined, args: ["-c", config] });
     receiver = await startReceiver();
     destination = {
@@ -158,6 +170,40 @@ describe.each([
         delete process.env.TRACKHOOK_NATS_USER;
         delete process.env.TRACKHOOK_NATS_PASSWORD;
       }
+    });
+
+    it("lets a team's admin user (TRACKHOOK_TEAM_A_ADMIN) list its namespace's dead letters and attempts, and nobody else's", async () => {
+      // Streams as delivery makes them; a dead letter and an attempt record in each of two namespaces.
+      const deliveryNc = await as("delivery");
+      const djsm = await jetstreamManager(deliveryNc);
+      await ensureStream(djsm, dlqStreamConfig({ maxBytes: 64 * 1024 ** 2, replicas: 1 }));
+      await ensureStream(djsm, attemptsStreamConfig({ maxBytes: 64 * 1024 ** 2, replicas: 1 }));
+      const js = jetstream(deliveryNc);
+      for (const ns of ["team-a", "team-b"]) {
+        await js.publish(`trackhook.dlq.${ns}.hook`, JSON.stringify({ type: "track", event: "E", userId: "u", messageId: `dead-${ns}` }), { headers: deadLetterHeaders("retry_window_exhausted") });
+        await js.publish(`trackhook.attempts.${ns}.hook`, JSON.stringify({ messageId: `tried-${ns}`, url: "https://hooks.example.com/in", attempt: 1, outcome: "retry", status: 500, latencyMs: 3, at: new Date().toISOString() }));
+      }
+      const cli = (prefix: string | undefined, ...args: string[]) => spawnSync(process.execPath, [join(repoRoot, "cli", "main.ts"), ...args, "--nats", server.url], {
+        encoding: "utf8", timeout: 20_000,
+        env: { ...process.env, TRACKHOOK_NATS_USER: "team-a", TRACKHOOK_NATS_PASSWORD: TEAM_PASSWORD, ...(prefix ? { TRACKHOOK_NATS_INBOX_PREFIX: prefix } : {}) },
+      });
+      const own = cli("_INBOX_team_a", "dead-letters", "--destination", "team-a/hook");
+      expect([own.status, own.stderr]).toEqual([0, ""]);
+      expect(own.stdout).toContain("dead-team-a");
+      const tried = cli("_INBOX_team_a", "attempts", "--destination", "team-a/hook");
+      expect([tried.status, tried.stderr]).toEqual([0, ""]);
+      expect(tried.stdout).toContain("tried-team-a");
+      for (const command of ["dead-letters", "attempts"]) {
+        const other = cli("_INBOX_team_a", command, "--destination", "team-b/hook");
+        expect(other.status).toBe(2);
+        expect(other.stderr).toMatch(/^trackhook: the NATS user may not do this: Permissions Violation for Publish to "\$JS\.API\.CONSUMER\.CREATE\.TRACKHOOK_(DLQ|ATTEMPTS)\.[^.]+\.trackhook\.(dlq|attempts)\.team-b\.hook"/);
+        expect(other.stdout).not.toContain("team-b");
+      }
+      // Without its inbox prefix it is told which variable to set.
+      const noPrefix = cli(undefined, "dead-letters", "--destination", "team-a/hook");
+      expect(noPrefix.status).toBe(2);
+      expect(noPrefix.stderr).toContain("Permissions Violation for Subscription to \"_INBOX.");
+      expect(noPrefix.stderr).toContain("set TRACKHOOK_NATS_INBOX_PREFIX");
     });
 
     it("keeps delivery from storing events, and ingest from writing the config or storing a delete notification", async () => {
