@@ -3,7 +3,7 @@
 // once the Node version is known to be recent enough.
 import { parseArgs } from "node:util";
 import { ConfigError } from "../dataplane/config/mod.ts";
-import { NatsAuthError, NatsServerNotFoundError, NatsServerTooOldError, StreamStorageRefusedError, natsFailureMessage } from "../dataplane/nats/mod.ts";
+import { NatsAuthError, NatsServerNotFoundError, NatsServerTooOldError, StreamIsMirrorError, StreamStorageRefusedError, natsFailureMessage } from "../dataplane/nats/mod.ts";
 import { VERSION } from "../dataplane/version.ts";
 import { UsageError } from "./args.ts";
 import { devCommand } from "./commands/dev.ts";
@@ -106,7 +106,7 @@ function startedWithMemoryFlags(): boolean {
 }
 
 main(process.argv.slice(2)).catch((err: unknown) => {
-  if (err instanceof UsageError || err instanceof ConfigError || err instanceof NatsServerNotFoundError || err instanceof NatsAuthError || err instanceof NatsServerTooOldError || err instanceof StreamStorageRefusedError) {
+  if (err instanceof UsageError || err instanceof ConfigError || err instanceof NatsServerNotFoundError || err instanceof NatsAuthError || err instanceof NatsServerTooOldError || err instanceof StreamStorageRefusedError || err instanceof StreamIsMirrorError) {
     process.stderr.write(`trackhook: ${err.message}\n`);
     process.exit(2);
   }

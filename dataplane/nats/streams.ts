@@ -125,6 +125,15 @@ export async function ensureStream(
       throw err;
     });
     if (existing) {
+      // A mirror takes no messages of its own, and updating one with subjects fails with
+      // JetStream's "stream mirrors can not contain subjects" (found by a DR review: a stack trace
+      // at every start, on a NATS being moved to by mirroring).
+      if (existing.config.mirror) {
+        throw new StreamIsMirrorError(
+          `${wanted.name} on this NATS is a mirror of ${existing.config.mirror.name}: trackhook stores into it, which a mirror cannot take. ` +
+            "To move to this NATS, make it an ordinary stream (a backup restored, or deleted once what it holds is delivered elsewhere: docs/operations.md, \"Moving to another NATS\")",
+        );
+      }
       config = keeping(wanted, existing.config, keep);
       const changes = (Object.keys(config) as Array<keyof StreamConfig>)
         .filter((key) => JSON.stringify(existing.config[key]) !== JSON.stringify(config[key]))
@@ -181,6 +190,11 @@ export function isStreamNameInUse(err: unknown): boolean {
 
 export function isConsumerNotFound(err: unknown): boolean {
   return err instanceof Error && (err.name === "ConsumerNotFoundError" || /consumer not found/i.test(err.message));
+}
+
+/** A stream of trackhook's exists as a mirror of another, which takes no messages of its own. */
+export class StreamIsMirrorError extends Error {
+  readonly code = "TRACKHOOK_STREAM_IS_MIRROR";
 }
 
 /** nats-server cannot set aside a stream's max_bytes: its JetStream storage (max_file_store) is short. */

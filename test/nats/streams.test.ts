@@ -2,7 +2,7 @@
 // existing stream's settings differ (a new max_bytes, say), keeping its messages.
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { createLogger } from "../../dataplane/logging.ts";
-import { DLQ_STREAM, EVENTS_STREAM, StreamGuard, consumerName, dlqStreamConfig, ensureStream, eventsStreamConfig, isConsumerNotFound, isStreamNotFound, keptSettings, type StreamSettingChange } from "../../dataplane/nats/mod.ts";
+import { DLQ_STREAM, EVENTS_STREAM, StreamGuard, StreamIsMirrorError, consumerName, dlqStreamConfig, ensureStream, eventsStreamConfig, isConsumerNotFound, isStreamNotFound, keptSettings, type StreamSettingChange } from "../../dataplane/nats/mod.ts";
 import { streamSettings } from "../../cli/commands/shared-flags.ts";
 import { startNats, type NatsHarness } from "../harness/nats.ts";
 import { ensureDestinationConsumer, removeDestinationConsumers } from "../../dataplane/delivery/mod.ts";
@@ -72,6 +72,22 @@ describe("events stream", () => {
     // Only a longer window given: the max_age kept from the stream bounds it.
     expect(await ensure({ "duplicate-window": "3h" })).toMatchObject({ max_age: HOUR_NS, duplicate_window: HOUR_NS });
     await ensure({ "stream-max-age": "72h", "duplicate-window": "10m" });
+  });
+});
+
+describe("a stream that exists as a mirror", () => {
+  it("is a clear error naming what it mirrors, not JetStream's \"stream mirrors can not contain subjects\" (found by a DR review: a stack trace at every start)", async () => {
+    const moving = await startNats();
+    try {
+      await moving.jsm.streams.add({ name: "OLD_EVENTS", subjects: ["old.>"] });
+      await moving.jsm.streams.add({ name: EVENTS_STREAM, mirror: { name: "OLD_EVENTS" } });
+      const err = await ensureStream(moving.jsm, eventsStreamConfig(settings)).then(() => undefined, (e: unknown) => e);
+      expect(err).toBeInstanceOf(StreamIsMirrorError);
+      expect((err as Error).message).toMatch(/^TRACKHOOK_EVENTS on this NATS is a mirror of OLD_EVENTS: trackhook stores into it, which a mirror cannot take/);
+      expect((await moving.jsm.streams.info(EVENTS_STREAM)).config.mirror?.name).toBe("OLD_EVENTS"); // left as it was
+    } finally {
+      await moving.stop();
+    }
   });
 });
 
