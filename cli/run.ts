@@ -75,9 +75,13 @@ async function main(argv: string[]): Promise<void> {
   }
   const level = values["log-level"];
   if (typeof level === "string" && !LOG_LEVELS.includes(level)) throw new UsageError(`--log-level: "${level}" is not one of ${LOG_LEVELS.join(", ")}`);
-  // The chart sets it; a level pino does not know was a stack trace at the first log line.
+  // The chart sets it; a level pino does not know was a stack trace at the first log line. Only
+  // where it is used: a service (the admin commands do not log) without --log-level, and empty
+  // counts as unset (a compose file's unset ${LOG_LEVEL}).
   const envLevel = process.env.TRACKHOOK_LOG_LEVEL;
-  if (envLevel !== undefined && !LOG_LEVELS.includes(envLevel)) throw new UsageError(`TRACKHOOK_LOG_LEVEL: "${envLevel}" is not one of ${LOG_LEVELS.join(", ")}`);
+  if (SERVICES.has(command.name) && level === undefined && envLevel && !LOG_LEVELS.includes(envLevel)) {
+    throw new UsageError(`TRACKHOOK_LOG_LEVEL: "${envLevel}" is not one of ${LOG_LEVELS.join(", ")}`);
+  }
   // The V8 flags of main.ts's first line are lost when node is given the file (`node
   // dist/cli/main.js`): a soak run that way measured the ingest's RSS at 220 MB where the flags
   // hold it near 150. V8 reads them only at start, so they cannot be set from here.

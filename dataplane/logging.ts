@@ -16,7 +16,7 @@ export const REDACT_PATHS = [
 /** @param options.destination where the JSON lines go (stdout by default; tests collect them). */
 export function createLogger(options: { level?: string; name?: string; destination?: { write(line: string): void } } = {}): Logger {
   const settings = {
-    level: options.level ?? process.env.TRACKHOOK_LOG_LEVEL ?? "info",
+    level: options.level ?? (process.env.TRACKHOOK_LOG_LEVEL || "info"), // empty: unset
     name: options.name,
     redact: { paths: REDACT_PATHS, censor: "[redacted]" },
   };

@@ -72,6 +72,9 @@ export const FROM_STREAM_START =
  * the consumer went (or whether it was removed on purpose): from the configured start.
  */
 async function streamYoungerThanDestination(jsm: JetStreamManager, destination: CompiledDestination): Promise<string | undefined> {
+  // A destination not yet in effect starts at its creation (createdAt), which covers a younger
+  // stream already; said as a store lost, it misled on a fresh install (found by a review).
+  if (destination.createdAt !== undefined) return undefined;
   const since = destination.deliveringSince ? Date.parse(destination.deliveringSince) : NaN;
   if (Number.isNaN(since)) return undefined;
   const { created } = await jsm.streams.info(EVENTS_STREAM);
@@ -87,6 +90,8 @@ export async function ensureDestinationConsumer(
   destination: CompiledDestination,
   options: {
     startSeq?: number;
+    /** When this process first wanted the consumer: where one made without createdAt starts (rather than now). */
+    firstWanted?: string;
     /** Told when this call made the consumer (not another process), and where it starts. */
     onCreated?: (made: ConsumerMade) => void;
     /** Told what happened when sources left the filter (see below). */
@@ -95,7 +100,7 @@ export async function ensureDestinationConsumer(
     dropUndelivered?: boolean;
   } = {},
 ): Promise<string> {
-  const base = destinationConsumerConfig(destination);
+  const base = destinationConsumerConfig(options.firstWanted && !destination.createdAt ? { ...destination, createdAt: options.firstWanted } : destination);
   const config: typeof base = options.startSeq === undefined
     ? base
     : { ...base, deliver_policy: DeliverPolicy.StartSequence, opt_start_seq: options.startSeq, opt_start_time: undefined };

@@ -323,8 +323,8 @@ export class DeliveryService {
         const last = this.#predecessors.get(key)?.lastPosition;
         // startSeq counts only if the consumer has to be made (it was deleted): an existing one keeps
         // its place. Without createdAt (config files), one made now starts when it was first wanted.
-        const made = destination.createdAt ? destination : { ...destination, createdAt: new Date(since).toISOString() };
-        this.#managed.add(await this.#ensureConsumer(key, made, last ? { startSeq: await this.#resumeFrom(last) } : {}));
+        const start = last ? { startSeq: await this.#resumeFrom(last) } : { firstWanted: new Date(since).toISOString() };
+        this.#managed.add(await this.#ensureConsumer(key, destination, start));
         await this.#startWorker(key, destination);
         this.#pending.delete(key);
         this.#predecessors.delete(key);
@@ -408,7 +408,7 @@ export class DeliveryService {
    * filter kept as it was (they are still read and delivered; a stopped destination would be
    * worse) and tried again every minute.
    */
-  async #ensureConsumer(key: string, destination: CompiledDestination, options: { startSeq?: number } = {}): Promise<string> {
+  async #ensureConsumer(key: string, destination: CompiledDestination, options: { startSeq?: number; firstWanted?: string } = {}): Promise<string> {
     const { log } = this.#deps;
     return ensureDestinationConsumer(this.#jsm, destination, {
       ...options,

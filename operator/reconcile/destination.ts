@@ -69,11 +69,13 @@ async function applyDestination(ctx: OperatorContext, namespace: string, name: s
     } else await removeConsumer(ctx, namespace, name, "destination_disabled", destination);
   } catch (err) {
     if (!isStreamNotFound(err)) throw err;
+    // deliveringSince kept, as in the config just written: made anew at each retry, it rewrote
+    // the config every 5 s for as long as the stream was missing (found by a review).
     await setReady(ctx, destination, {
       status: "False",
       reason: "StreamNotFound",
       message: "stream TRACKHOOK_EVENTS does not exist yet (ingest creates it when it starts)",
-    }, { urlCount, sources: compiled.sources });
+    }, { urlCount, sources: compiled.sources, ...(deliveringSince ? { deliveringSince } : {}) });
     return { requeueAfterMs: STREAM_RETRY_MS };
   }
   const message = !compiled.enabled

@@ -92,6 +92,12 @@ describe("trackhook CLI", () => {
     const fromEnv = spawnSync(process.execPath, [CLI, "ingest", "--config", "examples", "--nats", "nats://127.0.0.1:1"], { cwd: root, encoding: "utf8", timeout: 20_000, env: { ...process.env, TRACKHOOK_LOG_LEVEL: "verbose" } });
     expect(fromEnv.status).toBe(2);
     expect(fromEnv.stderr).toContain('TRACKHOOK_LOG_LEVEL: "verbose" is not one of');
+    // ...where it is used only: --log-level wins, and the admin commands do not log.
+    const env = { ...process.env, TRACKHOOK_LOG_LEVEL: "verbose" };
+    const admin = spawnSync(process.execPath, [CLI, "dead-letters", "--destination", "a/b", "--nats", "nats://127.0.0.1:1"], { cwd: root, encoding: "utf8", timeout: 20_000, env });
+    expect(admin.stderr).not.toContain("TRACKHOOK_LOG_LEVEL");
+    const flagged = spawnSync(process.execPath, [CLI, "ingest", "--config", "examples", "--nats", "nats://127.0.0.1:1", "--port", "x", "--log-level", "info"], { cwd: root, encoding: "utf8", timeout: 20_000, env });
+    expect(flagged.stderr).not.toContain("TRACKHOOK_LOG_LEVEL");
     expect(run("-V").stdout).toBe(run("--version").stdout);
   });
 
@@ -334,11 +340,11 @@ describe("version", () => {
   });
 });
 
-/** A child `trackhook` whose output (pino lines on stdout, messages on stderr) a test can wait on. */
 /** The pids of nats-servers that dev started on this data dir. */
 const natsServersOn = (dataDir: string) =>
   spawnSync("pgrep", ["-f", "--", `-sd ${join(dataDir, "nats")}`], { encoding: "utf8" }).stdout.trim().split("\n").filter(Boolean).map(Number);
 
+/** A child `trackhook` whose output (pino lines on stdout, messages on stderr) a test can wait on. */
 function spawnCli(...args: string[]) {
   const child = spawn(process.execPath, [CLI, ...args], { cwd: root });
   let output = "";
@@ -637,7 +643,7 @@ spec: { sources: [website], urls: ["https://hooks.example.com/in"] }
     const server = await natsServer(["-c", conf]);
     try {
       const res = spawnSync(process.execPath, [CLI, "dead-letters", "--destination", "default/hook", "--nats", server.url], { cwd: root, encoding: "utf8", timeout: 20_000, env: { ...process.env, TRACKHOOK_NATS_USER: "viewer", TRACKHOOK_NATS_PASSWORD: "pw" } });
-      expect(res.stderr).toBe(`trackhook: the NATS user may not do this: Permissions Violation for Publish to "$JS.API.INFO" (docs/operations.md, "One NATS user per component", lists what each command needs)\n`);
+      expect(res.stderr).toBe(`trackhook: the NATS user may not do this: Permissions Violation for Publish to "$JS.API.INFO" (docs/nats-permissions.conf has the permissions of each component, and of a team's admin user)\n`);
       expect(res.status).toBe(2);
     } finally {
       server.stop();

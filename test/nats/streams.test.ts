@@ -147,6 +147,14 @@ describe("destination consumers", () => {
       await ensureDestinationConsumer(moved.jsm, destination("again", new Date(Date.now() + 1_000).toISOString()), { onCreated: (m) => made.push(m) });
       expect(made.at(-1)).toEqual({ from: "config" });
       expect(await pending("again")).toBe(0);
+      // Not yet in effect (createdAt): from its creation, which covers a younger stream already, and not said as a store lost.
+      await ensureDestinationConsumer(moved.jsm, { ...destination("fresh", new Date(Date.now() - 3_600_000).toISOString()), createdAt: new Date(Date.now() - 3_600_000).toISOString() }, { onCreated: (m) => made.push(m) });
+      expect(made.at(-1)).toEqual({ from: "config" });
+      expect(await pending("fresh")).toBe(2);
+      // A delivery pod making it with the time it first wanted it: still from the stream's start.
+      await ensureDestinationConsumer(moved.jsm, destination("pod", new Date(Date.now() - 3_600_000).toISOString()), { firstWanted: new Date().toISOString(), onCreated: (m) => made.push(m) });
+      expect(made.at(-1)).toMatchObject({ from: "stream-start", pending: 2 });
+      made.splice(2);
       // A consumer that exists keeps its place whatever deliveringSince says.
       await ensureDestinationConsumer(moved.jsm, destination("again", new Date(0).toISOString()), { onCreated: (m) => made.push(m) });
       expect(made).toHaveLength(2);
