@@ -54,7 +54,7 @@ async function runDeliver(extra: string[], body: (ops: string, output: () => str
   let output = "";
   child.stdout.on("data", (c: Buffer) => (output += c.toString()));
   child.stderr.on("data", (c: Buffer) => (output += c.toString()));
-  const exited = new Promise<number | null>((resolve) => child.on("exit", (code) => resolve(code)));
+  const exited = new Promise<number | null>((resolve) => child.on("close", (code) => resolve(code)));
   try {
     const deadline = Date.now() + 20_000;
     let address: string | undefined;

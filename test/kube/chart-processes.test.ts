@@ -216,7 +216,7 @@ function start(image: Image, pod: Pod): Running {
   let output = "";
   child.stdout!.on("data", (b: Buffer) => (output += b.toString()));
   child.stderr!.on("data", (b: Buffer) => (output += b.toString()));
-  const exit = new Promise<{ code: number | null; signal: NodeJS.Signals | null }>((resolve) => child.once("exit", (code, signal) => resolve({ code, signal })));
+  const exit = new Promise<{ code: number | null; signal: NodeJS.Signals | null }>((resolve) => child.once("close", (code, signal) => resolve({ code, signal })));
   return { pod, child, output: () => output, exit };
 }
 
