@@ -240,9 +240,17 @@ describe("DeletionRequest", () => {
       const expected = before.shop + before.blog + 10_000;
       await env.waitFor(`${expected} deliveries`, async () => env.receiver.requests("/erasure").length >= expected, 60_000);
       await new Promise((r) => setTimeout(r, 500));
-      const ids = bodies("/erasure").map((b) => b.messageId);
-      expect(ids).toHaveLength(expected);
-      expect(new Set(ids).size).toBe(expected); // every (source, user) heard exactly once
+      // Every (source, user) heard. Stored once each (above); a receiver may still hear one twice
+      // when its answer came after the 5 s timeout (at least once, as the spec says: CI under
+      // load, 3 in 10,010), then with the same delivery id, by which it drops the repeat.
+      const requests = env.receiver.requests("/erasure");
+      const deliveryIds = new Map<string, Set<string>>();
+      for (const r of requests) {
+        const id = (JSON.parse(r.body.toString()) as { messageId: string }).messageId;
+        deliveryIds.set(id, (deliveryIds.get(id) ?? new Set()).add(String(r.headers["x-delivery-id"])));
+      }
+      expect(deliveryIds.size).toBe(expected);
+      expect([...deliveryIds.values()].filter((d) => d.size !== 1)).toEqual([]);
     } finally {
       await second.stop();
     }
