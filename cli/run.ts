@@ -110,13 +110,10 @@ function startedWithMemoryFlags(): boolean {
 }
 
 main(process.argv.slice(2)).catch((err: unknown) => {
-  if (err instanceof UsageError || err instanceof ConfigError || err instanceof NatsServerNotFoundError || err instanceof NatsAuthError || err instanceof NatsServerTooOldError || err instanceof StreamStorageRefusedError || err instanceof StreamIsMirrorError) {
-    process.stderr.write(`trackhook: ${err.message}\n`);
-    process.exit(2);
-  }
-  const nats = natsFailureMessage(err);
-  if (nats) {
-    process.stderr.write(`trackhook: ${nats}\n`);
+  const ours = err instanceof UsageError || err instanceof ConfigError || err instanceof NatsServerNotFoundError || err instanceof NatsAuthError || err instanceof NatsServerTooOldError || err instanceof StreamStorageRefusedError || err instanceof StreamIsMirrorError;
+  const fixable = ours ? err.message : natsFailureMessage(err);
+  if (fixable !== undefined) {
+    process.stderr.write(`trackhook: ${fixable}\n`);
     process.exit(2);
   }
   if (err instanceof Error && err.name === "TimeoutError") {

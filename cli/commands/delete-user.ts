@@ -5,7 +5,7 @@ import { jetstream, jetstreamManager } from "@nats-io/jetstream";
 import { loadConfigFile } from "../../dataplane/config/mod.ts";
 import { hasEnabledDestination, longestRetryMs, publishDeleteNotifications } from "../../dataplane/deletion/mod.ts";
 import { purgeDeadLettersOf } from "../../dataplane/admin/mod.ts";
-import { EVENTS_STREAM, isStreamNotFound } from "../../dataplane/nats/mod.ts";
+import { EVENTS_STREAM, streamLastSeq } from "../../dataplane/nats/mod.ts";
 import { UsageError, natsUrl } from "../args.ts";
 import { connectAdmin, fail, noEventsStream, qualifiedName } from "./replay.ts";
 import type { Command } from "./types.ts";
@@ -67,7 +67,7 @@ export const deleteUserCommand: Command = {
       }
       // Said before a request id is given out (found by a CLI review: a "JetStream is not enabled"
       // stack trace, on a NATS that had JetStream but no ingest yet).
-      if (!(await jsm.streams.info(EVENTS_STREAM).then(() => true, (err: unknown) => (isStreamNotFound(err) ? false : Promise.reject(err))))) {
+      if ((await streamLastSeq(jsm, EVENTS_STREAM)) === undefined) {
         fail(`${noEventsStream(url)}; nothing sent`);
         return;
       }

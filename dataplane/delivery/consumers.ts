@@ -4,6 +4,7 @@
 import { AckPolicy, DeliverPolicy, type ConsumerConfig, type JetStreamManager } from "@nats-io/jetstream";
 import { nanos } from "@nats-io/transport-node";
 import type { CompiledDestination } from "../../schema/mod.ts";
+import type { Logger } from "../logging.ts";
 import { EVENTS_STREAM, consumerName, isConsumerNotFound, isStreamNotFound, replaySubject, sourceSubjects } from "../nats/mod.ts";
 import { deadLetterUndelivered, type UndeliveredMoved } from "./undelivered.ts";
 
@@ -51,15 +52,13 @@ export type SourcesRemoved =
   | { filters: string[]; narrowed: true; moved: UndeliveredMoved }
   | { filters: string[]; narrowed: boolean; error: Error };
 
-/** Where a consumer made by ensureDestinationConsumer starts. */
+/** Where a consumer made by ensureDestinationConsumer starts: as configured (or at startSeq), or all of the stream. */
 export type ConsumerMade =
   | { from: "config" }
-  | { from: "sequence"; startSeq: number }
-  /** The events stream is younger than the destination's deliveringSince: all of it. */
+  /** The events stream is younger than the destination's deliveringSince. */
   | { from: "stream-start"; streamCreated: string; pending: number };
 
-/** Said (at warn level) by whoever made a consumer from the stream's start. */
-export const FROM_STREAM_START =
+const FROM_STREAM_START =
   "the destination's consumer was missing and the events stream is younger than the destination (a NATS store lost, or a move to another NATS): made from the stream's first message, so nothing stored since is skipped (what was delivered before may arrive again, with the same messageId)";
 
 /**
@@ -94,6 +93,8 @@ export async function ensureDestinationConsumer(
     firstWanted?: string;
     /** Told when this call made the consumer (not another process), and where it starts. */
     onCreated?: (made: ConsumerMade) => void;
+    /** Where a consumer made from the stream's start is said (by whichever process made it). */
+    log?: Pick<Logger, "warn">;
     /** Told what happened when sources left the filter (see below). */
     onSourcesRemoved?: (removed: SourcesRemoved) => void;
     /** When their notices cannot be moved (the DLQ full): narrow the filter anyway (true), or keep it (the default). */
@@ -114,11 +115,11 @@ export async function ensureDestinationConsumer(
     const streamCreated = options.startSeq === undefined ? await streamYoungerThanDestination(jsm, destination) : undefined;
     try {
       const made = await jsm.consumers.add(EVENTS_STREAM, streamCreated ? { ...config, deliver_policy: DeliverPolicy.All, opt_start_time: undefined } : config);
-      options.onCreated?.(
-        streamCreated ? { from: "stream-start", streamCreated, pending: made.num_pending }
-        : options.startSeq !== undefined ? { from: "sequence", startSeq: options.startSeq }
-        : { from: "config" },
-      );
+      if (streamCreated) {
+        const { namespace, name, deliveringSince } = destination;
+        options.log?.warn({ destination: `${namespace}/${name}`, streamCreated, deliveringSince, pending: made.num_pending }, FROM_STREAM_START);
+      }
+      options.onCreated?.(streamCreated ? { from: "stream-start", streamCreated, pending: made.num_pending } : { from: "config" });
     } catch (err) {
       // The operator and the delivery pods may all create it at once; one wins, the others update.
       existing = await info();

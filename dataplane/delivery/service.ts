@@ -7,7 +7,7 @@ import type { CompiledConfig, CompiledDestination } from "../../schema/mod.ts";
 import type { ConfigProvider } from "../config/mod.ts";
 import type { Logger } from "../logging.ts";
 import { ATTEMPTS_STREAM, DLQ_STREAM, DLQ_SUBJECTS, EVENTS_STREAM, TurnBatch, attemptsStreamConfig, consumerName, dlqStreamConfig, dlqSubject, ensureStream, isNatsConnected, isStreamNotFound, isSlowJetStream, keptSettings, patiently, StreamGuard, streamReadiness, type Readiness, type SideStreamSettings, type StreamSettingChange } from "../nats/mod.ts";
-import { FROM_STREAM_START, ensureDestinationConsumer, removeDestinationConsumers } from "./consumers.ts";
+import { ensureDestinationConsumer, removeDestinationConsumers } from "./consumers.ts";
 import { deadLetterUndelivered } from "./undelivered.ts";
 import type { DeliveryBacklog, DeliveryBacklogs, DeliveryMetrics } from "./metrics.ts";
 import { KeyedLogInterval, type StreamUse } from "../telemetry/mod.ts";
@@ -412,9 +412,7 @@ export class DeliveryService {
     const { log } = this.#deps;
     return ensureDestinationConsumer(this.#jsm, destination, {
       ...options,
-      onCreated: (made) => {
-        if (made.from === "stream-start") log.warn({ destination: key, streamCreated: made.streamCreated, deliveringSince: destination.deliveringSince, pending: made.pending }, FROM_STREAM_START);
-      },
+      log,
       onSourcesRemoved: (removed) => {
         if ("moved" in removed) {
           this.#narrowing.delete(key);

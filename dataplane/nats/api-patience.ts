@@ -4,29 +4,24 @@
 // the client's API timeout (5 s). A process that exited on that went into a crash loop on a fresh
 // install, each restart a little later (Kubernetes' back-off), though the next try would have done.
 
+import { errorChain } from "./failures.ts";
+
 /** How long start-up calls are tried again for, before the error is the process's. */
 export const START_PATIENCE_MS = 60_000;
 
 /** A request with no answer in time, or none yet from a JetStream that is starting or electing. */
 export function isSlowJetStream(err: unknown): boolean {
-  for (let e = err; e instanceof Error; e = e.cause) {
-    // nats.js wraps "no responders" (JetStream not up yet after a restart) in JetStreamNotEnabled.
-    if (e.name === "TimeoutError" || e.name === "NoResponders") return true;
+  return errorChain(err).some((e) =>
+    // "No responders": JetStream not up yet after a restart (nats.js wraps it in JetStreamNotEnabled).
+    e.name === "TimeoutError" || e.name === "NoResponders"
     // "JetStream system temporarily unavailable": a cluster without a meta leader.
-    if (e.name === "JetStreamApiError" && (e as Error & { code?: unknown }).code === 10008) return true;
-  }
-  return false;
+    || (e.name === "JetStreamApiError" && (e as Error & { code?: unknown }).code === 10008));
 }
 
 const NO_ANSWER = "JetStream did not answer in time (in a NATS cluster, a leader election or a new replicated stream takes a few seconds)";
 // Said apart: a server without -js answers the same way for ever (found by a CLI review: waited a
 // minute saying "did not answer in time", then printed a stack trace).
 const NO_RESPONDERS = "JetStream does not answer (a server just restarted is still starting it; one run without -js, or a jetstream {} block, never will)";
-
-function noResponders(err: unknown): boolean {
-  for (let e = err; e instanceof Error; e = e.cause) if (e.name === "NoResponders") return true;
-  return false;
-}
 
 /** `call()`, tried again every 2 s while JetStream is slow (once said in the log), for up to `patienceMs`. */
 export async function patiently<T>(what: string, call: () => Promise<T>, log: { warn(fields: object, msg: string): void }, patienceMs = START_PATIENCE_MS): Promise<T> {
@@ -36,7 +31,7 @@ export async function patiently<T>(what: string, call: () => Promise<T>, log: { 
       return await call();
     } catch (err) {
       if (!isSlowJetStream(err) || Date.now() >= giveUpAt) throw err;
-      if (tries === 1) log.warn({ err: (err as Error).message, givingUpInMs: giveUpAt - Date.now() }, `${what}: ${noResponders(err) ? NO_RESPONDERS : NO_ANSWER}; trying again`);
+      if (tries === 1) log.warn({ err: (err as Error).message, givingUpInMs: giveUpAt - Date.now() }, `${what}: ${errorChain(err).some((e) => e.name === "NoResponders") ? NO_RESPONDERS : NO_ANSWER}; trying again`);
       await new Promise((r) => setTimeout(r, 2_000));
     }
   }

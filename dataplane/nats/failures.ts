@@ -5,13 +5,21 @@ const NO_JETSTREAM =
   "JetStream does not answer on this NATS: it is not enabled (run nats-server with -js, or a jetstream {} block in its config; with accounts, the account needs JetStream too), or the server is still starting";
 
 /**
- * What to tell about `err`, or undefined when it is no such failure. Looked for along the cause
- * chain: nats.js wraps both in a RequestError, and "no responders" also in JetStreamNotEnabled,
- * whether JetStream's API or a publish went unanswered.
+ * An error and its causes, outermost first: nats.js wraps what the server said in a RequestError,
+ * and "no responders" also in JetStreamNotEnabled.
  */
-export function natsFailureMessage(err: unknown): string | undefined {
+export function errorChain(err: unknown): Error[] {
   const chain: Error[] = [];
   for (let e = err; e instanceof Error; e = e.cause) chain.push(e);
+  return chain;
+}
+
+/**
+ * What to tell about `err`, or undefined when it is no such failure, looked for along its cause
+ * chain ("no responders" whether JetStream's API or a publish went unanswered).
+ */
+export function natsFailureMessage(err: unknown): string | undefined {
+  const chain = errorChain(err);
   const denied = chain.find((e) => e.name === "PermissionViolationError");
   if (denied) {
     // A user limited to inboxes of its own prefix (a team's admin user) must be told which.

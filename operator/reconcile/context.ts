@@ -145,6 +145,14 @@ export async function writeStatus<R extends AnyResource>(ctx: OperatorContext, o
 /** A status write that failed is told in an Event once per object every 10 minutes: the reconcile is retried every minute meanwhile. */
 const statusFailuresSaid = new KeyedLogInterval(10 * 60_000);
 
+/**
+ * A status field removed by the merge patch (set to null), only when the object has it: a null
+ * written every time would make every status differ from the last, and be written again.
+ */
+export function unsetField<K extends string>(status: object | undefined, field: K): { [P in K]?: never } {
+  return status !== undefined && (status as Record<string, unknown>)[field] != null ? ({ [field]: null } as never) : {};
+}
+
 /** Status with Ready set, plus an Event when Ready's status or reason changed. */
 export async function setReady<R extends AnyResource>(
   ctx: OperatorContext,

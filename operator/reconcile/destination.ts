@@ -3,13 +3,13 @@
 // missing, say), the last good config and its consumer stay: messages keep flowing and nothing
 // already accepted is lost; Ready says what is wrong.
 import { compileDestination, destinationKey, secretNamesOf } from "../../dataplane/config/mod.ts";
-import { FROM_STREAM_START, deadLetterUndelivered, ensureDestinationConsumer, removeDestinationConsumers, type SourcesRemoved, type UndeliveredMoved } from "../../dataplane/delivery/mod.ts";
+import { deadLetterUndelivered, ensureDestinationConsumer, removeDestinationConsumers, type SourcesRemoved, type UndeliveredMoved } from "../../dataplane/delivery/mod.ts";
 import { consumerName, isStreamNotFound, sourceOfEventSubject } from "../../dataplane/nats/mod.ts";
 import { KeyedLogInterval } from "../../dataplane/telemetry/mod.ts";
 import type { WebhookDestinationDocument } from "../../schema/mod.ts";
 import { readyOf } from "../conditions.ts";
 import type { ReconcileResult } from "../queue.ts";
-import { addFinalizer, isDeleting, readSecrets, removeFinalizer, reportingFailures, setReady, type DestinationResource, type OperatorContext } from "./context.ts";
+import { addFinalizer, isDeleting, readSecrets, removeFinalizer, reportingFailures, setReady, unsetField, type DestinationResource, type OperatorContext } from "./context.ts";
 
 const STREAM_RETRY_MS = 5_000;
 
@@ -58,9 +58,7 @@ async function applyDestination(ctx: OperatorContext, namespace: string, name: s
     if (compiled.enabled) {
       await ensureDestinationConsumer(ctx.jsm, compiled, {
         dropUndelivered: destination.metadata.annotations?.[DROP_UNDELIVERED] === "true",
-        onCreated: (made) => {
-          if (made.from === "stream-start") ctx.log.warn({ destination: `${namespace}/${name}`, streamCreated: made.streamCreated, deliveringSince, pending: made.pending }, FROM_STREAM_START);
-        },
+        log: ctx.log,
         onSourcesRemoved: (removed) => {
           if ("moved" in removed) void saidMoved(ctx, namespace, name, "source_removed", removed.moved, destination, removed.filters).catch(() => {});
           else notMoved = removed;
@@ -97,7 +95,7 @@ async function applyDestination(ctx: OperatorContext, namespace: string, name: s
   await setReady(
     ctx, destination, { status: "True", reason: faulty ? "SourceNotAccepting" : "Reconciled", message: message + note + stillRead },
     // Cleared (null, in a merge patch) while disabled: enabled again, it starts from then.
-    { urlCount, sources: compiled.sources, inEffectSince, deliveringSince: deliveringSince ?? (destination.status?.deliveringSince ? null as never : undefined) }, faulty,
+    { urlCount, sources: compiled.sources, inEffectSince, ...(deliveringSince ? { deliveringSince } : unsetField(destination.status, "deliveringSince")) }, faulty,
   );
   // Tried again until the DLQ takes them (or the annotation lets them go).
   if (notMoved && !notMoved.narrowed) return { requeueAfterMs: NOT_MOVED_RETRY_MS };

@@ -6,7 +6,7 @@ import { isDeepStrictEqual } from "node:util";
 import type { CompiledSource, SourceDocument } from "../../schema/mod.ts";
 import { readyOf } from "../conditions.ts";
 import type { ReconcileResult } from "../queue.ts";
-import { addFinalizer, isDeleting, readSecrets, removeFinalizer, reportingFailures, setReady, type OperatorContext, type SourceKeys, type SourceResource } from "./context.ts";
+import { addFinalizer, isDeleting, readSecrets, removeFinalizer, reportingFailures, setReady, unsetField, type OperatorContext, type SourceKeys } from "./context.ts";
 
 export async function reconcileSource(ctx: OperatorContext, namespace: string, name: string): Promise<ReconcileResult> {
   return reportingFailures(ctx, () => ctx.statusWrites.fresh(ctx.sources.get(namespace, name)), () => applySource(ctx, namespace, name));
@@ -82,7 +82,7 @@ async function applySource(ctx: OperatorContext, namespace: string, name: string
     const message = holder
       ? `${holderName(holder)} already uses the same write key; give each Source its own${elsewhere ? " (this Source will not take the key over when that one is gone)" : ""}`
       : "a Source in another namespace used the same write key when this Source was refused; it is not taken over now that it is free, since that namespace's apps may still send with it. To claim it, change this Source's Secret or re-create the Source";
-    await setReady(ctx, source, { status: "False", reason: "DuplicateWriteKey", message }, elsewhere ? { writeKeyHeldElsewhere: keyFrom } : clearHeldElsewhere(source));
+    await setReady(ctx, source, { status: "False", reason: "DuplicateWriteKey", message }, elsewhere ? { writeKeyHeldElsewhere: keyFrom } : unsetField(source.status, "writeKeyHeldElsewhere"));
     return;
   }
   // An additional key another Source holds is left out, like one that cannot be read: the source
@@ -122,12 +122,7 @@ async function applySource(ctx: OperatorContext, namespace: string, name: string
     status: "True",
     reason: skipped ? "AdditionalWriteKeySkipped" : "Reconciled",
     message: (value.enabled ? accepted : "disabled: the write keys are refused as unknown") + skipped,
-  }, clearHeldElsewhere(source), skipped !== "");
-}
-
-/** A merge patch removes a field set to null: only when there is one, or every write would differ. */
-function clearHeldElsewhere(source: SourceResource): { writeKeyHeldElsewhere?: never } {
-  return source.status?.writeKeyHeldElsewhere ? { writeKeyHeldElsewhere: null as never } : {};
+  }, unsetField(source.status, "writeKeyHeldElsewhere"), skipped !== "");
 }
 
 /** The keys of a compiled source that decide who holds which key. */
