@@ -140,7 +140,11 @@ describe("destination consumers", () => {
       for (const id of ["stored-1", "stored-2"]) await moved.js.publish("trackhook.events.default.web.track", JSON.stringify({ messageId: id }), { msgID: id });
       const made: unknown[] = [];
       // Delivering for an hour, on a stream made just now: what it holds arrived for the destination.
-      await ensureDestinationConsumer(moved.jsm, destination("lost", new Date(Date.now() - 3_600_000).toISOString()), { onCreated: (m) => made.push(m) });
+      const warned: Array<[Record<string, unknown>, string]> = [];
+      const log = { warn: (fields: object, msg: string) => void warned.push([fields as Record<string, unknown>, msg]) };
+      await ensureDestinationConsumer(moved.jsm, destination("lost", new Date(Date.now() - 3_600_000).toISOString()), { onCreated: (m) => made.push(m), log });
+      // Said by whichever process made it, with how many wait.
+      expect(warned).toEqual([[expect.objectContaining({ destination: "default/lost", pending: 2 }), expect.stringContaining("the events stream is younger than the destination")]]);
       expect(made).toEqual([{ from: "stream-start", streamCreated: (await moved.jsm.streams.info(EVENTS_STREAM)).created, pending: 2 }]);
       expect(await pending("lost")).toBe(2);
       // Enabled again just now (deliveringSince after the stream was made): what was sent while it was off is not sent.
@@ -148,7 +152,8 @@ describe("destination consumers", () => {
       expect(made.at(-1)).toEqual({ from: "config" });
       expect(await pending("again")).toBe(0);
       // Not yet in effect (createdAt): from its creation, which covers a younger stream already, and not said as a store lost.
-      await ensureDestinationConsumer(moved.jsm, { ...destination("fresh", new Date(Date.now() - 3_600_000).toISOString()), createdAt: new Date(Date.now() - 3_600_000).toISOString() }, { onCreated: (m) => made.push(m) });
+      await ensureDestinationConsumer(moved.jsm, { ...destination("fresh", new Date(Date.now() - 3_600_000).toISOString()), createdAt: new Date(Date.now() - 3_600_000).toISOString() }, { onCreated: (m) => made.push(m), log });
+      expect(warned).toHaveLength(1); // not said as a store lost
       expect(made.at(-1)).toEqual({ from: "config" });
       expect(await pending("fresh")).toBe(2);
       // A delivery pod making it with the time it first wanted it: still from the stream's start.
