@@ -4,7 +4,6 @@
 import { AckPolicy, DeliverPolicy, type ConsumerConfig, type JetStreamManager } from "@nats-io/jetstream";
 import { nanos } from "@nats-io/transport-node";
 import type { CompiledDestination } from "../../schema/mod.ts";
-import type { Logger } from "../logging.ts";
 import { EVENTS_STREAM, consumerName, isConsumerNotFound, isStreamNotFound, replaySubject, sourceSubjects } from "../nats/mod.ts";
 import { deadLetterUndelivered, type UndeliveredMoved } from "./undelivered.ts";
 
@@ -94,7 +93,7 @@ export async function ensureDestinationConsumer(
     /** Told when this call made the consumer (not another process), and where it starts. */
     onCreated?: (made: ConsumerMade) => void;
     /** Where a consumer made from the stream's start is said (by whichever process made it). */
-    log?: Pick<Logger, "warn">;
+    log?: { warn(fields: object, msg: string): void };
     /** Told what happened when sources left the filter (see below). */
     onSourcesRemoved?: (removed: SourcesRemoved) => void;
     /** When their notices cannot be moved (the DLQ full): narrow the filter anyway (true), or keep it (the default). */
