@@ -253,7 +253,9 @@ export class DeliveryService {
     const firsts = await Promise.all(
       // STREAM.MSG.GET takes next_by_subj with seq (the first match at or after it); nats.js types
       // it for direct gets only, which the stream does not allow.
-      filters.map((subject) => this.#jsm.streams.getMessage(EVENTS_STREAM, { seq, next_by_subj: subject } as unknown as MsgRequest).catch(() => null)),
+      // null: no message of that subject at or after seq. A failed read rejects the whole reading
+      // (undefined to the caller), where reading it as "none" would report a younger backlog.
+      filters.map((subject) => this.#jsm.streams.getMessage(EVENTS_STREAM, { seq, next_by_subj: subject } as unknown as MsgRequest)),
     );
     let oldest: Date | undefined;
     for (const m of firsts) if (m && (oldest === undefined || m.time < oldest)) oldest = m.time;

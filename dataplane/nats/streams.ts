@@ -182,12 +182,12 @@ export function isStreamNotFound(err: unknown): boolean {
   return err instanceof Error && (err.name === "StreamNotFoundError" || /stream not found/i.test(err.message));
 }
 
-/** A JetStream error saying the consumer does not exist. */
 /** JetStream's answer to making a stream that another process has just made. */
 export function isStreamNameInUse(err: unknown): boolean {
   return err instanceof Error && /already in use/i.test(err.message);
 }
 
+/** A JetStream error saying the consumer does not exist. */
 export function isConsumerNotFound(err: unknown): boolean {
   return err instanceof Error && (err.name === "ConsumerNotFoundError" || /consumer not found/i.test(err.message));
 }

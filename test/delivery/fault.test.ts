@@ -8,7 +8,7 @@ import { tmpdir } from "node:os";
 import { dirname, join, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { DLQ_STREAM, EVENTS_STREAM, consumerName } from "../../dataplane/nats/mod.ts";
+import { DLQ_STREAM, EVENTS_STREAM, consumerName, dlqSubject, readStored, streamLastSeq } from "../../dataplane/nats/mod.ts";
 import { basic, configFromYaml, startIngest, type IngestHarness } from "../harness/ingest.ts";
 import { randomName, startNats, type NatsHarness } from "../harness/nats.ts";
 import { startReceiver, type Receiver } from "../harness/receiver.ts";
@@ -172,14 +172,9 @@ function received(): Map<string, string[]> {
 }
 
 async function deadLettered(): Promise<Set<string>> {
-  const subject = `trackhook.dlq.default.${DESTINATION}`;
-  const info = await nats.jsm.streams.info(DLQ_STREAM).catch(() => undefined);
   const out = new Set<string>();
-  if (!info || info.state.messages === 0) return out;
-  for (let seq = info.state.first_seq; seq <= info.state.last_seq; seq++) {
-    const m = await nats.jsm.streams.getMessage(DLQ_STREAM, { seq }).catch(() => null);
-    if (m?.subject === subject) out.add(m.json<{ messageId: string }>().messageId);
-  }
+  if ((await streamLastSeq(nats.jsm, DLQ_STREAM)) === undefined) return out;
+  for await (const m of readStored(nats.js, DLQ_STREAM, dlqSubject("default", DESTINATION), { whole: true })) out.add(m.json<{ messageId: string }>().messageId);
   return out;
 }
 

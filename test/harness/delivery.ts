@@ -2,12 +2,11 @@
 // receiver, for a test file (beforeAll/afterAll). Tests add Sources and WebhookDestinations as
 // they go; each is in force when the call returns.
 import type { NatsConnection } from "@nats-io/transport-node";
-import type { MsgRequest } from "@nats-io/jetstream";
 import { afterAll, beforeAll } from "vitest";
 import { ConfigHolder, compileConfig } from "../../dataplane/config/mod.ts";
 import { DeliveryMetrics, DeliveryService, WebhookSender } from "../../dataplane/delivery/mod.ts";
 import { createLogger } from "../../dataplane/logging.ts";
-import { DLQ_STREAM } from "../../dataplane/nats/mod.ts";
+import { DLQ_STREAM, dlqSubject, readStored, streamLastSeq } from "../../dataplane/nats/mod.ts";
 import { startIngest, type IngestHarness } from "./ingest.ts";
 import { startNats, type NatsHarness } from "./nats.ts";
 import { startReceiver, type Receiver } from "./receiver.ts";
@@ -24,6 +23,13 @@ export interface DestinationSpec {
   enabled?: boolean;
   /** metadata.creationTimestamp, as Kubernetes sets it. */
   createdAt?: string;
+}
+
+export interface DeadLetterRead {
+  reason?: string;
+  lastStatus?: string;
+  lastError?: string;
+  body: Record<string, unknown>;
 }
 
 export interface DeliveryHarness {
@@ -45,7 +51,7 @@ export interface DeliveryHarness {
   /** What the delivery service logged so far, as parsed JSON lines. */
   logs(): Array<Record<string, unknown>>;
   /** The dead letters of destination `default/<name>`, oldest first. */
-  deadLetters(name: string): Promise<Array<{ reason?: string; lastStatus?: string; lastError?: string; body: Record<string, unknown> }>>;
+  deadLetters(name: string): Promise<DeadLetterRead[]>;
 }
 
 export function useDelivery(options: { retireAfterMs?: number } = {}): DeliveryHarness {
@@ -99,17 +105,15 @@ export function useDelivery(options: { retireAfterMs?: number } = {}): DeliveryH
     },
     logs: () => logLines.map((line) => JSON.parse(line) as Record<string, unknown>),
     async deadLetters(name) {
-      const subject = `trackhook.dlq.default.${name}`;
-      const out = [];
-      // The destination's own messages only (the first at or after seq): the whole stream, one
-      // message at a time, took seconds per look once a file's tests had filled it.
-      for (let seq = 1; ; ) {
-        const m = await nats!.jsm.streams.getMessage(DLQ_STREAM, { seq, next_by_subj: subject } as unknown as MsgRequest).catch(() => null);
-        if (!m) break;
-        seq = m.seq + 1;
+      const out: DeadLetterRead[] = [];
+      if ((await streamLastSeq(nats!.jsm, DLQ_STREAM)) === undefined) return out;
+      // The destination's own messages only: the whole stream, one message at a time, took
+      // seconds per look once a file's tests had filled it. A read that times out throws rather
+      // than return fewer.
+      for await (const m of readStored(nats!.js, DLQ_STREAM, dlqSubject("default", name), { whole: true })) {
         out.push({
-          reason: m.header?.get("Trackhook-Reason"), lastStatus: m.header?.get("Trackhook-Last-Status") || undefined,
-          lastError: m.header?.get("Trackhook-Last-Error") || undefined, body: m.json<Record<string, unknown>>(),
+          reason: m.headers?.get("Trackhook-Reason"), lastStatus: m.headers?.get("Trackhook-Last-Status") || undefined,
+          lastError: m.headers?.get("Trackhook-Last-Error") || undefined, body: m.json<Record<string, unknown>>(),
         });
       }
       return out;

@@ -7,7 +7,7 @@ import { parseAllDocuments } from "yaml";
 import type { NatsConnection } from "@nats-io/transport-node";
 import { compileConfig, staticConfig, type ConfigProvider } from "../../dataplane/config/mod.ts";
 import { buildIngestApp, IngestMetrics, type IngestOptionsInput } from "../../dataplane/ingest/mod.ts";
-import { EVENTS_STREAM, ensureStream, eventsStreamConfig, type EventsStreamSettings } from "../../dataplane/nats/mod.ts";
+import { EVENTS_STREAM, ensureStream, eventsStreamConfig, readStored, type EventsStreamSettings } from "../../dataplane/nats/mod.ts";
 import type { StoredMessage } from "../../schema/mod.ts";
 import { startNats, type NatsHarness } from "./nats.ts";
 
@@ -69,14 +69,15 @@ export async function startIngest(
   return { app, url, nc, metrics, close: () => app.close() };
 }
 
-/** Every message in TRACKHOOK_EVENTS, in order, with its subject and Nats-Msg-Id. */
+/**
+ * Every message in TRACKHOOK_EVENTS, in order, with its subject and Nats-Msg-Id. A read that
+ * times out throws rather than return fewer: a test asserting that something is absent must not
+ * pass on a busy server.
+ */
 export async function storedMessages(nats: NatsHarness): Promise<Array<{ subject: string; msgId: string | undefined; body: StoredMessage }>> {
-  const info = await nats.jsm.streams.info(EVENTS_STREAM);
   const out = [];
-  for (let seq = info.state.first_seq; seq <= info.state.last_seq && info.state.messages > 0; seq++) {
-    const msg = await nats.jsm.streams.getMessage(EVENTS_STREAM, { seq }).catch(() => null);
-    if (!msg) continue;
-    out.push({ subject: msg.subject, msgId: msg.header?.get("Nats-Msg-Id"), body: msg.json<StoredMessage>() });
+  for await (const msg of readStored(nats.js, EVENTS_STREAM, ">", { whole: true })) {
+    out.push({ subject: msg.subject, msgId: msg.headers?.get("Nats-Msg-Id"), body: msg.json<StoredMessage>() });
   }
   return out;
 }
