@@ -4,14 +4,14 @@
 // are applied with a server-side dry run by test/kube/chart.test.ts.
 import { execFile } from "node:child_process";
 import { createHash } from "node:crypto";
-import { mkdtempSync, readFileSync, readdirSync, rmSync, writeFileSync } from "node:fs";
-import { tmpdir } from "node:os";
+import { readFileSync, readdirSync, rmSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { promisify } from "node:util";
 import { beforeAll, describe, expect, it } from "vitest";
 import { isMap, isScalar, isSeq, parse, parseDocument, type YAMLMap } from "yaml";
 import { NATS_AUTH_ENV } from "../../dataplane/nats/auth.ts";
 import { chartDir, describeManifest, fullValues, helm, podSpec, render, renderText, repoRoot, type Manifest } from "./helm.ts";
+import { tempDir } from "../harness/temp.ts";
 
 const execFileAsync = promisify(execFile);
 
@@ -599,7 +599,7 @@ describe("rendered manifests", () => {
   });
 
   it("mounts extra volumes where asked, as docs/receiving-webhooks.md does to trust a private CA", async () => {
-    const dir = mkdtempSync(join(tmpdir(), "trackhook-chart-ca-"));
+    const dir = tempDir("chart-ca");
     const values = join(dir, "values.yaml");
     writeFileSync(values, `delivery:
   extraEnv:

@@ -2,10 +2,9 @@
 // example config with its own nats-server, then stopping cleanly on SIGTERM.
 import { gzipSync } from "node:zlib";
 import { spawn, spawnSync } from "node:child_process";
-import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { existsSync, mkdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { createServer } from "node:http";
 import type { AddressInfo } from "node:net";
-import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { describe, expect, it } from "vitest";
@@ -14,6 +13,7 @@ import { connect, type NatsConnection } from "@nats-io/transport-node";
 import { LocalNatsServer, ensureStream, eventsStreamConfig, findNatsServer } from "../../dataplane/nats/mod.ts";
 import { basic, post } from "../harness/ingest.ts";
 import { freePort, freePorts } from "../harness/ports.ts";
+import { tempDir } from "../harness/temp.ts";
 
 const root = fileURLToPath(new URL("../..", import.meta.url));
 const CLI = join(root, "cli", "main.ts");
@@ -118,7 +118,7 @@ describe("trackhook CLI", () => {
   });
 
   it("operator with no Kubernetes config anywhere says so (regression: retried http://localhost for ever)", () => {
-    const home = mkdtempSync(join(tmpdir(), "trackhook-home-"));
+    const home = tempDir("home");
     const result = spawnSync(process.execPath, [CLI, "operator", "--nats", "nats://127.0.0.1:1"], {
       cwd: root, encoding: "utf8", timeout: 20_000, env: { ...process.env, HOME: home, KUBECONFIG: "", KUBERNETES_SERVICE_HOST: "" },
     });
@@ -153,7 +153,7 @@ describe("trackhook CLI", () => {
   });
 
   it("invalid config fails at start, naming the document and field", () => {
-    const dir = mkdtempSync(join(tmpdir(), "trackhook-cli-"));
+    const dir = tempDir("cli");
     writeFileSync(join(dir, "bad.yaml"), "apiVersion: trackhook.io/v1alpha1\nkind: Source\nmetadata: { name: web }\nspec: { writeKeySecretRef: { name: k } }\n");
     const result = run("ingest", "--config", dir, "--nats", "nats://127.0.0.1:1");
     expect(result.status).toBe(2);
@@ -161,7 +161,7 @@ describe("trackhook CLI", () => {
   });
 
   it("dev serves examples/ with its own nats-server and stops on SIGTERM", async () => {
-    const dataDir = mkdtempSync(join(tmpdir(), "trackhook-dev-"));
+    const dataDir = tempDir("dev");
     const child = spawn(process.execPath, [CLI, "dev", "--config", "examples/", "--port", "0", "--data-dir", dataDir, "--log-level", "warn"], { cwd: root });
     let stderr = "";
     child.stderr.on("data", (c: Buffer) => (stderr += c.toString()));
@@ -216,7 +216,7 @@ describe("trackhook dev after a crash or a closed terminal (found by a review: e
     return { child, exited, output: () => output };
   }
   it("kill -9: the next dev stops the nats-server left running, and says so", async () => {
-    const dataDir = mkdtempSync(join(tmpdir(), "trackhook-dev-"));
+    const dataDir = tempDir("dev");
     const first = await startDev(dataDir);
     const [left] = natsServersOn(dataDir);
     expect(left).toBeGreaterThan(0);
@@ -237,7 +237,7 @@ describe("trackhook dev after a crash or a closed terminal (found by a review: e
   }, 60_000);
 
   it("the admin commands run where dev runs find its NATS without --nats (found by a review: its port changes at every start)", async () => {
-    const here = mkdtempSync(join(tmpdir(), "trackhook-here-"));
+    const here = tempDir("here");
     const env = { ...process.env };
     delete env.TRACKHOOK_NATS_URL;
     const child = spawn(process.execPath, [CLI, "dev", "--config", join(root, "examples"), "--port", "0"], { cwd: here, env });
@@ -261,7 +261,7 @@ describe("trackhook dev after a crash or a closed terminal (found by a review: e
   }, 40_000);
 
   it("SIGHUP (the terminal closed) stops dev and its nats-server cleanly", async () => {
-    const dataDir = mkdtempSync(join(tmpdir(), "trackhook-dev-"));
+    const dataDir = tempDir("dev");
     const dev = await startDev(dataDir);
     dev.child.kill("SIGHUP");
     await dev.exited;
@@ -275,7 +275,7 @@ describe("a second signal during shutdown", () => {
   it("exits 128 + the signal's number (it was 1), and dev's nats-server goes with it: dev waiting on a webhook that does not answer", async () => {
     const hanging = createServer(() => {}); // takes the request, never answers
     await new Promise<void>((resolve) => hanging.listen(0, "127.0.0.1", resolve));
-    const dir = mkdtempSync(join(tmpdir(), "trackhook-dev-"));
+    const dir = tempDir("dev");
     mkdirSync(join(dir, "config"));
     writeFileSync(join(dir, "config", "all.yaml"), `${readFileSync(join(root, "examples", "dev.yaml"), "utf8")}---
 apiVersion: trackhook.io/v1alpha1
@@ -317,7 +317,7 @@ describe("trackhook dev failing to start", () => {
     const blocker = createServer().listen(0, "127.0.0.1");
     await new Promise((r) => blocker.once("listening", r));
     const port = (blocker.address() as { port: number }).port;
-    const dataDir = mkdtempSync(join(tmpdir(), "trackhook-dev-"));
+    const dataDir = tempDir("dev");
     try {
       const result = run("dev", "--config", "examples/", "--port", String(port), "--data-dir", dataDir, "--log-level", "warn");
       expect(result.status).toBe(2);
@@ -369,7 +369,7 @@ function spawnCli(...args: string[]) {
 
 /** A nats-server of the test's own; its JetStream storage limited to `maxFileStore` if given. */
 async function ownNats(maxFileStore?: string): Promise<LocalNatsServer> {
-  const storeDir = mkdtempSync(join(tmpdir(), "trackhook-nats-"));
+  const storeDir = tempDir("nats");
   if (!maxFileStore) return LocalNatsServer.start({ storeDir });
   const conf = join(storeDir, "nats.conf");
   writeFileSync(conf, `jetstream { max_file_store: ${maxFileStore} }\n`);
@@ -414,7 +414,7 @@ async function withOwnIngest(
 describe("trackhook and a NATS that comes and goes", () => {
   it("ingest waiting for its events stream (a NATS whose JetStream is not up) keeps answering /healthz, says what it waits for, and starts once it is (found by a review: nothing listened meanwhile)", { timeout: 40_000 }, async () => {
     const [port, httpPort] = await freePorts(2);
-    const storeDir = mkdtempSync(join(tmpdir(), "trackhook-nats-"));
+    const storeDir = tempDir("nats");
     // NATS without JetStream first: every JetStream request has no responders.
     const plain = spawn(findNatsServer(), ["-a", "127.0.0.1", "-p", String(port)], { stdio: "ignore" });
     const ingest = spawnCli("ingest", "--config", "examples/", "--nats", `nats://127.0.0.1:${port}`, "--port", String(httpPort), "--host", "127.0.0.1");
@@ -442,7 +442,7 @@ describe("trackhook and a NATS that comes and goes", () => {
   it("ingest started before NATS says every 10 s that it is waiting and is live but not ready meanwhile (found by a review: nothing listened, so probes restarted it), starts when NATS comes, and a second ingest with another --stream-max-age logs the change it makes", async () => {
     const port = await freePort();
     const httpPort = await freePort();
-    const storeDir = mkdtempSync(join(tmpdir(), "trackhook-nats-"));
+    const storeDir = tempDir("nats");
     const nats = `nats://127.0.0.1:${port}`;
     const first = spawnCli("ingest", "--config", "examples/", "--nats", nats, "--port", String(httpPort), "--host", "127.0.0.1");
     const origin = `http://127.0.0.1:${httpPort}`;
@@ -552,7 +552,7 @@ describe("trackhook and a NATS that comes and goes", () => {
   }, 60_000);
 
   it("tail on a NATS no ingest has used says so (regression: a stack trace), and ends with exit 1 when NATS is gone for good (regression: it looked like a clean end)", async () => {
-    const storeDir = mkdtempSync(join(tmpdir(), "trackhook-nats-"));
+    const storeDir = tempDir("nats");
     const server = await LocalNatsServer.start({ storeDir });
     const early = run("tail", "--nats", server.url);
     expect(early.status).toBe(1);
@@ -604,7 +604,7 @@ describe("trackhook on a NATS it cannot use (found by a CLI review: a nats.js st
   });
 
   it("delete-user on a NATS no ingest has used: says so before giving out a request id, and sends nothing (it said JetStream was not enabled)", async () => {
-    const dir = mkdtempSync(join(tmpdir(), "trackhook-noevents-"));
+    const dir = tempDir("noevents");
     const config = join(dir, "config.yaml");
     writeFileSync(config, `${readFileSync(join(root, "examples", "dev.yaml"), "utf8")}---
 apiVersion: trackhook.io/v1alpha1
@@ -636,7 +636,7 @@ spec: { sources: [website], urls: ["https://hooks.example.com/in"] }
   });
 
   it("with a NATS user that may not use JetStream: one line naming what was refused, exit 2", async () => {
-    const dir = mkdtempSync(join(tmpdir(), "trackhook-perm-"));
+    const dir = tempDir("perm");
     const conf = join(dir, "nats.conf");
     writeFileSync(conf, `jetstream { store_dir: "${join(dir, "store")}" }\nauthorization { users = [ { user: viewer, password: pw, permissions: { publish: { allow: ["_INBOX.>"] }, subscribe: { allow: ["_INBOX.>"] } } } ] }\n`);
     const server = await natsServer(["-c", conf]);
@@ -654,7 +654,7 @@ spec: { sources: [website], urls: ["https://hooks.example.com/in"] }
 describe("trackhook dev's activity lines", () => {
   /** Starts dev on a config of its own; resolves with its ingest URL once the banner is out. */
   const startDev = async (config: string, ...flags: string[]) => {
-    const dataDir = mkdtempSync(join(tmpdir(), "trackhook-dev-"));
+    const dataDir = tempDir("dev");
     const child = spawn(process.execPath, [CLI, "dev", "--config", config, "--port", "0", "--data-dir", dataDir, "--log-level", "warn", ...flags], { cwd: root });
     const output = { stderr: "" };
     child.stderr.on("data", (c: Buffer) => (output.stderr += c.toString()));
@@ -678,7 +678,7 @@ describe("trackhook dev's activity lines", () => {
     });
     await new Promise<void>((resolve) => receiver.listen(0, "127.0.0.1", resolve));
     const port = (receiver.address() as AddressInfo).port;
-    const dir = mkdtempSync(join(tmpdir(), "trackhook-activity-"));
+    const dir = tempDir("activity");
     writeFileSync(join(dir, "config.yaml"), `${readFileSync(join(root, "examples", "dev.yaml"), "utf8")}
 ---
 apiVersion: trackhook.io/v1alpha1

@@ -1,14 +1,14 @@
 // The --config loader: the documents a user would kubectl apply, compiled into the config the data
 // plane runs on; every invalid document is reported with its file, document and field.
-import { mkdtempSync, statSync, utimesSync, writeFileSync } from "node:fs";
-import { tmpdir } from "node:os";
+import { statSync, utimesSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { describe, expect, it } from "vitest";
 import { ConfigError, compileDestination, loadConfigFile, sha256Hex } from "../../dataplane/config/mod.ts";
 import type { WebhookDestinationDocument } from "../../schema/mod.ts";
+import { tempDir } from "../harness/temp.ts";
 
 function configDir(files: Record<string, string>): string {
-  const dir = mkdtempSync(join(tmpdir(), "trackhook-config-"));
+  const dir = tempDir("config");
   for (const [name, text] of Object.entries(files)) writeFileSync(join(dir, name), text);
   return dir;
 }

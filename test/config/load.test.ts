@@ -1,18 +1,18 @@
 // Reading `--config` files: a reload parses only the files whose text changed (found by a review:
 // parsing a tenant's file of 3,000 documents again at every edit of another's held the event
 // loop, and the ingest's requests, for seconds).
-import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
-import { tmpdir } from "node:os";
+import { rmSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { describe, expect, it } from "vitest";
 import { ConfigError } from "../../dataplane/config/errors.ts";
 import { loadDocuments, type ParsedFiles } from "../../dataplane/config/load.ts";
+import { tempDir } from "../harness/temp.ts";
 
 const secret = (name: string, key: string) => `apiVersion: v1\nkind: Secret\nmetadata: { name: ${name} }\nstringData: { writeKey: ${key} }\n`;
 
 describe("loadDocuments with the files parsed before", () => {
   it("parses again only a file whose text changed, and forgets a file that is gone", () => {
-    const dir = mkdtempSync(join(tmpdir(), "trackhook-load-"));
+    const dir = tempDir("load");
     writeFileSync(join(dir, "a.yaml"), secret("a", "ka"));
     writeFileSync(join(dir, "b.yaml"), secret("b", "kb"));
     const parsed: ParsedFiles = new Map();
@@ -36,7 +36,7 @@ describe("loadDocuments with the files parsed before", () => {
   });
 
   it("still refuses an unchanged file with a syntax error", () => {
-    const dir = mkdtempSync(join(tmpdir(), "trackhook-load-"));
+    const dir = tempDir("load");
     writeFileSync(join(dir, "a.yaml"), secret("a", "ka"));
     writeFileSync(join(dir, "broken.yaml"), "kind: [unclosed\n");
     const parsed: ParsedFiles = new Map();

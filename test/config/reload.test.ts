@@ -1,7 +1,6 @@
 // Config changes take effect without a restart: a new Source starts working, a rotated key
 // replaces the old one, and a broken edit keeps the last good config.
-import { mkdtempSync, renameSync, writeFileSync } from "node:fs";
-import { tmpdir } from "node:os";
+import { renameSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { Registry } from "prom-client";
@@ -9,6 +8,7 @@ import { FileConfigProvider, configMetrics, sha256Hex } from "../../dataplane/co
 import { createLogger } from "../../dataplane/logging.ts";
 import { startNats, type NatsHarness } from "../harness/nats.ts";
 import { basic, post, startIngest, type IngestHarness } from "../harness/ingest.ts";
+import { tempDir } from "../harness/temp.ts";
 
 const doc = (keys: Record<string, string>) =>
   Object.entries(keys)
@@ -27,7 +27,7 @@ spec: { writeKeySecretRef: { name: ${name}-key, key: writeKey } }
 let nats: NatsHarness;
 let ingest: IngestHarness;
 let provider: FileConfigProvider;
-const dir = mkdtempSync(join(tmpdir(), "trackhook-reload-"));
+const dir = tempDir("reload");
 const file = join(dir, "sources.yaml");
 
 /** Writes like an editor does: a new file renamed over the old one. */
@@ -144,7 +144,7 @@ describe("live config reload from files", () => {
 
 describe("the log of a file config", () => {
   it("says when a broken edit is fixed back to the config in use, so the last line is not the error", async () => {
-    const own = mkdtempSync(join(tmpdir(), "trackhook-reload-log-"));
+    const own = tempDir("reload-log");
     const path = join(own, "sources.yaml");
     const write = (text: string) => {
       writeFileSync(`${path}.tmp`, text);
@@ -167,7 +167,7 @@ describe("the log of a file config", () => {
   });
 
   it("counts a refused reload in a metric, and when the config in force was last read valid (found by a review: only the log said so)", async () => {
-    const own = mkdtempSync(join(tmpdir(), "trackhook-reload-metric-"));
+    const own = tempDir("reload-metric");
     const path = join(own, "sources.yaml");
     const write = (text: string) => {
       writeFileSync(`${path}.tmp`, text);
@@ -203,8 +203,8 @@ describe("the log of a file config", () => {
 describe("config files behind symlinks (found by a review: an edit of a linked file never took effect)", () => {
   it("a Kubernetes-ConfigMap-style mount (files linked through ..data, swapped on update) and a linked file edited in place are both reloaded", async () => {
     const { mkdirSync, symlinkSync } = await import("node:fs");
-    const mount = mkdtempSync(join(tmpdir(), "trackhook-cm-"));
-    const outside = mkdtempSync(join(tmpdir(), "trackhook-linked-"));
+    const mount = tempDir("cm");
+    const outside = tempDir("linked");
     // As the kubelet lays a ConfigMap out: ..<timestamp>/file, ..data -> ..<timestamp>, file -> ..data/file.
     mkdirSync(join(mount, "..2026_a"));
     writeFileSync(join(mount, "..2026_a", "cm.yaml"), doc({ cm: "cm-key-one" }));
@@ -237,7 +237,7 @@ describe("config files behind symlinks (found by a review: an edit of a linked f
 describe("a config directory replaced (found by a config churn review: its watch was dead, every change waited for the poll)", () => {
   it("is watched again: a change after the replacement takes effect as fast as before it", async () => {
     const { mkdirSync, rmSync } = await import("node:fs");
-    const parent = mkdtempSync(join(tmpdir(), "trackhook-replaced-"));
+    const parent = tempDir("replaced");
     const configDir = join(parent, "config");
     mkdirSync(configDir);
     writeFileSync(join(configDir, "sources.yaml"), doc({ web: "key-a" }));
@@ -265,7 +265,7 @@ describe("a config directory replaced (found by a config churn review: its watch
 
 describe("the settle read of a --config change", () => {
   it("applies only files as the read that started the wait found them: a write just before the settle read waits another round (diff review of the config churn fix)", async () => {
-    const own = mkdtempSync(join(tmpdir(), "trackhook-settle-"));
+    const own = tempDir("settle");
     const path = join(own, "sources.yaml");
     writeFileSync(path, doc({ web: "key-one" }));
     // Watch, poll and settle timers all far off: this test drives the reads itself, so what it

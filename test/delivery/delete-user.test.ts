@@ -1,8 +1,7 @@
 // `trackhook delete-user`: delete notifications reach the source's webhooks through the normal
 // delivery path, in the spec's shape, and a request sent again with its id sends nothing twice.
 import { spawnSync } from "node:child_process";
-import { mkdtempSync, writeFileSync } from "node:fs";
-import { tmpdir } from "node:os";
+import { writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { describe, expect, it } from "vitest";
@@ -10,6 +9,7 @@ import { deleteMessageId } from "../../dataplane/deletion/mod.ts";
 import { useDelivery } from "../harness/delivery.ts";
 import { basic, post } from "../harness/ingest.ts";
 import { answer } from "../harness/receiver.ts";
+import { tempDir } from "../harness/temp.ts";
 
 const root = fileURLToPath(new URL("../..", import.meta.url));
 const CLI = join(root, "cli", "main.ts");
@@ -17,7 +17,7 @@ const env = useDelivery();
 
 /** The documents `--config` reads: Sources `shop` (with a webhook) and `quiet` (without). */
 function configFile(): string {
-  const dir = mkdtempSync(join(tmpdir(), "trackhook-delete-user-"));
+  const dir = tempDir("delete-user");
   writeFileSync(
     join(dir, "config.yaml"),
     `apiVersion: v1
@@ -81,7 +81,7 @@ describe("trackhook delete-user", () => {
       expect((await post(`${env.ingest.url}/v1/identify`, { userId, messageId, traits: { email: `${userId}@example.com` } }, { headers: { authorization: basic(key) } })).status).toBe(200);
     }
     await expect.poll(async () => (await env.deadLetters("purge-hook")).length, { timeout: 10_000 }).toBe(2);
-    const dir = mkdtempSync(join(tmpdir(), "trackhook-delete-user-"));
+    const dir = tempDir("delete-user");
     writeFileSync(join(dir, "config.yaml"), `apiVersion: v1
 kind: Secret
 metadata: { name: keys }

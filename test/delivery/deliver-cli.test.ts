@@ -2,8 +2,7 @@
 // address is refused (no request sent, dead-lettered, recorded as private_address_refused); with
 // it the message is delivered. Health, readiness and metrics are served, and SIGTERM drains.
 import { spawn } from "node:child_process";
-import { mkdtempSync, writeFileSync } from "node:fs";
-import { tmpdir } from "node:os";
+import { writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
@@ -12,6 +11,7 @@ import { basic, configFromYaml, post, startIngest, type IngestHarness } from "..
 import { startNats, type NatsHarness } from "../harness/nats.ts";
 import { freePort } from "../harness/ports.ts";
 import { startReceiver, type Receiver } from "../harness/receiver.ts";
+import { tempDir } from "../harness/temp.ts";
 
 const root = fileURLToPath(new URL("../..", import.meta.url));
 let nats: NatsHarness;
@@ -39,7 +39,7 @@ spec: { sources: [app], urls: ["${url}"] }
 beforeAll(async () => {
   nats = await startNats();
   receiver = await startReceiver();
-  configDir = mkdtempSync(join(tmpdir(), "trackhook-deliver-"));
+  configDir = tempDir("deliver");
   writeFileSync(join(configDir, "config.yaml"), yaml(receiver.url("/hook")));
   ingest = await startIngest(nats, { config: configFromYaml(yaml(receiver.url("/hook"))) });
 });

@@ -3,9 +3,8 @@
 // permanent failures end where they should (delivered, retried, dead-lettered).
 import { execFileSync } from "node:child_process";
 import { createHmac } from "node:crypto";
-import { mkdtempSync, readFileSync } from "node:fs";
+import { readFileSync } from "node:fs";
 import { createServer as createHttpsServer } from "node:https";
-import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { createServer, type AddressInfo } from "node:net";
 import { describe, expect, it } from "vitest";
@@ -14,6 +13,7 @@ import { ATTEMPTS_STREAM, DLQ_STREAM } from "../../dataplane/nats/mod.ts";
 import { basic, post } from "../harness/ingest.ts";
 import { useDelivery, type DestinationSpec } from "../harness/delivery.ts";
 import { answer } from "../harness/receiver.ts";
+import { tempDir } from "../harness/temp.ts";
 
 const env = useDelivery();
 
@@ -486,7 +486,7 @@ describe("review regressions", () => {
 
 describe("TLS", () => {
   it("a self-signed HTTPS receiver gets no request, and the attempt record says tls_verification_failed", async () => {
-    const dir = mkdtempSync(join(tmpdir(), "trackhook-tls-"));
+    const dir = tempDir("tls");
     execFileSync("openssl", ["req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", join(dir, "key.pem"), "-out", join(dir, "cert.pem"), "-days", "1", "-subj", "/CN=localhost", "-addext", "subjectAltName=DNS:localhost,IP:127.0.0.1"], { stdio: "ignore" });
     let requests = 0;
     const https = createHttpsServer({ key: readFileSync(join(dir, "key.pem")), cert: readFileSync(join(dir, "cert.pem")) }, (_req, res) => {
@@ -510,7 +510,7 @@ describe("TLS", () => {
   });
 
   it("a receiver whose certificate fails verification is paused like one that does not answer (regression: every message cost a TLS handshake, for the whole retry window)", async () => {
-    const dir = mkdtempSync(join(tmpdir(), "trackhook-tls-"));
+    const dir = tempDir("tls");
     execFileSync("openssl", ["req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", join(dir, "key.pem"), "-out", join(dir, "cert.pem"), "-days", "1", "-subj", "/CN=localhost", "-addext", "subjectAltName=DNS:localhost,IP:127.0.0.1"], { stdio: "ignore" });
     const https = createHttpsServer({ key: readFileSync(join(dir, "key.pem")), cert: readFileSync(join(dir, "cert.pem")) }, (_req, res) => res.end("ok"));
     let handshakes = 0;

@@ -6,6 +6,7 @@ import type { LookupAddress } from "node:dns";
 import { describe, expect, it } from "vitest";
 import { ANSWER_TTL_MS, DnsCache, FAILURE_TTL_MS, dnsFirstLookup, systemNames, type SystemNames } from "../../dataplane/delivery/dns-cache.ts";
 import { guardLookup } from "../../dataplane/delivery/ssrf.ts";
+import { tempDir } from "../harness/temp.ts";
 
 type Callback = (err: NodeJS.ErrnoException | null, addresses: LookupAddress[]) => void;
 
@@ -197,10 +198,9 @@ describe("dnsFirstLookup (real sockets: a DNS server on loopback)", () => {
   });
 
   it("reads search, ndots and the hosts file as the system does", async () => {
-    const { mkdtempSync, writeFileSync } = await import("node:fs");
+    const { writeFileSync } = await import("node:fs");
     const { join } = await import("node:path");
-    const { tmpdir } = await import("node:os");
-    const dir = mkdtempSync(join(tmpdir(), "trackhook-dns-"));
+    const dir = tempDir("dns");
     writeFileSync(join(dir, "hosts"), "127.0.0.1 localhost\n# a comment\n10.0.0.5  Receiver.internal  receiver # trailing\n::1 ip6-localhost\n");
     writeFileSync(join(dir, "resolv.conf"), "nameserver 10.96.0.10\nsearch shop.svc.cluster.local svc.cluster.local cluster.local\noptions ndots:5 timeout:2\n");
     const names = systemNames(join(dir, "hosts"), join(dir, "resolv.conf"));

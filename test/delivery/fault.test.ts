@@ -3,8 +3,7 @@
 // accepted was delivered at least once or is in the dead-letter queue: none is lost. Duplicates
 // are allowed (at-least-once) and counted; every copy of a message carries the same delivery id.
 import { spawn, type ChildProcess } from "node:child_process";
-import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
-import { tmpdir } from "node:os";
+import { rmSync, writeFileSync } from "node:fs";
 import { dirname, join, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
@@ -12,6 +11,7 @@ import { DLQ_STREAM, EVENTS_STREAM, consumerName, dlqSubject, readStored, stream
 import { basic, configFromYaml, startIngest, type IngestHarness } from "../harness/ingest.ts";
 import { randomName, startNats, type NatsHarness } from "../harness/nats.ts";
 import { startReceiver, type Receiver } from "../harness/receiver.ts";
+import { tempDir } from "../harness/temp.ts";
 
 const root = resolve(dirname(fileURLToPath(import.meta.url)), "../..");
 const CLI = join(root, "cli/main.ts");
@@ -113,7 +113,7 @@ spec:
   # ack_wait = timeout + 30 s: a message in flight at the kill comes back after 31 s.
   timeout: 1s
 `;
-  configDir = mkdtempSync(join(tmpdir(), "trackhook-deliver-fault-"));
+  configDir = tempDir("deliver-fault");
   writeFileSync(join(configDir, "config.yaml"), yaml);
   nats = await startNats();
   ingest = await startIngest(nats, { config: configFromYaml(yaml) });

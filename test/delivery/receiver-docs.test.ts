@@ -3,15 +3,15 @@
 // body with a signature that does not match it, or none.
 import { spawn, type ChildProcess } from "node:child_process";
 import { createHmac, randomUUID } from "node:crypto";
-import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { readFileSync, writeFileSync } from "node:fs";
 import { connect } from "node:net";
-import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { afterAll, describe, expect, it } from "vitest";
 import { basic, post } from "../harness/ingest.ts";
 import { useDelivery } from "../harness/delivery.ts";
 import { freePort } from "../harness/ports.ts";
+import { tempDir } from "../harness/temp.ts";
 
 const env = useDelivery();
 
@@ -38,7 +38,7 @@ const RUN: Record<string, { file: string; command: (file: string) => [string, st
   go: { file: "main.go", command: (file) => ["go", ["run", file]] },
 };
 
-const dir = mkdtempSync(join(tmpdir(), "trackhook-receiver-docs-"));
+const dir = tempDir("receiver-docs");
 const children: ChildProcess[] = [];
 afterAll(() => {
   // Each receiver leads a process group of its own: `go run` leaves the program it built running
@@ -50,7 +50,6 @@ afterAll(() => {
       // already gone
     }
   }
-  rmSync(dir, { recursive: true, force: true });
 });
 
 /** Starts a receiver from the docs; resolves with its URL and what it printed so far, once it accepts connections. */
@@ -61,7 +60,9 @@ async function start(language: string, code: string, secret = SECRET): Promise<{
   const port = await freePort();
   const [cmd, args] = command(path);
   // NODE_PATH: the snippet's require("standardwebhooks") finds the project's dev dependency.
-  const child = spawn(cmd, args, { cwd: dir, env: { ...process.env, SECRET: secret, PORT: String(port), NODE_PATH: NODE_MODULES }, stdio: ["ignore", "pipe", "pipe"], detached: true });
+  // GOTMPDIR: `go run` builds in a work directory it removes on exit, which SIGKILL skips; inside
+  // `dir` it goes with the rest.
+  const child = spawn(cmd, args, { cwd: dir, env: { ...process.env, SECRET: secret, PORT: String(port), NODE_PATH: NODE_MODULES, GOTMPDIR: dir }, stdio: ["ignore", "pipe", "pipe"], detached: true });
   children.push(child);
   let output = "";
   child.stdout!.setEncoding("utf8").on("data", (c: string) => (output += c));

@@ -3,14 +3,14 @@
 // followed, that the deadline covers the whole exchange, and that private addresses and
 // unverifiable certificates get no request at all.
 import { execFileSync } from "node:child_process";
-import { mkdtempSync, readFileSync, rmSync } from "node:fs";
+import { readFileSync, rmSync } from "node:fs";
 import { createServer, type IncomingHttpHeaders, type Server, type ServerResponse } from "node:http";
 import { createServer as createHttpsServer } from "node:https";
 import { createServer as createTcpServer, type Socket } from "node:net";
-import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it, vi } from "vitest";
 import { BODY_GRACE_MS, MAX_CONNECTIONS_PER_ORIGIN, WebhookSender, outcomeOfError, type SendRequest } from "../../dataplane/delivery/sender.ts";
+import { tempDir } from "../harness/temp.ts";
 
 const USER_AGENT = "trackhook-test/1.0";
 const cleanups: (() => unknown)[] = [];
@@ -347,7 +347,7 @@ describe("HTTPS", () => {
   let handled = 0;
 
   beforeAll(async () => {
-    const dir = mkdtempSync(join(tmpdir(), "trackhook-sender-"));
+    const dir = tempDir("sender");
     cleanups.push(() => rmSync(dir, { recursive: true, force: true }));
     execFileSync("openssl", [
       "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", join(dir, "key.pem"), "-out", join(dir, "cert.pem"),

@@ -5,8 +5,7 @@ import { createHmac } from "node:crypto";
 import type { ServerResponse } from "node:http";
 import { nanos } from "@nats-io/transport-node";
 import { afterAll, beforeAll, describe, expect, it, vi } from "vitest";
-import { mkdtempSync, writeFileSync } from "node:fs";
-import { tmpdir } from "node:os";
+import { writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { ConfigHolder, FileConfigProvider, compileConfig } from "../../dataplane/config/mod.ts";
 import { DeliveryMetrics, DeliveryService, DestinationWorker, WebhookSender, type WebhookSending } from "../../dataplane/delivery/mod.ts";
@@ -17,6 +16,7 @@ import { freeze, thaw } from "../harness/freeze.ts";
 import { DEFAULT_STREAM } from "../harness/ingest.ts";
 import { startNats, type NatsHarness } from "../harness/nats.ts";
 import { answer, startReceiver, type Receiver } from "../harness/receiver.ts";
+import { tempDir } from "../harness/temp.ts";
 
 let nats: NatsHarness;
 let receiver: Receiver;
@@ -710,7 +710,7 @@ describe("delivery service", () => {
   });
 
   it("delivers a new tenant's first messages, stored by an ingest that read the config file before delivery did (found by a review: they never reached the new destination)", async () => {
-    const dir = mkdtempSync(join(tmpdir(), "trackhook-new-tenant-"));
+    const dir = tempDir("new-tenant");
     writeFileSync(join(dir, "tenant.yaml"), `apiVersion: v1
 kind: Secret
 metadata: { name: mu-key }

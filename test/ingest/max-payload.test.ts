@@ -1,8 +1,7 @@
 // A nats-server whose max_payload is under the largest message ingest accepts refuses such
 // messages at every try (503 to an SDK that sends the same batch again and again): ingest says so
 // at start, as an error naming what to change (found by a review).
-import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
-import { tmpdir } from "node:os";
+import { rmSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { describe, expect, it } from "vitest";
 import { connect } from "@nats-io/transport-node";
@@ -10,10 +9,11 @@ import { buildIngestApp } from "../../dataplane/ingest/mod.ts";
 import { createLogger } from "../../dataplane/logging.ts";
 import { LocalNatsServer } from "../../dataplane/nats/mod.ts";
 import { TEST_CONFIG, configFromYaml } from "../harness/ingest.ts";
+import { tempDir } from "../harness/temp.ts";
 
 describe("nats-server's max_payload", () => {
   it("under the largest stored message is an error line at start; at its default, none", async () => {
-    const dir = mkdtempSync(join(tmpdir(), "trackhook-maxpayload-"));
+    const dir = tempDir("maxpayload");
     const conf = join(dir, "nats.conf");
     writeFileSync(conf, "max_payload: 4KB\n");
     for (const [args, expected] of [[["-c", conf], true], [[], false]] as const) {

@@ -15,14 +15,13 @@
 // configured, and its telemetry reports the error to api.segment.io too: the driver refuses both
 // (nothing leaves the machine). Configuration.defaultSettings naming trackhook keeps the SDK on
 // trackhook; there a wrong key gets 401 and the SDK drops the batch.
-import { mkdtempSync, rmSync } from "node:fs";
-import { tmpdir } from "node:os";
-import { join } from "node:path";
+import { rmSync } from "node:fs";
 import { describe, expect, it } from "vitest";
 import { randomName } from "../harness/nats.ts";
 import { WRITE_KEY, storedMessages, useIngest } from "../harness/ingest.ts";
 import { ISO_UTC_MS, UUID_V4, isoNearNow, skewCorrectedMs, storedAs, type Json } from "../harness/sdk.ts";
 import { mavenDriver } from "../harness/sdk-driver.ts";
+import { tempDir } from "../harness/temp.ts";
 
 const env = useIngest();
 
@@ -76,7 +75,7 @@ interface DriverReport {
  * each run and is removed once the JVM has exited.
  */
 async function runSdk(writeKey: string, calls: DriverCall[], options: Json = {}): Promise<DriverReport> {
-  const storageDir = mkdtempSync(join(tmpdir(), "trackhook-sdk-kotlin-"));
+  const storageDir = tempDir("sdk-kotlin");
   try {
     return await driver.run<DriverReport>({ host: env.ingest.url, writeKey, timeoutMs: 10_000, storageDir, calls, ...options });
   } finally {

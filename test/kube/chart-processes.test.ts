@@ -19,8 +19,7 @@
 //   SIGTERM) and each process exits 0 within its terminationGracePeriodSeconds.
 import { execFile, spawn, type ChildProcess } from "node:child_process";
 import { createHmac, randomBytes } from "node:crypto";
-import { cpSync, existsSync, lstatSync, mkdirSync, mkdtempSync, readFileSync, readdirSync, renameSync, rmSync, writeFileSync } from "node:fs";
-import { tmpdir } from "node:os";
+import { cpSync, existsSync, lstatSync, mkdirSync, readFileSync, readdirSync, renameSync, rmSync, writeFileSync } from "node:fs";
 import { delimiter, dirname, join } from "node:path";
 import { promisify } from "node:util";
 import { Analytics } from "@segment/analytics-node";
@@ -34,6 +33,7 @@ import { startReceiver, type Receiver } from "../harness/receiver.ts";
 import { destinationYaml, secretYaml, sourceYaml, yamlDocuments } from "../harness/documents.ts";
 import { freePorts } from "../harness/ports.ts";
 import { parseDockerfile } from "../chart/dockerfile.ts";
+import { tempDir } from "../harness/temp.ts";
 
 const execFileAsync = promisify(execFile);
 const cluster = useControlPlane();
@@ -258,7 +258,7 @@ const proc = (c: Component) => procs.get(c)!;
 const logs = () => [...procs.values()].map((p) => `--- ${p.pod.component} ---\n${p.output()}`).join("\n");
 
 beforeAll(async () => {
-  root = mkdtempSync(join(tmpdir(), "trackhook-chart-processes-"));
+  root = tempDir("chart-processes");
   // Node resolves packages from the script's directory upwards: none but the image's may be found.
   for (let d = dirname(root); ; d = dirname(d)) {
     expect(existsSync(join(d, "node_modules")), `${d}/node_modules would be visible to the processes`).toBe(false);

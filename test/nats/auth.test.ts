@@ -1,20 +1,20 @@
 // NATS credentials and TLS come from the environment (a Secret in a cluster), never from a URL
 // or a flag; a server that requires them is reachable with them and refuses without them.
 import { spawnSync } from "node:child_process";
-import { mkdtempSync, rmSync } from "node:fs";
-import { tmpdir } from "node:os";
+import { rmSync } from "node:fs";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { connect } from "@nats-io/transport-node";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { LocalNatsServer, NatsAuthError, assertNoCredentialsInUrl, natsAuthOptions } from "../../dataplane/nats/mod.ts";
+import { tempDir } from "../harness/temp.ts";
 
 const root = fileURLToPath(new URL("../..", import.meta.url));
 let server: LocalNatsServer;
 let store: string;
 
 beforeAll(async () => {
-  store = mkdtempSync(join(tmpdir(), "trackhook-nats-auth-"));
+  store = tempDir("nats-auth");
   server = await LocalNatsServer.start({ storeDir: store, args: ["--user", "trackhook", "--pass", "pa55-word"] });
 });
 afterAll(async () => {

@@ -8,8 +8,7 @@
 // since 2.14 and that NATS means to make the default.
 import { createHmac } from "node:crypto";
 import { spawnSync } from "node:child_process";
-import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
-import { tmpdir } from "node:os";
+import { readFileSync, rmSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { jetstream, jetstreamManager } from "@nats-io/jetstream";
 import { Kvm } from "@nats-io/kv";
@@ -24,6 +23,7 @@ import type { CompiledDestination, CompiledSource } from "../../schema/mod.ts";
 import { DEFAULT_STREAM, WRITE_KEY, basic } from "../harness/ingest.ts";
 import { startReceiver, type Receiver } from "../harness/receiver.ts";
 import { repoRoot } from "../harness/control-plane.ts";
+import { tempDir } from "../harness/temp.ts";
 
 const log = createLogger({ level: "silent" });
 const PASSWORDS = { ingest: "ingest-pw", delivery: "delivery-pw", operator: "operator-pw" } as const;
@@ -53,7 +53,7 @@ describe.each([
 
   beforeAll(async () => {
     for (const [component, password] of Object.entries(PASSWORDS)) process.env[`TRACKHOOK_${component.toUpperCase()}_PASSWORD`] = password;
-    store = mkdtempSync(join(tmpdir(), "trackhook-nats-perms-"));
+    store = tempDir("nats-perms");
     // The documented file as it is, plus the server settings of this run (an include would need
     // the file beside it: nats-server reads includes relative to the including file).
     const config = join(store, "nats.conf");
