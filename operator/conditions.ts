@@ -1,4 +1,4 @@
-// The Ready and Stalled conditions in metav1.Condition shape, as kubectl wait, Helm --wait and kstatus read them.
+// The Ready, Stalled and Delivering conditions in metav1.Condition shape, as kubectl wait, Helm --wait and kstatus read them.
 import type { Condition } from "../schema/mod.ts";
 
 export interface ReadyState {
@@ -46,4 +46,16 @@ export function withStalled(conditions: readonly Condition[] | undefined, state:
 
 export function readyOf(conditions: readonly Condition[] | undefined): Condition | undefined {
   return conditions?.find((c) => c.type === "Ready");
+}
+
+/**
+ * The conditions with `Delivering` (how delivery to a WebhookDestination goes: delivery-health.ts)
+ * set, or taken out when `state` is undefined (a disabled destination delivers nothing).
+ */
+export function withDelivering(conditions: readonly Condition[] | undefined, state: ReadyState | undefined, generation: number | undefined, now = new Date()): Condition[] {
+  return withCondition(conditions, "Delivering", state, generation, now);
+}
+
+export function conditionOf(conditions: readonly Condition[] | undefined, type: string): Condition | undefined {
+  return conditions?.find((c) => c.type === type);
 }

@@ -15,6 +15,7 @@ import type { Kube, KubeObject } from "./kube/client.ts";
 import { listMetadata, metadataOnly } from "./kube/metadata.ts";
 import { Reflector, ReflectorSet, type WatchEventType } from "./kube/reflector.ts";
 import { DEFAULT_LEASE, LeaderElector } from "./leader.ts";
+import { DeliveryHealth } from "./delivery-health.ts";
 import { OperatorMetrics } from "./metrics.ts";
 import { checkInstalledCrds } from "./kube/crd-check.ts";
 import { WorkQueue, type ReconcileResult } from "./queue.ts";
@@ -53,6 +54,8 @@ export interface OperatorOptions {
   allowPrivateNetworks: boolean;
   /** Read only Secrets labelled SECRET_LABEL (--require-secret-label). */
   requireSecretLabel: boolean;
+  /** A WebhookDestination's Delivering condition looks back this far (delivery-health.ts); 0: no such condition. */
+  deliveryHealthWindowMs: number;
   identity: string;
 }
 
@@ -68,6 +71,7 @@ export function operatorOptions(input: Partial<OperatorOptions> = {}): Readonly<
     watchNamespaces: [],
     allowPrivateNetworks: false,
     requireSecretLabel: false,
+    deliveryHealthWindowMs: 5 * 60_000,
     identity: `${process.env.POD_NAME ?? hostname()}_${randomBytes(4).toString("hex")}`,
     ...input,
   });
@@ -103,6 +107,7 @@ export class Operator {
   #bucketGuard: StreamGuard | undefined;
   #synced = false;
   #ctx: OperatorContext | undefined;
+  #deliveryHealth: DeliveryHealth | undefined;
   #stopped = false;
 
   constructor(deps: { kube: Kube; nc: NatsConnection; log: Logger; metrics?: OperatorMetrics }, options: Readonly<OperatorOptions>) {
@@ -192,9 +197,13 @@ export class Operator {
       return new Reflector<KubeObject>({ kc: metadataOnly(kc), log: this.#log, path, list: () => listMetadata(kc, path), transform: secretMetadataOnly, onEvent: (_t, o) => this.#onSecret(o) });
     });
 
+    const events = new EventRecorder(this.#kube, this.#options.identity, this.#log);
+    const deliveryHealth = new DeliveryHealth({
+      jsm, destinations, events, log: this.#log,
+      requeue: (namespace, name) => this.#queues?.WebhookDestination.add(`${namespace}/${name}`),
+    }, { windowMs: this.#options.deliveryHealthWindowMs });
     const ctx: OperatorContext = {
-      kube: this.#kube, log: this.#log, metrics: this.metrics,
-      events: new EventRecorder(this.#kube, this.#options.identity, this.#log),
+      kube: this.#kube, log: this.#log, metrics: this.metrics, events, deliveryHealth,
       config: new ConfigWriter(kv), jsm, js: jetstream(this.#nc),
       sources, destinations, deletions, sourceDigests: new Map(), statusWrites: new StatusWrites(), allowPrivateNetworks: this.#options.allowPrivateNetworks,
       requireSecretLabel: this.#options.requireSecretLabel,
@@ -268,6 +277,8 @@ export class Operator {
     }
     this.#synced = true;
     this.#ctx = ctx;
+    this.#deliveryHealth = deliveryHealth;
+    deliveryHealth.start();
     await this.#collectOrphans();
     // Events before every cache was synced were not queued: now each object gets its reconcile,
     // with the whole picture (a deletion request needs to know the destinations).
@@ -393,6 +404,7 @@ export class Operator {
     clearInterval(this.#failingResync);
     clearInterval(this.#natsWatch);
     this.#bucketGuard?.stop();
+    await this.#deliveryHealth?.stop();
     for (const r of this.#reflectors) r.stop();
     this.#owners?.close();
     if (this.#queues) await Promise.all(Object.values(this.#queues).map((q) => q.stop()));

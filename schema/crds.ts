@@ -57,6 +57,7 @@ export const KINDS: KindInfo[] = [
     description: "Forwards the messages of its sources to up to five webhook URLs, signed and retried.",
     columns: [
       ...readyColumns,
+      { name: "Delivery", type: "string", jsonPath: `.status.conditions[?(@.type=="Delivering")].reason`, description: "Delivering, NoProgress or DeadLettering (the Delivering condition)" },
       { name: "URLs", type: "integer", jsonPath: ".status.urlCount" },
       { name: "Sources", type: "string", jsonPath: ".status.sources", priority: 1 },
       ...closingColumns,

@@ -15,3 +15,16 @@ export function parseDuration(text: string): number {
   }
   return Math.round(total);
 }
+
+/** A duration as parseDuration reads it, largest units first: 300000 → "5m", 5400000 → "1h30m". */
+export function formatDuration(ms: number): string {
+  let rest = Math.max(0, Math.round(ms));
+  let text = "";
+  for (const [unit, size] of [["h", 3_600_000], ["m", 60_000], ["s", 1000]] as const) {
+    if (rest >= size) {
+      text += `${Math.floor(rest / size)}${unit}`;
+      rest %= size;
+    }
+  }
+  return rest > 0 || text === "" ? `${text}${rest}ms` : text;
+}

@@ -4,5 +4,5 @@ export * from "./messages.ts";
 export * from "./resources.ts";
 export * from "./compiled-config.ts";
 export * from "./validators.ts";
-export { parseDuration, DURATION_PATTERN } from "./duration.ts";
+export { parseDuration, formatDuration, DURATION_PATTERN } from "./duration.ts";
 export { KINDS, buildCrd } from "./crds.ts";

@@ -23,6 +23,10 @@ export const operatorCommand: Command = {
   --watch-namespace <ns,...>   reconcile only these namespaces' resources, comma-separated (default: all namespaces)
   --config-replicas <n>        JetStream replicas of the trackhook-config bucket (default 1)
   --resync <dur>               reconcile every object this often regardless of events (default 10m, at least 10s)
+  --delivery-health-window <dur>
+                               a WebhookDestination's Delivering condition turns False when messages wait
+                               this long with none delivered (NoProgress), or one was dead-lettered within
+                               it (DeadLettering) (default 5m, at least 10s; 0s: no such condition)
   --allow-private-networks     delivery runs with --allow-private-networks: accept destinations whose URLs
                                reach only private, loopback or cluster-internal addresses (refused otherwise)
   --require-secret-label       read only Secrets labelled trackhook.io/secret=true, so that creating a
@@ -33,7 +37,7 @@ export const operatorCommand: Command = {
   flags: {
     nats: { type: "string" }, kubeconfig: { type: "string" }, "lease-namespace": { type: "string" },
     "lease-name": { type: "string" }, "lease-duration": { type: "string" }, "config-replicas": { type: "string" }, "watch-namespace": { type: "string" },
-    resync: { type: "string" }, port: { type: "string" }, host: { type: "string" }, "log-level": { type: "string" },
+    resync: { type: "string" }, "delivery-health-window": { type: "string" }, port: { type: "string" }, host: { type: "string" }, "log-level": { type: "string" },
     "allow-private-networks": { type: "boolean" }, "require-secret-label": { type: "boolean" },
   },
   async run(values) {
@@ -47,6 +51,8 @@ export const operatorCommand: Command = {
     // consumers; events already trigger reconciles, so more often only loads the API server (0s: ~120/s).
     const resyncMs = durationFlag("resync", values.resync ?? "10m");
     if (resyncMs < 10_000) throw new UsageError("--resync must be at least 10s");
+    const deliveryHealthWindowMs = durationFlag("delivery-health-window", values["delivery-health-window"] ?? "5m");
+    if (deliveryHealthWindowMs > 0 && deliveryHealthWindowMs < 10_000) throw new UsageError("--delivery-health-window must be at least 10s (or 0s: no Delivering condition)");
     // A name that is not a namespace would start an operator that watches nothing and says nothing.
     const watchNamespaces = [...new Set(listFlag(values["watch-namespace"]) ?? [])];
     for (const [flag, namespace] of [...watchNamespaces.map((ns) => ["watch-namespace", ns]), ["lease-namespace", values["lease-namespace"]]] as const) {
@@ -62,6 +68,7 @@ export const operatorCommand: Command = {
       renewDeadlineMs: Math.round((leaseDurationMs * 2) / 3),
       retryPeriodMs: Math.round((leaseDurationMs * 2) / 15),
       resyncMs,
+      deliveryHealthWindowMs,
       watchNamespaces,
       configReplicas: integerFlag("config-replicas", values["config-replicas"] ?? "1", 1, 5),
       allowPrivateNetworks: Boolean(values["allow-private-networks"] as unknown),

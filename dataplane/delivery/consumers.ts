@@ -1,7 +1,7 @@
 // One durable pull consumer per WebhookDestination on TRACKHOOK_EVENTS, filtering the subjects
 // of its sources plus its own replay subject. `deliver`/`dev` manage them from config today and
 // the operator will call the same functions.
-import { AckPolicy, DeliverPolicy, type ConsumerConfig, type JetStreamManager } from "@nats-io/jetstream";
+import { AckPolicy, DeliverPolicy, type ConsumerConfig, type ConsumerInfo, type JetStreamManager, type MsgRequest } from "@nats-io/jetstream";
 import { nanos } from "@nats-io/transport-node";
 import type { CompiledDestination } from "../../schema/mod.ts";
 import { EVENTS_STREAM, consumerName, isConsumerNotFound, isStreamNotFound, replaySubject, sourceSubjects } from "../nats/mod.ts";
@@ -173,4 +173,23 @@ export async function removeDestinationConsumers(jsm: JetStreamManager, names: I
     if (deleted) removed++;
   }
   return removed;
+}
+
+/**
+ * When the oldest message a destination's consumer has not acked was stored: the first message of
+ * its subjects after its ack floor (every one below the floor is acked, and the floor stops at the
+ * first that is not). One stream read per filter subject; undefined when none waits. A failed read
+ * rejects, where reading it as "none" would report a younger backlog.
+ */
+export async function oldestWaitingAt(jsm: JetStreamManager, info: ConsumerInfo): Promise<Date | undefined> {
+  const filters = info.config.filter_subjects ?? (info.config.filter_subject ? [info.config.filter_subject] : []);
+  const seq = info.ack_floor.stream_seq + 1;
+  const firsts = await Promise.all(
+    // STREAM.MSG.GET takes next_by_subj with seq (the first match at or after it; null when there
+    // is none); nats.js types it for direct gets only, which the stream does not allow.
+    filters.map((subject) => jsm.streams.getMessage(EVENTS_STREAM, { seq, next_by_subj: subject } as unknown as MsgRequest)),
+  );
+  let oldest: Date | undefined;
+  for (const m of firsts) if (m && (oldest === undefined || m.time < oldest)) oldest = m.time;
+  return oldest;
 }

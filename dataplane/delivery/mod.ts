@@ -9,5 +9,5 @@ export { DeliveryService, DEFAULT_PROCESS_MAX_IN_FLIGHT, type DeliveryServiceDep
 export { DeliverySlots, SlotShare } from "./limit.ts";
 export { DestinationWorker, DELIVERY_ID_HEADER, redactUrl, retryWindowInForceMs, type DestinationWorkerDeps, type AttemptRecord, type WebhookSending } from "./worker.ts";
 export { DeliveryMetrics } from "./metrics.ts";
-export { ensureDestinationConsumer, removeDestinationConsumers, destinationConsumerConfig, ackWaitMs, type ConsumerMade, type SourcesRemoved } from "./consumers.ts";
+export { ensureDestinationConsumer, removeDestinationConsumers, destinationConsumerConfig, ackWaitMs, oldestWaitingAt, type ConsumerMade, type SourcesRemoved } from "./consumers.ts";
 export { deadLetterUndelivered, type UndeliveredMoved } from "./undelivered.ts";

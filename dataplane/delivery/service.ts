@@ -1,13 +1,13 @@
 // Runs delivery for every enabled destination of the config in force, and follows config changes
 // live: a destination added starts, one changed restarts with its new settings, one disabled or
 // removed stops and loses its consumer (nothing is delivered for it afterwards).
-import { jetstream, jetstreamManager, type ConsumerInfo, type JetStreamManager, type MsgRequest, type StreamInfo } from "@nats-io/jetstream";
+import { jetstream, jetstreamManager, type ConsumerInfo, type JetStreamManager, type StreamInfo } from "@nats-io/jetstream";
 import type { NatsConnection } from "@nats-io/transport-node";
 import type { CompiledConfig, CompiledDestination } from "../../schema/mod.ts";
 import type { ConfigProvider } from "../config/mod.ts";
 import type { Logger } from "../logging.ts";
 import { ATTEMPTS_STREAM, DLQ_STREAM, DLQ_SUBJECTS, EVENTS_STREAM, TurnBatch, attemptsStreamConfig, consumerName, dlqStreamConfig, dlqSubject, ensureStream, isNatsConnected, isStreamNotFound, isSlowJetStream, keptSettings, patiently, StreamGuard, streamReadiness, type Readiness, type SideStreamSettings, type StreamSettingChange } from "../nats/mod.ts";
-import { ensureDestinationConsumer, removeDestinationConsumers } from "./consumers.ts";
+import { ensureDestinationConsumer, oldestWaitingAt, removeDestinationConsumers } from "./consumers.ts";
 import { deadLetterUndelivered } from "./undelivered.ts";
 import type { DeliveryBacklog, DeliveryBacklogs, DeliveryMetrics } from "./metrics.ts";
 import { KeyedLogInterval, type StreamUse } from "../telemetry/mod.ts";
@@ -242,23 +242,8 @@ export class DeliveryService {
     }
   }
 
-  /**
-   * How long ago the oldest message the consumer has not acked was stored: the first message of
-   * its subjects after its ack floor (every one below the floor is acked, and the floor stops
-   * at the first that is not). One stream read per filter subject; undefined when NATS cannot tell.
-   */
   async #oldestAgeSeconds(info: ConsumerInfo): Promise<number | undefined> {
-    const filters = info.config.filter_subjects ?? (info.config.filter_subject ? [info.config.filter_subject] : []);
-    const seq = info.ack_floor.stream_seq + 1;
-    const firsts = await Promise.all(
-      // STREAM.MSG.GET takes next_by_subj with seq (the first match at or after it); nats.js types
-      // it for direct gets only, which the stream does not allow.
-      // null: no message of that subject at or after seq. A failed read rejects the whole reading
-      // (undefined to the caller), where reading it as "none" would report a younger backlog.
-      filters.map((subject) => this.#jsm.streams.getMessage(EVENTS_STREAM, { seq, next_by_subj: subject } as unknown as MsgRequest)),
-    );
-    let oldest: Date | undefined;
-    for (const m of firsts) if (m && (oldest === undefined || m.time < oldest)) oldest = m.time;
+    const oldest = await oldestWaitingAt(this.#jsm, info);
     return oldest === undefined ? undefined : Math.max(0, (Date.now() - oldest.getTime()) / 1000);
   }
 

@@ -98,7 +98,6 @@ export function attemptsStreamConfig({ maxBytes, replicas }: SideStreamSettings 
   };
 }
 
-/** Creates the stream, or updates it when it exists with other settings. */
 /** A setting of an existing stream that ensureStream changes: its name, and the values before and after. */
 export interface StreamSettingChange {
   setting: string;

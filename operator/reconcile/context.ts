@@ -20,6 +20,7 @@ import { MERGE_PATCH, apiErrorMessage, apiStatus, customResource, isConflict, is
 import type { ObjectCache } from "../kube/reflector.ts";
 import type { ReconcileResult } from "../queue.ts";
 import { readyOf, withReady, type ReadyState } from "../conditions.ts";
+import type { DeliveryHealth } from "../delivery-health.ts";
 
 /** Who wrote status and finalizers, as managedFields show it (client-node's default names any of its users). */
 const FIELD_MANAGER = "trackhook-operator";
@@ -59,6 +60,8 @@ export interface OperatorContext {
   requireSecretLabel: boolean;
   /** Status written and not yet seen back through the watch. */
   statusWrites: StatusWrites;
+  /** A WebhookDestination's Delivering condition as last found, written with every status write (delivery-health.ts). */
+  deliveryHealth: Pick<DeliveryHealth, "conditions">;
   /** Queues another reconcile of an object (a Source that lost or may win a shared key). */
   requeue(kind: Kind, namespace: string, name: string): void;
 }
@@ -168,7 +171,7 @@ export async function setReady<R extends AnyResource>(
     ...(object.status ?? {}),
     ...extra,
     ...(generation !== undefined ? { observedGeneration: generation } : {}),
-    conditions: withReady(object.status?.conditions, state, generation),
+    conditions: ctx.deliveryHealth.conditions(object, withReady(object.status?.conditions, state, generation)),
   } as NonNullable<R["status"]>;
   try {
     await writeStatus(ctx, object, status);

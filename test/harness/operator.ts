@@ -140,7 +140,7 @@ export function useOperatorEnv(prefix: string): OperatorEnv {
 }
 
 /** An in-process operator for the env's namespace, running (leading and synced) when this resolves. */
-export async function startOperator(env: OperatorEnv, options: Partial<Pick<OperatorOptions, "requireSecretLabel" | "watchNamespaces" | "leaseName">> = {}): Promise<Operator> {
+export async function startOperator(env: OperatorEnv, options: Partial<Pick<OperatorOptions, "requireSecretLabel" | "watchNamespaces" | "leaseName" | "deliveryHealthWindowMs">> = {}): Promise<Operator> {
   const kube = kubeClients(env.cluster.kubeConfig());
   const operator = new Operator(
     { kube, nc: await env.nats.connect(), log },
@@ -154,10 +154,10 @@ export async function startOperator(env: OperatorEnv, options: Partial<Pick<Oper
 }
 
 /** An in-process operator for the env's namespace, started in beforeAll, stopped in afterAll. */
-export function useOperator(env: OperatorEnv): { readonly operator: Operator } {
+export function useOperator(env: OperatorEnv, options: Parameters<typeof startOperator>[1] = {}): { readonly operator: Operator } {
   let operator: Operator | undefined;
   beforeAll(async () => {
-    operator = await startOperator(env);
+    operator = await startOperator(env, options);
   });
   afterAll(async () => {
     await operator?.stop();

@@ -103,9 +103,9 @@ describe("CRDs: discovery and kubectl get", () => {
     await create(deletionRequest("columns", { userIds: ["u1"] }));
 
     expect(await columns("sources")).toEqual(["NAME", "READY", "REASON", "ENABLED", "AGE"]);
-    expect(await columns("webhookdestinations")).toEqual(["NAME", "READY", "REASON", "URLS", "AGE"]);
+    expect(await columns("webhookdestinations")).toEqual(["NAME", "READY", "REASON", "DELIVERY", "URLS", "AGE"]);
     // The resolved source list is long: only in -o wide.
-    expect(await columns("webhookdestinations", "-o", "wide")).toEqual(["NAME", "READY", "REASON", "URLS", "SOURCES", "MESSAGE", "AGE"]);
+    expect(await columns("webhookdestinations", "-o", "wide")).toEqual(["NAME", "READY", "REASON", "DELIVERY", "URLS", "SOURCES", "MESSAGE", "AGE"]);
     expect(await columns("sources", "-o", "wide")).toEqual(["NAME", "READY", "REASON", "ENABLED", "RATE-LIMIT", "MESSAGE", "AGE"]);
     // No SOURCES: a printer column shows only the first of a list of objects (one source of ten).
     expect(await columns("deletionrequests", "-o", "wide")).toEqual(["NAME", "STATE", "READY", "REASON", "MESSAGE", "AGE"]);

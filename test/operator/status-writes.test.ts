@@ -34,6 +34,7 @@ describe("StatusWrites", () => {
   it("never hands out the cached object: a status written through the copy leaves the cache as the watch left it (regression: the write's own event then showed no Ready flip, and a destination kept saying its Source took no messages)", async () => {
     const ctx = {
       statusWrites: new StatusWrites(),
+      deliveryHealth: { conditions: (_object: unknown, conditions: unknown) => conditions },
       kube: { custom: { patchNamespacedCustomObjectStatus: async () => ({ metadata: { resourceVersion: "8" } }) } },
       events: { record: async () => {} },
       log: { info() {}, warn() {} },
@@ -53,6 +54,7 @@ describe("a status the API server refuses", () => {
     const forbidden = Object.assign(new Error('sources.trackhook.io "web" is forbidden: cannot patch resource "sources/status"'), { code: 403 });
     const ctx = {
       statusWrites: new StatusWrites(),
+      deliveryHealth: { conditions: (_object: unknown, conditions: unknown) => conditions },
       kube: { custom: { patchNamespacedCustomObjectStatus: async () => { throw forbidden; } } },
       events: { record: async (_o: unknown, type: string, reason: string, message: string) => void events.push([type, reason, message]) },
       log: { info() {}, warn() {} },

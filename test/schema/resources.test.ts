@@ -2,7 +2,7 @@
 // what the sender and the API server actually do.
 import { validateHeaderValue } from "node:http";
 import { describe, expect, it } from "vitest";
-import { HEADER_VALUE, RETRY_WINDOW_BOUNDS, TIMEOUT_BOUNDS, WebhookDestinationSpec, parseDuration } from "../../schema/mod.ts";
+import { HEADER_VALUE, RETRY_WINDOW_BOUNDS, TIMEOUT_BOUNDS, WebhookDestinationSpec, formatDuration, parseDuration } from "../../schema/mod.ts";
 
 describe("the WebhookDestination schema", () => {
   it("takes exactly the header values HTTP clients send (node:http and undici share the check)", () => {
@@ -34,5 +34,14 @@ describe("the WebhookDestination schema", () => {
     expect(windowMax).toBeGreaterThanOrEqual(4 * 3_600_000); // the spec's four hours
     expect(WebhookDestinationSpec.properties.timeout.default).toBe("5s");
     expect(WebhookDestinationSpec.properties.retryWindow.default).toBe("4h");
+  });
+});
+
+describe("formatDuration", () => {
+  it("writes what parseDuration reads back, largest units first", () => {
+    for (const [ms, text] of [[300_000, "5m"], [5_400_000, "1h30m"], [2_000, "2s"], [1_500, "1s500ms"], [0, "0ms"], [14_400_000, "4h"]] as const) {
+      expect(formatDuration(ms)).toBe(text);
+      expect(parseDuration(text)).toBe(ms);
+    }
   });
 });
