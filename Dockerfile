@@ -43,7 +43,7 @@ ENV NODE_ENV=production
 WORKDIR /app
 COPY --from=deps /app/node_modules ./node_modules
 COPY --from=build /app/dist ./dist
-COPY package.json ./
+COPY package.json LICENSE NOTICE ./
 # The image's "node" user, by number so Kubernetes' runAsNonRoot can verify it.
 USER 1000:1000
 # ingest, deliver and operator (health, readiness and metrics) ports.

@@ -35,7 +35,9 @@ mkdir -p "$dir" "$PWD/.tools/m2"
 build=$(mktemp -d "$dir/.build.XXXXXX")
 trap 'rm -rf "$build"' EXIT
 # Debian's Maven 3.8 prints bare colour resets even in quiet batch mode: stripped, with empty lines.
-mvn -q -B -Dstyle.color=never -f "$src/pom.xml" -Dmaven.repo.local="$PWD/.tools/m2" -Ddriver.buildDirectory="$build" package 2>&1 \
+# --strict-checksums: a download whose checksum does not match fails the build (by default Maven
+# only warns, and -q hides the warning).
+mvn -q -B --strict-checksums -Dstyle.color=never -f "$src/pom.xml" -Dmaven.repo.local="$PWD/.tools/m2" -Ddriver.buildDirectory="$build" package 2>&1 \
   | sed -e 's/\x1b\[0m//g' -e '/^[[:space:]]*$/d' >&2
 # $build is inside $dir: one atomic rename.
 mv -f "$build/driver.jar" "$out"

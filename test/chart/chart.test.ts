@@ -91,6 +91,13 @@ describe("chart metadata and values", () => {
     }
   });
 
+  it("carries the repository's licence (Apache-2.0 asks that its text go with every copy)", () => {
+    const license = readFileSync(join(repoRoot, "LICENSE"), "utf8");
+    expect(license).toContain("Apache License\n                           Version 2.0");
+    expect(JSON.parse(readFileSync(join(repoRoot, "package.json"), "utf8")).license).toBe("Apache-2.0");
+    expect(readFileSync(join(chartDir, "LICENSE"), "utf8"), "charts/trackhook/LICENSE differs from LICENSE").toBe(license);
+  });
+
   it("comments every value in values.yaml, and documents every value the schema allows", () => {
     const doc = parseDocument(readFileSync(join(chartDir, "values.yaml"), "utf8"));
     const schema = JSON.parse(readFileSync(join(chartDir, "values.schema.json"), "utf8"));

@@ -61,9 +61,11 @@ async function buildImage(root: string): Promise<Image> {
   let npmCiSeconds = 0;
   for (const copy of final.instructions.filter((i) => i.op === "COPY")) {
     const from = /^--from=(\S+)\s+/.exec(copy.args)?.[1];
-    const [src, dest] = copy.args.replace(/^--from=\S+\s+/, "").split(/\s+/);
-    if (from === undefined && src === "package.json" && dest === "./") {
-      cpSync(join(repoRoot, "package.json"), join(dir, "package.json"));
+    const paths = copy.args.replace(/^--from=\S+\s+/, "").split(/\s+/);
+    const [src, dest] = [paths[0], paths.at(-1)];
+    if (from === undefined && dest === "./" && paths.slice(0, -1).every((p) => !p.includes("/"))) {
+      // Files of the repository's root (package.json, the licence): each must be there.
+      for (const file of paths.slice(0, -1)) cpSync(join(repoRoot, file), join(dir, file));
     } else if (from !== undefined && src === "/app/node_modules" && dest === "./node_modules") {
       // That stage's `npm ci` in a directory of its own, like the stage's /app; only node_modules moves on.
       const stage = stages.find((s) => s.name === from);

@@ -1,7 +1,8 @@
 // The operator against a real kube-apiserver and nats-server, with the data plane configured
 // the cluster way (ingest and delivery following the trackhook-config bucket): resources become
 // Ready, events flow from an SDK-style request to a webhook, a rotated key takes over within
-// seconds, and a deleted destination stops receiving.
+// seconds, and a deleted destination stops receiving. The tests build on one another (the Source
+// `web` and its key from the first): run the file, not one test with -t.
 import { createHmac } from "node:crypto";
 import { describe, expect, it } from "vitest";
 import { Kvm } from "@nats-io/kv";
