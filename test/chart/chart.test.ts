@@ -133,6 +133,9 @@ describe("chart metadata and values", () => {
     };
     await Promise.all([
       refused({ "image.tag": "latest" }, /image\/tag/),
+      // A tag or digest in the repository rendered "x:1.0:<tag>" (found by a supply-chain review).
+      refused({ "image.repository": "reg.example.com/x:1.0" }, /image\/repository/),
+      refused({ "image.repository": "reg.example.com/x@sha256:abc" }, /image\/repository/),
       refused({ "nats.url": "" }, /nats/),
       refused({ "nats.url": "nats://user:secret@nats:4222" }, /nats\/url/),
       refused({ "ingest.stream.maxAge": "3 days" }, /maxAge/),
