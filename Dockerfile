@@ -17,7 +17,9 @@ COPY cli ./cli
 COPY dataplane ./dataplane
 COPY operator ./operator
 COPY schema ./schema
-RUN npx tsc -p tsconfig.build.json && chmod +x dist/cli/main.js
+COPY scripts/copy-analytics-js.ts ./scripts/
+# The same as `npm run build`: analytics.js (a dev dependency's browser bundle) copied into dist/.
+RUN npx tsc -p tsconfig.build.json && chmod +x dist/cli/main.js && node scripts/copy-analytics-js.ts
 
 # Production dependencies only.
 FROM node:${NODE_VERSION}-bookworm-slim AS deps

@@ -15,6 +15,7 @@ const pkg = JSON.parse(readFileSync(join(repoRoot, "package.json"), "utf8")) as 
   bin: Record<string, string>;
   dependencies: Record<string, string>;
   devDependencies: Record<string, string>;
+  scripts: Record<string, string> & { build: string };
 };
 const buildConfig = JSON.parse(readFileSync(join(repoRoot, "tsconfig.build.json"), "utf8").replace(/^\s*\/\/.*$/gm, "")) as {
   include: string[];
@@ -172,9 +173,13 @@ describe("Dockerfile", () => {
     const buildWorkdir = buildStage.instructions.filter((i) => i.op === "WORKDIR").at(-1)?.args ?? "/";
     expect(copyDist!.args.split(/\s+/).at(-2)).toBe(join(buildWorkdir, buildConfig.compilerOptions.outDir));
     expect(buildStage.instructions.some((i) => i.op === "RUN" && /tsc -p tsconfig\.build\.json/.test(i.args))).toBe(true);
+    // And what else `npm run build` puts in dist/ (analytics.js, copied by a script).
+    for (const step of pkg.scripts.build.match(/node scripts\/\S+\.ts/g) ?? []) {
+      expect(buildStage.instructions.some((i) => i.op === "RUN" && i.args.includes(step)), `the build stage runs ${step}, as npm run build does`).toBe(true);
+    }
     // dist/*.js are ES modules only because package.json says "type": "module": it must sit above dist/.
     expect(JSON.parse(readFileSync(join(repoRoot, "package.json"), "utf8")).type).toBe("module");
-    expect(finalStage.instructions.some((i) => i.op === "COPY" && !/--from=/.test(i.args) && /^package\.json\s+\.\/?$/.test(i.args))).toBe(true);
+    expect(finalStage.instructions.some((i) => i.op === "COPY" && !/--from=/.test(i.args) && /^(\S+\s+)*package\.json\s+(\S+\s+)*\.\/?$/.test(i.args))).toBe(true);
     // Node flags in the image equal those of the CLI's shebang (which the image does not use).
     const shebang = readFileSync(join(repoRoot, "cli/main.ts"), "utf8").split("\n")[0]!;
     const shebangFlags = shebang.split(/\s+/).filter((w) => w.startsWith("--"));

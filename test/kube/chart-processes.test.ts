@@ -388,6 +388,10 @@ describe("the chart's pods, run as processes", () => {
       });
       return res.status === 200;
     }, 10_000, logs);
+    // The image has analytics.js from dist/vendor/ only (a dev dependency's bundle, copied by the build).
+    const script = await fetch(`${ingestUrl}/analytics.js/v1/chart-processes-key/analytics.min.js`);
+    expect(script.status, await script.clone().text().then((t) => t.slice(0, 200))).toBe(200);
+    expect(await script.text()).toContain("analytics");
 
     const analytics = new Analytics({ writeKey: "chart-processes-key", host: ingestUrl, path: "/v1/batch", maxEventsInBatch: 100, flushInterval: 60_000, httpRequestTimeout: 10_000, maxRetries: 0 });
     const statuses: number[] = [];

@@ -7,6 +7,7 @@ import { existsSync, readdirSync } from "node:fs";
 import { readFile } from "node:fs/promises";
 import { createRequire } from "node:module";
 import { dirname, join } from "node:path";
+import { fileURLToPath } from "node:url";
 import type { FastifyInstance, FastifyReply, FastifyRequest } from "fastify";
 import { errors } from "../errors.ts";
 import type { IngestState } from "../state.ts";
@@ -73,8 +74,15 @@ function acceptsGzip(header: string | undefined): boolean {
   return (quality.get("gzip") ?? quality.get("x-gzip") ?? quality.get("*") ?? 0) > 0;
 }
 
-/** dist/umd of the installed @segment/analytics-next, or undefined when it is not installed (or not whole). */
+/**
+ * analytics.js: the copy `npm run build` puts in dist/vendor/ (scripts/copy-analytics-js.ts; the
+ * image has only that), else dist/umd of @segment/analytics-next in node_modules (a dev
+ * dependency: run from the sources). Undefined when neither is there (or whole).
+ */
 function packageDir(): string | undefined {
+  // From dist/dataplane/ingest/routes/: dist/vendor/analytics-next/umd.
+  const built = fileURLToPath(new URL("../../../vendor/analytics-next/umd", import.meta.url));
+  if (existsSync(join(built, "standalone.js"))) return built;
   try {
     const dir = join(dirname(createRequire(import.meta.url).resolve("@segment/analytics-next/package.json")), "dist", "umd");
     return existsSync(join(dir, "standalone.js")) ? dir : undefined;
