@@ -205,7 +205,7 @@ export class Operator {
     const ctx: OperatorContext = {
       kube: this.#kube, log: this.#log, metrics: this.metrics, events, deliveryHealth,
       config: new ConfigWriter(kv), jsm, js: jetstream(this.#nc),
-      sources, destinations, deletions, sourceDigests: new Map(), statusWrites: new StatusWrites(), allowPrivateNetworks: this.#options.allowPrivateNetworks,
+      sources, destinations, deletions, secrets, sourceDigests: new Map(), statusWrites: new StatusWrites(), allowPrivateNetworks: this.#options.allowPrivateNetworks,
       requireSecretLabel: this.#options.requireSecretLabel,
       requeue: (kind, namespace, name) => this.#queues?.[kind].add(`${namespace}/${name}`),
       inScope: (namespace) => this.#inScope(namespace),

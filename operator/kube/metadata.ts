@@ -22,18 +22,28 @@ export function metadataOnly(kc: KubeConfig): KubeConfig {
 
 /** The collection at `path` (e.g. /api/v1/secrets) as PartialObjectMetadataList. */
 export async function listMetadata(kc: KubeConfig, path: string): Promise<{ items: KubeObject[]; metadata?: { resourceVersion?: string } }> {
+  const body = await getAs<{ items?: KubeObject[]; metadata?: { resourceVersion?: string } }>(kc, path, "PartialObjectMetadataList", AS_METADATA_LIST);
+  return { items: body.items ?? [], metadata: body.metadata };
+}
+
+/** One object (e.g. /api/v1/namespaces/x/secrets/y) as PartialObjectMetadata: its labels, never its data. */
+export async function readMetadata(kc: KubeConfig, path: string): Promise<KubeObject> {
+  return getAs<KubeObject>(kc, path, "PartialObjectMetadata", AS_METADATA);
+}
+
+async function getAs<T>(kc: KubeConfig, path: string, kind: string, as: string): Promise<T> {
   const cluster = kc.getCurrentCluster();
   if (!cluster) throw new Error("no current cluster in the kubeconfig");
   const context = new RequestContext(`${cluster.server}${path}`, HttpMethod.GET);
   await kc.applySecurityAuthentication(context);
-  context.setHeaderParam("Accept", `application/json;${AS_METADATA_LIST}`);
+  context.setHeaderParam("Accept", `application/json;${as}`);
   const response = await fetch(context.getUrl(), { headers: context.getHeaders(), dispatcher: context.getDispatcher() as never });
   const text = await response.text();
   // As client-node's own calls fail, so that apiStatus(), isNotFound() and apiErrorMessage() read it
   // (a proxy's error page need not be JSON).
   if (response.status !== 200) throw new ApiException(response.status, `GET ${path}`, text, Object.fromEntries(response.headers));
-  const body = JSON.parse(text) as { kind?: string; items?: KubeObject[]; metadata?: { resourceVersion?: string } };
+  const body = JSON.parse(text) as T & { kind?: string };
   // A server that cannot convert would answer the full objects: never keep those.
-  if (body.kind !== "PartialObjectMetadataList") throw new Error(`GET ${path}: expected PartialObjectMetadataList, got ${body.kind}`);
-  return { items: body.items ?? [], metadata: body.metadata };
+  if (body.kind !== kind) throw new Error(`GET ${path}: expected ${kind}, got ${body.kind}`);
+  return body;
 }

@@ -17,6 +17,7 @@ import { KINDS } from "../../schema/mod.ts";
 import type { EventRecorder } from "../events.ts";
 import type { OperatorMetrics } from "../metrics.ts";
 import { MERGE_PATCH, apiErrorMessage, apiStatus, customResource, isConflict, isNotFound, type CustomResource, type Kube, type KubeObject } from "../kube/client.ts";
+import { readMetadata } from "../kube/metadata.ts";
 import type { ObjectCache } from "../kube/reflector.ts";
 import type { ReconcileResult } from "../queue.ts";
 import { readyOf, withReady, type ReadyState } from "../conditions.ts";
@@ -50,6 +51,8 @@ export interface OperatorContext {
   sources: ObjectCache<SourceResource>;
   destinations: ObjectCache<DestinationResource>;
   deletions: ObjectCache<DeletionResource>;
+  /** Secrets' metadata (names, labels), never their values. */
+  secrets: ObjectCache<KubeObject>;
   /** Whether a namespace is watched: a Source elsewhere may hold a key, unseen (a namespace-scoped operator). */
   inScope(namespace: string): boolean;
   /** namespace/name → the write-key digests of the Sources in effect, to refuse a key two Sources share. */
@@ -263,13 +266,26 @@ export async function readSecrets(ctx: OperatorContext, namespace: string, names
   const versions = new Map<string, string>();
   await Promise.all(
     names.map(async (name) => {
+      const unlabelled = () =>
+        new RefusedSecret(
+          `Secret ${namespace}/${name} lacks the label ${SECRET_LABEL.name}=${SECRET_LABEL.value}, which the operator (--require-secret-label) asks of every Secret it reads: \`kubectl label secret -n ${namespace} ${name} ${SECRET_LABEL.name}=${SECRET_LABEL.value}\``,
+        );
       try {
+        if (ctx.requireSecretLabel) {
+          // Labels first, from the cache or as metadata only: the values of a Secret not meant
+          // for trackhook are never fetched (found by a supply-chain review: read, then refused).
+          // The cache may not have heard of a Secret applied a moment ago.
+          const { metadata } = ctx.secrets.get(namespace, name) ?? (await readMetadata(ctx.kube.kc, `/api/v1/namespaces/${namespace}/secrets/${name}`));
+          if (metadata.labels?.[SECRET_LABEL.name] !== SECRET_LABEL.value) {
+            versions.set(name, metadata.resourceVersion ?? "");
+            found.set(name, unlabelled());
+            return;
+          }
+        }
         const secret = await ctx.kube.core.readNamespacedSecret({ name, namespace });
         versions.set(name, secret.metadata?.resourceVersion ?? "");
         if (ctx.requireSecretLabel && secret.metadata?.labels?.[SECRET_LABEL.name] !== SECRET_LABEL.value) {
-          found.set(name, new RefusedSecret(
-            `Secret ${namespace}/${name} lacks the label ${SECRET_LABEL.name}=${SECRET_LABEL.value}, which the operator (--require-secret-label) asks of every Secret it reads: \`kubectl label secret -n ${namespace} ${name} ${SECRET_LABEL.name}=${SECRET_LABEL.value}\``,
-          ));
+          found.set(name, unlabelled());
           return;
         }
         found.set(name, secretValues(secret));
@@ -282,10 +298,13 @@ export async function readSecrets(ctx: OperatorContext, namespace: string, names
   return Object.assign(lookup, { versionOf: (name: string) => versions.get(name) });
 }
 
-/** Secrets in the cache keep only their metadata: values are read when needed, never held. */
+/**
+ * Secrets in the cache keep only their metadata: values are read when needed, never held. Their
+ * labels too, so a Secret without SECRET_LABEL is refused without reading its values.
+ */
 export function secretMetadataOnly(object: KubeObject): KubeObject {
-  const { name, namespace, uid, resourceVersion } = object.metadata;
-  return { metadata: { name, namespace, uid, resourceVersion } };
+  const { name, namespace, uid, resourceVersion, labels } = object.metadata;
+  return { metadata: { name, namespace, uid, resourceVersion, ...(labels ? { labels } : {}) } };
 }
 
 export const isDeleting = (object: KubeObject) => Boolean(object.metadata.deletionTimestamp);

@@ -140,8 +140,14 @@ export function useOperatorEnv(prefix: string): OperatorEnv {
 }
 
 /** An in-process operator for the env's namespace, running (leading and synced) when this resolves. */
-export async function startOperator(env: OperatorEnv, options: Partial<Pick<OperatorOptions, "requireSecretLabel" | "watchNamespaces" | "leaseName" | "deliveryHealthWindowMs">> = {}): Promise<Operator> {
+export async function startOperator(
+  env: OperatorEnv,
+  options: Partial<Pick<OperatorOptions, "requireSecretLabel" | "watchNamespaces" | "leaseName" | "deliveryHealthWindowMs">> = {},
+  /** Sees (and may wrap) the operator's API clients before it starts. */
+  withKube?: (kube: ReturnType<typeof kubeClients>) => void,
+): Promise<Operator> {
   const kube = kubeClients(env.cluster.kubeConfig());
+  withKube?.(kube);
   const operator = new Operator(
     { kube, nc: await env.nats.connect(), log },
     // Private networks allowed, as for the delivery beside it: the test receivers are on loopback.

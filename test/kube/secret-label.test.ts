@@ -11,7 +11,15 @@ const env = useOperatorEnv("seclabel");
 
 describe("operator with --require-secret-label", () => {
   it("refuses an unlabelled Secret with SecretNotLabelled, sends nothing of it, and reads it once labelled", async () => {
-    const operator = await startOperator(env, { requireSecretLabel: true });
+    // Which Secrets the operator fetched (values and all).
+    const fetched: string[] = [];
+    const operator = await startOperator(env, { requireSecretLabel: true }, (kube) => {
+      const read = kube.core.readNamespacedSecret.bind(kube.core);
+      kube.core.readNamespacedSecret = (async (param: { name: string; namespace: string }) => {
+        fetched.push(param.name);
+        return read(param);
+      }) as typeof kube.core.readNamespacedSecret;
+    });
     try {
       await env.apply(yamlDocuments(
         secretYaml("web-key", { writeKey: "key-seclabel" }),
@@ -33,6 +41,10 @@ describe("operator with --require-secret-label", () => {
       expect((await env.waitReady("WebhookDestination", "loot", "False")).status!.conditions![0]).toMatchObject({ reason: "SecretNotLabelled" });
       const entry = await (await new Kvm(env.nats.nc).open(CONFIG_BUCKET)).get(destinationKey(env.namespace, "loot"));
       expect(entry?.operation).not.toBe("PUT");
+      // Not even fetched: refused from the cached labels (found by a supply-chain review: its
+      // values were read, then refused).
+      expect(fetched).toContain("web-key");
+      expect(fetched).not.toContain("database");
     } finally {
       await operator.stop();
     }
