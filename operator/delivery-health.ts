@@ -4,12 +4,13 @@
 // Prometheus (a receiver down for an hour showed Ready=True throughout).
 //
 // Written only when it changes (a status write is an event for every watcher): its messages name
-// no counts or times that move while the state holds. The write itself goes through the
-// destination's reconcile (requeued here), so it never races the Ready the reconcile writes.
+// no counts that move while the state holds. The write itself goes through the destination's
+// reconcile (requeued here), so it never races the Ready the reconcile writes.
 import type { ConsumerInfo, JetStreamManager } from "@nats-io/jetstream";
 import { oldestWaitingAt } from "../dataplane/delivery/mod.ts";
 import type { Logger } from "../dataplane/logging.ts";
 import { DLQ_STREAM, DLQ_SUBJECTS, EVENTS_STREAM, consumerName, dlqSubject, isStreamNotFound } from "../dataplane/nats/mod.ts";
+import { KeyedLogInterval, LogInterval } from "../dataplane/telemetry/mod.ts";
 import { formatDuration, type Condition } from "../schema/mod.ts";
 import { conditionOf, withDelivering, type ReadyState } from "./conditions.ts";
 import type { EventRecorder } from "./events.ts";
@@ -21,7 +22,7 @@ export const DELIVERING = "Delivering";
 export interface DeliveryHealthOptions {
   /**
    * Messages waiting this long with none delivered or dead-lettered meanwhile: NoProgress; a
-   * dead letter stored within it: DeadLettering. 0 turns the condition off.
+   * dead letter stored within it: DeadLettering. 0 turns the condition off (and removes it).
    */
   windowMs: number;
 }
@@ -30,6 +31,14 @@ export interface DeliveryHealthOptions {
 export function checkIntervalMs(windowMs: number): number {
   return Math.min(30_000, Math.max(200, Math.round(windowMs / 10)));
 }
+
+/**
+ * DeadLettering holds until this many windows pass without a dead letter: a receiver refusing one
+ * message every few minutes flipped it back and forth, two Events each time (found by a review).
+ */
+const DEAD_LETTERING_HOLD_WINDOWS = 3;
+/** Destinations looked at side by side in one check. */
+const CHECK_CONCURRENCY = 8;
 
 interface Deps {
   jsm: JetStreamManager;
@@ -40,16 +49,25 @@ interface Deps {
   requeue(namespace: string, name: string): void;
 }
 
-/** null: no Delivering condition (a disabled destination). */
-type Found = ReadyState | null;
+/** null: no Delivering condition (disabled, or no consumer to read); else the state, and the generation it was found for. */
+type Found = (ReadyState & { generation: number | undefined }) | null;
 
 export class DeliveryHealth {
   readonly #deps: Deps;
   readonly #windowMs: number;
   /** By uid: what the last check found. */
   readonly #found = new Map<string, Found>();
+  /**
+   * By uid: when this operator last knew a message to be acked (delivered or dead-lettered), and
+   * the ack floor then. nats-server keeps ack_floor.last_active in memory only: after its restart
+   * the field is gone until the next ack, and "never" would read as no progress (found by a review).
+   */
+  readonly #acked = new Map<string, { at: number; floor: number }>();
   /** By dead-letter subject: its count at the last check, and when its newest dead letter was stored. */
   readonly #deadLetters = new Map<string, { count: number; lastAt: number | undefined }>();
+  /** Events per destination and reason, at most one every 10 minutes. */
+  readonly #eventsSaid = new KeyedLogInterval(10 * 60_000);
+  readonly #failedSaid = new LogInterval(10 * 60_000);
   #timer: NodeJS.Timeout | undefined;
   #checking: Promise<void> | undefined;
 
@@ -59,9 +77,13 @@ export class DeliveryHealth {
   }
 
   /** The conditions with Delivering as the last check found it; as they are for a destination not checked yet. */
-  conditions(object: { kind: string; metadata: { uid: string; generation?: number } }, conditions: Condition[]): Condition[] {
-    if (object.kind !== "WebhookDestination" || !this.#found.has(object.metadata.uid)) return conditions;
-    return withDelivering(conditions, this.#found.get(object.metadata.uid) ?? undefined, object.metadata.generation);
+  conditions(object: { kind: string; metadata: { uid: string } }, conditions: Condition[]): Condition[] {
+    if (object.kind !== "WebhookDestination") return conditions;
+    // Turned off: none, not the one an earlier run left behind.
+    if (this.#windowMs <= 0) return withDelivering(conditions, undefined, undefined);
+    if (!this.#found.has(object.metadata.uid)) return conditions;
+    const found = this.#found.get(object.metadata.uid);
+    return withDelivering(conditions, found ?? undefined, found?.generation);
   }
 
   start(): void {
@@ -81,7 +103,7 @@ export class DeliveryHealth {
   async check(): Promise<void> {
     const { jsm, destinations } = this.#deps;
     const consumers = new Map<string, ConsumerInfo>();
-    let deadLetters: Record<string, number> | undefined;
+    let deadLetters: Record<string, number>;
     try {
       for await (const info of jsm.consumers.list(EVENTS_STREAM)) consumers.set(info.name, info);
       deadLetters = await jsm.streams.info(DLQ_STREAM, { subjects_filter: DLQ_SUBJECTS }).then(
@@ -92,61 +114,79 @@ export class DeliveryHealth {
         },
       );
     } catch (err) {
-      this.#deps.log.debug({ err: (err as Error).message }, "delivery health not checked: JetStream did not answer");
+      const line = { err: (err as Error).message };
+      if (this.#failedSaid.pass() !== undefined) this.#deps.log.warn(line, "the Delivering conditions were not checked: JetStream did not answer; they stay as they were");
       return;
     }
     const now = Date.now();
-    const seen = new Set<string>();
-    for (const destination of destinations.list()) {
-      if (isDeleting(destination)) continue;
-      const { uid, namespace, name } = destination.metadata as { uid: string; namespace: string; name: string };
-      seen.add(uid);
-      let found: Found | undefined;
-      if (destination.spec.enabled === false) found = null;
-      else {
-        // No consumer: not made yet, or lost with NATS's store; Ready says so. As it was meanwhile.
-        const info = consumers.get(consumerName(namespace, name));
-        if (!info) continue;
-        found = await this.#assess(`${namespace}/${name}`, info, deadLetters, now).catch((err: unknown) => {
-          this.#deps.log.debug({ destination: `${namespace}/${name}`, err: (err as Error).message }, "delivery health not checked");
-          return undefined;
-        });
-        if (found === undefined) continue;
-      }
-      await this.#record(destination, found);
-    }
-    for (const uid of this.#found.keys()) if (!seen.has(uid)) this.#found.delete(uid);
+    const live = destinations.list().filter((d) => !isDeleting(d));
+    const queue = [...live];
+    await Promise.all(Array.from({ length: CHECK_CONCURRENCY }, async () => {
+      for (let d = queue.shift(); d; d = queue.shift()) await this.#checkOne(d, consumers, deadLetters, now);
+    }));
+    const uids = new Set(live.map((d) => d.metadata.uid));
+    for (const uid of this.#found.keys()) if (!uids.has(uid)) this.#found.delete(uid);
+    for (const uid of this.#acked.keys()) if (!uids.has(uid)) this.#acked.delete(uid);
+    const subjects = new Set(live.map((d) => dlqSubject(d.metadata.namespace!, d.metadata.name)));
+    for (const subject of this.#deadLetters.keys()) if (!subjects.has(subject)) this.#deadLetters.delete(subject);
   }
 
-  async #assess(label: string, info: ConsumerInfo, deadLetters: Record<string, number>, now: number): Promise<ReadyState> {
+  async #checkOne(destination: DestinationResource, consumers: Map<string, ConsumerInfo>, deadLetters: Record<string, number>, now: number): Promise<void> {
+    const { uid, namespace, name, generation } = destination.metadata as { uid: string; namespace: string; name: string; generation?: number };
+    // Disabled, or no consumer (not made yet, or lost with NATS's store: Ready says which): no condition.
+    const info = destination.spec.enabled === false ? undefined : consumers.get(consumerName(namespace, name));
+    let found: Found = null;
+    if (info) {
+      try {
+        found = { ...(await this.#assess(uid, `${namespace}/${name}`, info, deadLetters, now)), generation };
+      } catch (err) {
+        this.#deps.log.debug({ destination: `${namespace}/${name}`, err: (err as Error).message }, "delivery health not checked");
+        return;
+      }
+    }
+    await this.#record(destination, found);
+  }
+
+  async #assess(uid: string, label: string, info: ConsumerInfo, deadLetters: Record<string, number>, now: number): Promise<ReadyState> {
     const window = formatDuration(this.#windowMs);
-    if (info.num_pending + info.num_ack_pending > 0) {
-      // Any ack moves ack_floor.last_active, the floor itself or not: a message delivered, or
-      // dead-lettered (acked once its dead letter is stored). A nak does not.
-      // nats.js types it as nanoseconds; the server sends an RFC 3339 time.
-      const lastActive = info.ack_floor.last_active as unknown;
-      const lastAck = typeof lastActive === "string" ? Date.parse(lastActive) : Number.NaN;
-      if (!(now - lastAck < this.#windowMs)) {
-        const oldest = (await oldestWaitingAt(this.#deps.jsm, info))?.getTime();
-        if (oldest !== undefined && now - oldest >= this.#windowMs) {
-          const since = Number.isNaN(lastAck) ? oldest : Math.max(lastAck, oldest);
-          return {
-            status: "False",
-            reason: "NoProgress",
-            message: `messages wait, and none has been delivered or dead-lettered since ${new Date(since).toISOString().replace(/\.\d+Z$/, "Z")}: its URLs fail or do not answer, or no delivery pod runs; \`trackhook attempts --destination ${label}\` shows what they answered`,
-          };
-        }
+    const lastAck = this.#lastAck(uid, info, now);
+    if (info.num_pending + info.num_ack_pending > 0 && now - lastAck >= this.#windowMs) {
+      const oldest = (await oldestWaitingAt(this.#deps.jsm, info))?.getTime();
+      if (oldest !== undefined && now - oldest >= this.#windowMs) {
+        return {
+          status: "False",
+          reason: "NoProgress",
+          message: `messages wait, and none has been delivered or dead-lettered since ${new Date(Math.max(lastAck, oldest)).toISOString().replace(/\.\d+Z$/, "Z")}: its URLs fail, do not answer or are paused (Retry-After, too many failures), or no delivery pod runs; \`trackhook attempts --destination ${label}\` shows what they answered`,
+        };
       }
     }
     const lastDeadLetterAt = await this.#lastDeadLetterAt(dlqSubject(...(label.split("/") as [string, string])), deadLetters);
-    if (lastDeadLetterAt !== undefined && now - lastDeadLetterAt < this.#windowMs) {
+    // Once DeadLettering, it holds for longer than it takes to set it.
+    const holdMs = this.#found.get(uid)?.reason === "DeadLettering" ? DEAD_LETTERING_HOLD_WINDOWS * this.#windowMs : this.#windowMs;
+    if (lastDeadLetterAt !== undefined && now - lastDeadLetterAt < holdMs) {
       return {
         status: "False",
         reason: "DeadLettering",
-        message: `messages were dead-lettered within the last ${window}: \`trackhook dead-letters --destination ${label}\` says why, and \`trackhook replay --destination ${label}\` sends them again once the receiver takes them`,
+        message: `messages are being dead-lettered (this clears once none has been for ${formatDuration(DEAD_LETTERING_HOLD_WINDOWS * this.#windowMs)}): \`trackhook dead-letters --destination ${label}\` says why; \`trackhook replay --destination ${label}\` sends them again`,
       };
     }
     return { status: "True", reason: "Delivering", message: `no message waited ${window} without one being delivered, and none was dead-lettered within it` };
+  }
+
+  /**
+   * When a message of the consumer was last acked, as far as anyone can tell: ack_floor.last_active
+   * (any ack moves it, the floor or not; a nak does not), else what this operator saw last (the
+   * floor moved: then), else now (nothing known yet: the window starts).
+   */
+  #lastAck(uid: string, info: ConsumerInfo, now: number): number {
+    // nats.js types it as nanoseconds; the server sends an RFC 3339 time.
+    const lastActive = info.ack_floor.last_active as unknown;
+    const reported = typeof lastActive === "string" ? Date.parse(lastActive) : Number.NaN;
+    const floor = info.ack_floor.stream_seq;
+    const known = this.#acked.get(uid);
+    const at = !Number.isNaN(reported) ? Math.max(reported, known?.at ?? reported) : known && known.floor === floor ? known.at : now;
+    this.#acked.set(uid, { at, floor });
+    return at;
   }
 
   /** When the newest of a destination's dead letters was stored; read again only when their count moved. */
@@ -178,6 +218,7 @@ export class DeliveryHealth {
     const line = { destination: `${namespace}/${name}`, delivering: found.status, reason: found.reason, detail: found.message, was: before ? `${before.status} ${before.reason}` : undefined };
     if (found.status === "False") this.#deps.log.warn(line, "destination not delivering");
     else this.#deps.log.info(line, "destination delivering again");
+    if (this.#eventsSaid.pass(`${uid}/${found.reason}`) === undefined) return;
     await this.#deps.events.record(destination, found.status === "False" ? "Warning" : "Normal", found.reason, found.message).catch(() => {});
   }
 }

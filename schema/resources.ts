@@ -359,12 +359,12 @@ export const Condition = Type.Object({
 });
 export type Condition = Static<typeof Condition>;
 
+// A map keyed by type, as metav1.Condition lists are: server-side apply merges them by type.
+const conditions = (description: string) =>
+  Type.Optional(Type.Array(Condition, { maxItems: 8, "x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["type"], description }));
 const commonStatus = {
   observedGeneration: Type.Optional(Type.Integer({ description: "The generation the conditions describe." })),
-  conditions: Type.Optional(
-    // A map keyed by type, as metav1.Condition lists are: server-side apply merges them by type.
-    Type.Array(Condition, { maxItems: 8, "x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["type"], description: "Standard conditions; Ready tells whether the object is in effect." }),
-  ),
+  conditions: conditions("Standard conditions; Ready tells whether the object is in effect."),
 };
 const statusDescription = "Observed state, written by the operator.";
 
@@ -393,6 +393,9 @@ export type SourceStatus = Static<typeof SourceStatus>;
 export const WebhookDestinationStatus = Type.Object(
   {
     ...commonStatus,
+    conditions: conditions(
+      "Standard conditions; Ready tells whether the destination is in effect, Delivering whether what it is sent gets delivered (NoProgress: messages wait and none was delivered for the operator's --delivery-health-window; DeadLettering: some were dead-lettered).",
+    ),
     urlCount: Type.Optional(Type.Integer({ description: "Number of webhook URLs." })),
     inEffectSince: Type.Optional(
       Type.String({

@@ -232,6 +232,11 @@ export class ReflectorSet<T extends KubeObject> implements ObjectCache<T> {
     return this.members.flatMap((r) => r.list());
   }
 
+  /** Whether the cache of a namespace is stale: its list and watch are failing. */
+  failing(namespace: string): boolean {
+    return (this.#watching(namespace)?.failing.forMs ?? 0) > 0;
+  }
+
   /** The reflector of a namespace: its own, or the one of all namespaces; none if not watched. */
   #watching(namespace: string): Reflector<T> | undefined {
     return this.#byNamespace.get(namespace) ?? this.#byNamespace.get(undefined);

@@ -51,8 +51,8 @@ export interface OperatorContext {
   sources: ObjectCache<SourceResource>;
   destinations: ObjectCache<DestinationResource>;
   deletions: ObjectCache<DeletionResource>;
-  /** Secrets' metadata (names, labels), never their values. */
-  secrets: ObjectCache<KubeObject>;
+  /** Secrets' metadata (names, labels), never their values; stale in a namespace while its watch fails. */
+  secrets: ObjectCache<KubeObject> & { failing(namespace: string): boolean };
   /** Whether a namespace is watched: a Source elsewhere may hold a key, unseen (a namespace-scoped operator). */
   inScope(namespace: string): boolean;
   /** namespace/name → the write-key digests of the Sources in effect, to refuse a key two Sources share. */
@@ -260,7 +260,10 @@ export const SECRET_LABEL = { name: "trackhook.io/secret", value: "true" } as co
 /** The Secrets read for one compile, and each one's resourceVersion as read. */
 export type SecretsRead = SecretLookup & { versionOf(name: string): string | undefined };
 
-/** Reads the named Secrets of a namespace (fresh, never cached) for one compile. */
+/**
+ * Reads the named Secrets of a namespace for one compile: their values fresh, never cached (with
+ * --require-secret-label, a Secret's label is first read from the metadata cache).
+ */
 export async function readSecrets(ctx: OperatorContext, namespace: string, names: readonly string[]): Promise<SecretsRead> {
   const found = new Map<string, Map<string, string> | RefusedSecret>();
   const versions = new Map<string, string>();
@@ -274,8 +277,10 @@ export async function readSecrets(ctx: OperatorContext, namespace: string, names
         if (ctx.requireSecretLabel) {
           // Labels first, from the cache or as metadata only: the values of a Secret not meant
           // for trackhook are never fetched (found by a supply-chain review: read, then refused).
-          // The cache may not have heard of a Secret applied a moment ago.
-          const { metadata } = ctx.secrets.get(namespace, name) ?? (await readMetadata(ctx.kube.kc, `/api/v1/namespaces/${namespace}/secrets/${name}`));
+          // The cache may not have heard of a Secret applied a moment ago, and is stale while its
+          // watch fails: then the metadata is read.
+          const cached = ctx.secrets.failing(namespace) ? undefined : ctx.secrets.get(namespace, name);
+          const { metadata } = cached ?? (await readMetadata(ctx.kube.kc, `/api/v1/namespaces/${namespace}/secrets/${name}`));
           if (metadata.labels?.[SECRET_LABEL.name] !== SECRET_LABEL.value) {
             versions.set(name, metadata.resourceVersion ?? "");
             found.set(name, unlabelled());

@@ -135,6 +135,9 @@ describe("chart metadata and values", () => {
       refused({ "image.tag": "latest" }, /image\/tag/),
       // A tag or digest in the repository rendered "x:1.0:<tag>" (found by a supply-chain review).
       refused({ "image.repository": "reg.example.com/x:1.0" }, /image\/repository/),
+      // Less than the operator's 10 s, which it would refuse at start (a crash loop).
+      refused({ "operator.deliveryHealthWindow": "9s" }, /deliveryHealthWindow/),
+      refused({ "operator.deliveryHealthWindow": "0.1m" }, /deliveryHealthWindow/),
       refused({ "image.repository": "reg.example.com/x@sha256:abc" }, /image\/repository/),
       refused({ "nats.url": "" }, /nats/),
       refused({ "nats.url": "nats://user:secret@nats:4222" }, /nats\/url/),
