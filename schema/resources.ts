@@ -67,7 +67,7 @@ export const SourceSpec = Type.Object(
     enabled: Type.Optional(
       Type.Boolean({ default: true, description: "When false, the write key is refused as if unknown (401)." }),
     ),
-    displayName: Type.Optional(Type.String({ maxLength: 256, description: "Human-readable name, for UIs and logs." })),
+    displayName: Type.Optional(Type.String({ maxLength: 256, description: "Human-readable name, for people and tools that read the resource; trackhook itself does not use it." })),
     rateLimit: Type.Optional(SourceRateLimit),
   },
   { additionalProperties: false, description: "A Segment-compatible source: SDKs authenticate with its write key." },
