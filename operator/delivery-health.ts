@@ -49,6 +49,12 @@ interface Deps {
   requeue(namespace: string, name: string): void;
 }
 
+/** Dead letters by destination subject, and TRACKHOOK_DLQ's last sequence. */
+interface DeadLetterCounts {
+  bySubject: Record<string, number>;
+  lastSeq: number;
+}
+
 /** null: no Delivering condition (disabled, or no consumer to read); else the state, and the generation it was found for. */
 type Found = (ReadyState & { generation: number | undefined }) | null;
 
@@ -63,8 +69,8 @@ export class DeliveryHealth {
    * the field is gone until the next ack, and "never" would read as no progress (found by a review).
    */
   readonly #acked = new Map<string, { at: number; floor: number }>();
-  /** By dead-letter subject: its count at the last check, and when its newest dead letter was stored. */
-  readonly #deadLetters = new Map<string, { count: number; lastAt: number | undefined }>();
+  /** By dead-letter subject: its count and the stream's last sequence at the last read, and when its newest dead letter was stored. */
+  readonly #deadLetters = new Map<string, { count: number; lastAt: number | undefined; streamLastSeq: number }>();
   /** Events per destination and reason, at most one every 10 minutes. */
   readonly #eventsSaid = new KeyedLogInterval(10 * 60_000);
   readonly #failedSaid = new LogInterval(10 * 60_000);
@@ -103,20 +109,23 @@ export class DeliveryHealth {
   async check(): Promise<void> {
     const { jsm, destinations } = this.#deps;
     const consumers = new Map<string, ConsumerInfo>();
-    let deadLetters: Record<string, number>;
+    let deadLetters: DeadLetterCounts;
     try {
+      // No events stream (lost with NATS's store, not made again yet): no consumers, so no condition.
       for await (const info of jsm.consumers.list(EVENTS_STREAM)) consumers.set(info.name, info);
+    } catch (err) {
+      if (!isStreamNotFound(err)) return this.#notChecked(err);
+    }
+    try {
       deadLetters = await jsm.streams.info(DLQ_STREAM, { subjects_filter: DLQ_SUBJECTS }).then(
-        (info) => (info.state.subjects ?? {}) as Record<string, number>,
+        (info) => ({ bySubject: (info.state.subjects ?? {}) as Record<string, number>, lastSeq: info.state.last_seq }),
         (err: unknown) => {
-          if (isStreamNotFound(err)) return {};
+          if (isStreamNotFound(err)) return { bySubject: {}, lastSeq: 0 };
           throw err;
         },
       );
     } catch (err) {
-      const line = { err: (err as Error).message };
-      if (this.#failedSaid.pass() !== undefined) this.#deps.log.warn(line, "the Delivering conditions were not checked: JetStream did not answer; they stay as they were");
-      return;
+      return this.#notChecked(err);
     }
     const now = Date.now();
     const live = destinations.list().filter((d) => !isDeleting(d));
@@ -131,14 +140,20 @@ export class DeliveryHealth {
     for (const subject of this.#deadLetters.keys()) if (!subjects.has(subject)) this.#deadLetters.delete(subject);
   }
 
-  async #checkOne(destination: DestinationResource, consumers: Map<string, ConsumerInfo>, deadLetters: Record<string, number>, now: number): Promise<void> {
+  #notChecked(err: unknown): void {
+    const line = { err: (err as Error).message };
+    if (this.#failedSaid.pass() !== undefined) this.#deps.log.warn(line, "the Delivering conditions were not checked: JetStream did not answer; they stay as they were");
+  }
+
+  async #checkOne(destination: DestinationResource, consumers: Map<string, ConsumerInfo>, deadLetters: DeadLetterCounts, now: number): Promise<void> {
     const { uid, namespace, name, generation } = destination.metadata as { uid: string; namespace: string; name: string; generation?: number };
     // Disabled, or no consumer (not made yet, or lost with NATS's store: Ready says which): no condition.
     const info = destination.spec.enabled === false ? undefined : consumers.get(consumerName(namespace, name));
     let found: Found = null;
     if (info) {
       try {
-        found = { ...(await this.#assess(uid, `${namespace}/${name}`, info, deadLetters, now)), generation };
+        const shown = conditionOf(destination.status?.conditions, DELIVERING)?.reason;
+        found = { ...(await this.#assess(uid, `${namespace}/${name}`, info, deadLetters, shown, now)), generation };
       } catch (err) {
         this.#deps.log.debug({ destination: `${namespace}/${name}`, err: (err as Error).message }, "delivery health not checked");
         return;
@@ -147,7 +162,8 @@ export class DeliveryHealth {
     await this.#record(destination, found);
   }
 
-  async #assess(uid: string, label: string, info: ConsumerInfo, deadLetters: Record<string, number>, now: number): Promise<ReadyState> {
+  /** @param shown the reason in the destination's status, for the first check since this operator started. */
+  async #assess(uid: string, label: string, info: ConsumerInfo, deadLetters: DeadLetterCounts, shown: string | undefined, now: number): Promise<ReadyState> {
     const window = formatDuration(this.#windowMs);
     const lastAck = this.#lastAck(uid, info, now);
     if (info.num_pending + info.num_ack_pending > 0 && now - lastAck >= this.#windowMs) {
@@ -161,8 +177,10 @@ export class DeliveryHealth {
       }
     }
     const lastDeadLetterAt = await this.#lastDeadLetterAt(dlqSubject(...(label.split("/") as [string, string])), deadLetters);
-    // Once DeadLettering, it holds for longer than it takes to set it.
-    const holdMs = this.#found.get(uid)?.reason === "DeadLettering" ? DEAD_LETTERING_HOLD_WINDOWS * this.#windowMs : this.#windowMs;
+    // Once DeadLettering, it holds for longer than it takes to set it; across a restart or a new
+    // leader too, from what the status shows (found by a review).
+    const was = this.#found.has(uid) ? this.#found.get(uid)?.reason : shown;
+    const holdMs = was === "DeadLettering" ? DEAD_LETTERING_HOLD_WINDOWS * this.#windowMs : this.#windowMs;
     if (lastDeadLetterAt !== undefined && now - lastDeadLetterAt < holdMs) {
       return {
         status: "False",
@@ -189,18 +207,22 @@ export class DeliveryHealth {
     return at;
   }
 
-  /** When the newest of a destination's dead letters was stored; read again only when their count moved. */
-  async #lastDeadLetterAt(subject: string, counts: Record<string, number>): Promise<number | undefined> {
-    const count = counts[subject] ?? 0;
+  /**
+   * When the newest of a destination's dead letters was stored; read again only when their count
+   * or the stream's last sequence moved (a replay that fails again removes and adds as many: the
+   * count alone stayed, and the new ones went unseen, found by a review).
+   */
+  async #lastDeadLetterAt(subject: string, counts: DeadLetterCounts): Promise<number | undefined> {
+    const count = counts.bySubject[subject] ?? 0;
     const known = this.#deadLetters.get(subject);
     if (count === 0) {
       this.#deadLetters.delete(subject);
       return undefined;
     }
-    if (known && known.count === count) return known.lastAt;
+    if (known && known.count === count && known.streamLastSeq === counts.lastSeq) return known.lastAt;
     const last = await this.#deps.jsm.streams.getMessage(DLQ_STREAM, { last_by_subj: subject });
     const lastAt = last?.time.getTime();
-    this.#deadLetters.set(subject, { count, lastAt });
+    this.#deadLetters.set(subject, { count, lastAt, streamLastSeq: counts.lastSeq });
     return lastAt;
   }
 

@@ -37,10 +37,12 @@ describe("the documented admission policy for Sources", () => {
     binding!.metadata.name = name;
     binding!.spec.policyName = name;
     binding!.spec.matchResources = { namespaceSelector: { matchLabels: { "kubernetes.io/metadata.name": namespace } } };
+    const apply = (yaml: string) => cluster.kubectl(["apply", "-n", namespace, "-f", "-"], { input: yaml });
+    // Made before the policy, without a rateLimit, with the operator's finalizer.
+    await cluster.kubectlOk(["apply", "-n", namespace, "-f", "-"], { input: sourceWith("older", "").replace("metadata: { name: older }", "metadata: { name: older, finalizers: [trackhook.io/cleanup] }") });
     try {
       await cluster.kubectlOk(["apply", "-f", "-"], { input: [policy, binding].map((d) => JSON.stringify(d)).join("\n") });
       await cluster.kubectlOk(["apply", "-n", namespace, "-f", "-"], { input: secretYaml("k", { writeKey: "vap-key" }) });
-      const apply = (yaml: string) => cluster.kubectl(["apply", "-n", namespace, "-f", "-"], { input: yaml });
       // The policy takes a moment to be in force after it is made.
       let refused = await apply(sourceWith("none", ""));
       for (const deadline = Date.now() + 15_000; refused.code === 0 && Date.now() < deadline; ) {
@@ -56,6 +58,15 @@ describe("the documented admission policy for Sources", () => {
       const within = await apply(sourceWith("paced", ", rateLimit: { messagesPerSecond: 100, burst: 200 }"));
       expect(within.stderr).toBe("");
       expect(within.code).toBe(0);
+      // The older Source: a change to its spec must add a rateLimit, but deleting it, and the
+      // finalizer's removal that ends the delete, go through (found by a docs review: it stayed
+      // Terminating for good, its finalizer refused).
+      const respec = await cluster.kubectl(["patch", "source", "older", "-n", namespace, "--type=merge", "-p", '{"spec":{"enabled":false}}']);
+      expect(respec.stderr).toContain("every Source needs spec.rateLimit");
+      await cluster.kubectlOk(["delete", "source", "older", "-n", namespace, "--wait=false"]);
+      await cluster.kubectlOk(["patch", "source", "older", "-n", namespace, "--type=json", "-p", '[{"op":"remove","path":"/metadata/finalizers"}]']);
+      const gone = await cluster.kubectl(["get", "source", "older", "-n", namespace]);
+      expect(gone.stderr).toContain("NotFound");
     } finally {
       await cluster.kubectl(["delete", "validatingadmissionpolicybinding", name, "--ignore-not-found"]);
       await cluster.kubectl(["delete", "validatingadmissionpolicy", name, "--ignore-not-found"]);

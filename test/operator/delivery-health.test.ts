@@ -7,6 +7,8 @@ import type { DestinationResource } from "../../operator/reconcile/context.ts";
 
 const WINDOW = 10_000;
 const destination = { kind: "WebhookDestination", metadata: { name: "hook", namespace: "ns", uid: "uid-1", generation: 1 }, spec: { enabled: true } } as unknown as DestinationResource;
+/** The destination as a new leader finds it: its status says DeadLettering. */
+const shownDeadLettering = { ...destination, status: { conditions: [{ type: "Delivering", status: "False", reason: "DeadLettering", message: "", lastTransitionTime: "2026-11-24T00:00:00Z" }] } } as unknown as DestinationResource;
 
 /** A consumer with `waiting` messages, its ack floor at `floor`, last acked at `lastActive` (absent: as after a nats-server restart). */
 const consumer = (waiting: number, floor: number, lastActive?: number) => ({
@@ -17,25 +19,30 @@ const consumer = (waiting: number, floor: number, lastActive?: number) => ({
   config: { filter_subjects: ["trackhook.events.ns.web.>"] },
 });
 
-function harness() {
-  const state = { consumer: consumer(0, 0) as ReturnType<typeof consumer>, oldestStored: 0, deadLetters: 0, lastDeadLetterAt: 0 };
+function harness(seen: DestinationResource = destination) {
+  const state = { consumer: consumer(0, 0) as ReturnType<typeof consumer>, oldestStored: 0, deadLetters: 0, lastDeadLetterAt: 0, dlqLastSeq: 0, noEventsStream: false };
   const requeued: string[] = [];
   const events: string[] = [];
   const jsm = {
-    consumers: { list: () => (async function* () { yield state.consumer; })() },
+    consumers: {
+      list: () => (async function* () {
+        if (state.noEventsStream) throw Object.assign(new Error("stream not found"), { name: "StreamNotFoundError" });
+        yield state.consumer;
+      })(),
+    },
     streams: {
-      info: async () => ({ state: { subjects: state.deadLetters > 0 ? { "trackhook.dlq.ns.hook": state.deadLetters } : {} } }),
+      info: async () => ({ state: { subjects: state.deadLetters > 0 ? { "trackhook.dlq.ns.hook": state.deadLetters } : {}, last_seq: state.dlqLastSeq } }),
       getMessage: async (stream: string) => ({ time: new Date(stream === "TRACKHOOK_DLQ" ? state.lastDeadLetterAt : state.oldestStored) }),
     },
   };
   const health = new DeliveryHealth({
     jsm: jsm as never,
-    destinations: { get: () => destination, list: () => [destination] },
+    destinations: { get: () => seen, list: () => [seen] },
     events: { record: async (_o: unknown, type: string, reason: string) => void events.push(`${type} ${reason}`) } as never,
     log: { warn() {}, info() {}, debug() {} } as never,
     requeue: (ns, name) => requeued.push(`${ns}/${name}`),
   }, { windowMs: WINDOW });
-  const reason = () => health.conditions(destination, []).find((c) => c.type === "Delivering")?.reason;
+  const reason = () => health.conditions(seen, []).find((c) => c.type === "Delivering")?.reason;
   return { state, health, requeued, events, reason };
 }
 
@@ -88,6 +95,36 @@ describe("DeliveryHealth", () => {
     await health.check();
     expect(reason()).toBe("Delivering");
     expect(events).toEqual(["Warning DeadLettering", "Normal Delivering"]);
+  });
+
+  it("sees dead letters of a replay that failed again, whose count is the same as before (found by a review: it stayed Delivering)", async () => {
+    const { state, health, reason } = harness();
+    state.deadLetters = 1;
+    state.dlqLastSeq = 1;
+    state.lastDeadLetterAt = Date.now() - 10 * WINDOW;
+    await health.check();
+    expect(reason()).toBe("Delivering");
+    // Replayed (one dead letter removed) and dead-lettered again (one added): one, as before.
+    state.dlqLastSeq = 2;
+    state.lastDeadLetterAt = Date.now() - 500;
+    await health.check();
+    expect(reason()).toBe("DeadLettering");
+  });
+
+  it("holds DeadLettering across a restart or a new leader, from what the status shows (found by a review)", async () => {
+    const { state, health, reason } = harness(shownDeadLettering);
+    state.deadLetters = 1;
+    state.dlqLastSeq = 1;
+    state.lastDeadLetterAt = Date.now() - 1.5 * WINDOW;
+    await health.check();
+    expect(reason()).toBe("DeadLettering");
+  });
+
+  it("takes the condition out while the events stream is missing (no consumer to read), and does not call that a failed check", async () => {
+    const { state, health } = harness(shownDeadLettering);
+    state.noEventsStream = true;
+    await health.check();
+    expect(health.conditions(shownDeadLettering, []).find((c) => c.type === "Delivering")).toBeUndefined();
   });
 
   it("turned off, it takes out a Delivering condition an earlier run left", () => {
