@@ -24,7 +24,7 @@ function withCondition(conditions: readonly Condition[] | undefined, type: strin
       status: state.status,
       reason: state.reason,
       message: state.message.slice(0, 32_768),
-      lastTransitionTime: previous && previous.status === state.status ? previous.lastTransitionTime : now.toISOString().replace(/\.\d+Z$/, "Z"),
+      lastTransitionTime: previous && previous.status === state.status ? previous.lastTransitionTime : conditionTime(now),
       ...(generation !== undefined ? { observedGeneration: generation } : {}),
     },
   ];
@@ -45,7 +45,12 @@ export function withStalled(conditions: readonly Condition[] | undefined, state:
 }
 
 export function readyOf(conditions: readonly Condition[] | undefined): Condition | undefined {
-  return conditions?.find((c) => c.type === "Ready");
+  return conditionOf(conditions, "Ready");
+}
+
+/** A time as metav1.Time writes it: RFC 3339 in whole seconds. */
+export function conditionTime(date: Date): string {
+  return date.toISOString().replace(/\.\d+Z$/, "Z");
 }
 
 /**

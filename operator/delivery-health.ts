@@ -12,7 +12,7 @@ import type { Logger } from "../dataplane/logging.ts";
 import { DLQ_STREAM, DLQ_SUBJECTS, EVENTS_STREAM, consumerName, dlqSubject, isStreamNotFound } from "../dataplane/nats/mod.ts";
 import { KeyedLogInterval, LogInterval } from "../dataplane/telemetry/mod.ts";
 import { formatDuration, type Condition } from "../schema/mod.ts";
-import { conditionOf, withDelivering, type ReadyState } from "./conditions.ts";
+import { conditionOf, conditionTime, withDelivering, type ReadyState } from "./conditions.ts";
 import type { EventRecorder } from "./events.ts";
 import type { ObjectCache } from "./kube/reflector.ts";
 import { isDeleting, type DestinationResource } from "./reconcile/context.ts";
@@ -147,23 +147,26 @@ export class DeliveryHealth {
 
   async #checkOne(destination: DestinationResource, consumers: Map<string, ConsumerInfo>, deadLetters: DeadLetterCounts, now: number): Promise<void> {
     const { uid, namespace, name, generation } = destination.metadata as { uid: string; namespace: string; name: string; generation?: number };
+    const shown = conditionOf(destination.status?.conditions, DELIVERING);
+    // What was found last: before the first check since this operator started (a restart, a new
+    // leader), what the status says.
+    const before: ReadyState | null = this.#found.has(uid) ? (this.#found.get(uid) ?? null) : (shown ?? null);
     // Disabled, or no consumer (not made yet, or lost with NATS's store: Ready says which): no condition.
     const info = destination.spec.enabled === false ? undefined : consumers.get(consumerName(namespace, name));
     let found: Found = null;
     if (info) {
       try {
-        const shown = conditionOf(destination.status?.conditions, DELIVERING)?.reason;
-        found = { ...(await this.#assess(uid, `${namespace}/${name}`, info, deadLetters, shown, now)), generation };
+        found = { ...(await this.#assess(uid, namespace, name, info, deadLetters, before, now)), generation };
       } catch (err) {
         this.#deps.log.debug({ destination: `${namespace}/${name}`, err: (err as Error).message }, "delivery health not checked");
         return;
       }
     }
-    await this.#record(destination, found);
+    await this.#record(destination, shown, before, found);
   }
 
-  /** @param shown the reason in the destination's status, for the first check since this operator started. */
-  async #assess(uid: string, label: string, info: ConsumerInfo, deadLetters: DeadLetterCounts, shown: string | undefined, now: number): Promise<ReadyState> {
+  async #assess(uid: string, namespace: string, name: string, info: ConsumerInfo, deadLetters: DeadLetterCounts, before: ReadyState | null, now: number): Promise<ReadyState> {
+    const label = `${namespace}/${name}`;
     const window = formatDuration(this.#windowMs);
     const lastAck = this.#lastAck(uid, info, now);
     if (info.num_pending + info.num_ack_pending > 0 && now - lastAck >= this.#windowMs) {
@@ -172,15 +175,14 @@ export class DeliveryHealth {
         return {
           status: "False",
           reason: "NoProgress",
-          message: `messages wait, and none has been delivered or dead-lettered since ${new Date(Math.max(lastAck, oldest)).toISOString().replace(/\.\d+Z$/, "Z")}: its URLs fail, do not answer or are paused (Retry-After, too many failures), or no delivery pod runs; \`trackhook attempts --destination ${label}\` shows what they answered`,
+          message: `messages wait, and none has been delivered or dead-lettered since ${conditionTime(new Date(Math.max(lastAck, oldest)))}: its URLs fail, do not answer or are paused (Retry-After, too many failures), or no delivery pod runs; \`trackhook attempts --destination ${label}\` shows what they answered`,
         };
       }
     }
-    const lastDeadLetterAt = await this.#lastDeadLetterAt(dlqSubject(...(label.split("/") as [string, string])), deadLetters);
+    const lastDeadLetterAt = await this.#lastDeadLetterAt(dlqSubject(namespace, name), deadLetters);
     // Once DeadLettering, it holds for longer than it takes to set it; across a restart or a new
     // leader too, from what the status shows (found by a review).
-    const was = this.#found.has(uid) ? this.#found.get(uid)?.reason : shown;
-    const holdMs = was === "DeadLettering" ? DEAD_LETTERING_HOLD_WINDOWS * this.#windowMs : this.#windowMs;
+    const holdMs = before?.reason === "DeadLettering" ? DEAD_LETTERING_HOLD_WINDOWS * this.#windowMs : this.#windowMs;
     if (lastDeadLetterAt !== undefined && now - lastDeadLetterAt < holdMs) {
       return {
         status: "False",
@@ -226,12 +228,12 @@ export class DeliveryHealth {
     return lastAt;
   }
 
-  /** Keeps what was found; a change is written (through a reconcile), said in an Event and logged. */
-  async #record(destination: DestinationResource, found: Found): Promise<void> {
+  /**
+   * Keeps what was found; a change from what the status shows is written (through a reconcile), and
+   * one from what was found before is said in an Event and logged.
+   */
+  async #record(destination: DestinationResource, shown: ReadyState | undefined, before: ReadyState | null, found: Found): Promise<void> {
     const { uid, namespace, name } = destination.metadata as { uid: string; namespace: string; name: string };
-    const shown = conditionOf(destination.status?.conditions, DELIVERING);
-    // Before the first check since this operator started, the status says what was found last.
-    const before = this.#found.has(uid) ? this.#found.get(uid) : shown ? (shown as ReadyState) : null;
     this.#found.set(uid, found);
     if (shown?.status !== found?.status || shown?.reason !== found?.reason || shown?.message !== found?.message) this.#deps.requeue(namespace, name);
     if (!found || (before?.status === found.status && before?.reason === found.reason)) return;

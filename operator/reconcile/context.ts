@@ -257,6 +257,8 @@ export async function removeFinalizer(ctx: OperatorContext, object: AnyResource)
 /** The label a Secret needs to be read when the operator runs with --require-secret-label. */
 export const SECRET_LABEL = { name: "trackhook.io/secret", value: "true" } as const;
 
+const labelled = (metadata: { labels?: Record<string, string> } | undefined) => metadata?.labels?.[SECRET_LABEL.name] === SECRET_LABEL.value;
+
 /** The Secrets read for one compile, and each one's resourceVersion as read. */
 export type SecretsRead = SecretLookup & { versionOf(name: string): string | undefined };
 
@@ -281,7 +283,7 @@ export async function readSecrets(ctx: OperatorContext, namespace: string, names
           // watch fails: then the metadata is read.
           const cached = ctx.secrets.failing(namespace) ? undefined : ctx.secrets.get(namespace, name);
           const { metadata } = cached ?? (await readMetadata(ctx.kube.kc, `/api/v1/namespaces/${namespace}/secrets/${name}`));
-          if (metadata.labels?.[SECRET_LABEL.name] !== SECRET_LABEL.value) {
+          if (!labelled(metadata)) {
             versions.set(name, metadata.resourceVersion ?? "");
             found.set(name, unlabelled());
             return;
@@ -289,7 +291,8 @@ export async function readSecrets(ctx: OperatorContext, namespace: string, names
         }
         const secret = await ctx.kube.core.readNamespacedSecret({ name, namespace });
         versions.set(name, secret.metadata?.resourceVersion ?? "");
-        if (ctx.requireSecretLabel && secret.metadata?.labels?.[SECRET_LABEL.name] !== SECRET_LABEL.value) {
+        // Again on what was fetched: the cache may still say labelled after the label went.
+        if (ctx.requireSecretLabel && !labelled(secret.metadata)) {
           found.set(name, unlabelled());
           return;
         }
