@@ -591,6 +591,12 @@ describe("rendered manifests", () => {
     const labelledNotes = labelled.stdout.slice(labelled.stdout.indexOf("NOTES:"));
     expect(labelledNotes).toContain("label secret website-write-key trackhook.io/secret=true");
     expect(labelledNotes).toContain("(sharedSecretRef, header values) trackhook.io/secret=true");
+    // Found by a docs review: a list printed as "kubectl -n [team-a team-b]", which fails pasted.
+    const teams = await helm(["install", "th-test", chartDir, "--namespace", "trackhook", "--dry-run=client", "--set", "operator.watchNamespace={team-a,team-b}"]);
+    const teamNotes = teams.stdout.slice(teams.stdout.indexOf("NOTES:"));
+    expect(teamNotes).toContain("kubectl -n team-a create secret generic website-write-key");
+    expect(teamNotes).toContain("this operator watches only team-a, team-b");
+    expect(teamNotes).not.toContain("[");
   });
 
   it("renders values kept from an older release (helm upgrade --reuse-values: no metrics.prometheusRule; regression: nil pointer)", async () => {
