@@ -396,16 +396,16 @@ describe("listing dead letters", () => {
   });
 
   it("a replayed message dead-lettered again still names the source it came from", async () => {
-    env.receiver.on("/list-again", answer(404));
-    const key = addSource("again-src");
-    await addDestination("again-hook", { source: "again-src", urls: [env.receiver.url("/list-again")] });
+    env.receiver.on("/relisted", answer(404));
+    const key = addSource("relisted-src");
+    await addDestination("relisted-hook", { source: "relisted-src", urls: [env.receiver.url("/relisted")] });
     await send(key, { userId: "u6", event: "Again", messageId: "again-1" });
-    await waitForDeadLetters("again-hook", 1);
-    expect(await replayDeadLetters(env.nc, { namespace: "default", destination: "again-hook" })).toEqual({ replayed: 1 });
-    await env.receiver.waitFor("/list-again", 2);
-    await waitForDeadLetters("again-hook", 1);
-    expect(await collect(readDeadLetters(env.nc, { namespace: "default", destination: "again-hook" }))).toEqual([
-      expect.objectContaining({ messageId: "again-1", reason: "permanent_failure", lastStatus: 404, source: "default/again-src" }),
+    await waitForDeadLetters("relisted-hook", 1);
+    expect(await replayDeadLetters(env.nc, { namespace: "default", destination: "relisted-hook" })).toEqual({ replayed: 1 });
+    await env.receiver.waitFor("/relisted", 2);
+    await waitForDeadLetters("relisted-hook", 1);
+    expect(await collect(readDeadLetters(env.nc, { namespace: "default", destination: "relisted-hook" }))).toEqual([
+      expect.objectContaining({ messageId: "again-1", reason: "permanent_failure", lastStatus: 404, source: "default/relisted-src" }),
     ]);
   });
 });

@@ -136,6 +136,10 @@ export function useDelivery(options: { retireAfterMs?: number } = {}): DeliveryH
         },
       });
       apply();
+      // The service applies a config change in the background: until it has, a destination whose
+      // spec changed still has its old worker, and `destinations` named it at once (a message sent
+      // then went to the old URL: a CI flake). Applying the same config again waits for it.
+      await service!.apply(config.current()).catch(() => {});
       const want = spec.enabled !== false;
       const deadline = Date.now() + 10_000;
       while (service!.destinations.includes(`default/${name}`) !== want) {
