@@ -97,7 +97,7 @@ export const RESERVED_HEADER_REASON = "is set by trackhook itself (framing, sign
  */
 export const RESERVED_WEBHOOK_HEADERS: readonly string[] = [
   "host", "content-length", "transfer-encoding", "connection", "keep-alive", "upgrade", "expect", "te", "trailer",
-  "proxy-connection", "content-encoding", "x-signature", "x-delivery-id", "webhook-id", "webhook-timestamp", "webhook-signature",
+  "proxy-connection", "proxy-authorization", "content-encoding", "x-signature", "x-delivery-id", "webhook-id", "webhook-timestamp", "webhook-signature",
 ];
 
 /**

@@ -2,13 +2,16 @@
 import { configMetrics, type ConfigProvider } from "../../dataplane/config/mod.ts";
 import type { CompiledConfig } from "../../schema/mod.ts";
 import { configFrom, configSourceFlags, configSourceHelp, openConfig, openConfigFiles } from "./config-source.ts";
-import { DEFAULT_PROCESS_MAX_IN_FLIGHT, DeliveryMetrics, DeliveryService, WebhookSender, redactUrl, urlReachesOnlyPrivate } from "../../dataplane/delivery/mod.ts";
+import {
+  DEFAULT_PROCESS_MAX_IN_FLIGHT, DeliveryMetrics, DeliveryService, InvalidEgressProxyError, WebhookSender, egressProxy, redactProxyUrl, redactUrl, urlReachesOnlyPrivate,
+  type EgressProxy,
+} from "../../dataplane/delivery/mod.ts";
 import { createLogger, type Logger } from "../../dataplane/logging.ts";
 import { DEFAULT_SIDE_STREAM, connectNats, natsConnectedGauge, type SideStreamSettings } from "../../dataplane/nats/mod.ts";
 import type { NatsConnection } from "@nats-io/transport-node";
 import { VERSION } from "../../dataplane/version.ts";
 import { buildOpsServer } from "../../dataplane/ops/mod.ts";
-import { anyAddress, integerFlag, listenOrExplain, natsUrl, parseBytes, settingsLeftOut } from "../args.ts";
+import { UsageError, anyAddress, integerFlag, listFlag, listenOrExplain, natsUrl, parseBytes, settingsLeftOut } from "../args.ts";
 import { onShutdown } from "../shutdown.ts";
 import type { Command } from "./types.ts";
 import { NATS_AUTH_HELP } from "./nats-help.ts";
@@ -28,13 +31,17 @@ export async function startDelivery(args: {
   maxInFlight?: number;
   metrics?: DeliveryMetrics;
   sideStreams?: SideStreamSettings;
+  proxy?: EgressProxy;
 }): Promise<RunningDelivery> {
+  if (args.proxy) {
+    args.log.info({ proxy: redactProxyUrl(args.proxy.url), noProxy: args.proxy.noProxy }, "webhooks go through the egress proxy (those to the noProxy hosts directly)");
+  }
   if (args.allowPrivateNetworks) {
     args.log.warn("private networks are ALLOWED: webhooks may reach loopback, private and metadata addresses (fine on a laptop, not in production)");
   } else {
     warnOfPrivateUrls(args.config, args.log);
   }
-  const sender = new WebhookSender({ allowPrivateNetworks: args.allowPrivateNetworks, userAgent: `trackhook/${VERSION}` });
+  const sender = new WebhookSender({ allowPrivateNetworks: args.allowPrivateNetworks, userAgent: `trackhook/${VERSION}`, ...(args.proxy ? { proxy: args.proxy } : {}) });
   const metrics = args.metrics ?? new DeliveryMetrics();
   const service = await DeliveryService.start({
     nc: args.nc, config: args.config, sender, log: args.log, metrics,
@@ -75,13 +82,38 @@ function warnOfPrivateUrls(config: ConfigProvider, log: Logger): void {
   config.subscribe(check);
 }
 
+/** The egress proxy flags, shared by `deliver` and `dev`. */
+export const egressProxyFlags = { "egress-proxy": { type: "string" }, "egress-no-proxy": { type: "string" } } as const;
+export const EGRESS_PROXY_HELP = `
+  --egress-proxy <url>       send webhooks through this HTTP proxy (http://[user:password@]host:port;
+                             or TRACKHOOK_EGRESS_PROXY); HTTPS_PROXY is not read
+  --egress-no-proxy <list>   hosts reached directly, comma-separated: host, .domain, *.domain,
+                             host:port, IP (or TRACKHOOK_EGRESS_NO_PROXY)`;
+
+/** --egress-proxy and --egress-no-proxy (or their environment variables), checked at start. */
+export function egressProxyOf(values: Record<string, unknown>, env: NodeJS.ProcessEnv = process.env): EgressProxy | undefined {
+  const flag = (name: string, variable: string) => (values[name] as string | undefined) ?? (env[variable] || undefined);
+  const url = flag("egress-proxy", "TRACKHOOK_EGRESS_PROXY");
+  const noProxy = listFlag(flag("egress-no-proxy", "TRACKHOOK_EGRESS_NO_PROXY"));
+  if (url === undefined) {
+    if (noProxy !== undefined && noProxy.length > 0) throw new UsageError("--egress-no-proxy lists hosts that bypass --egress-proxy, which is not given");
+    return undefined;
+  }
+  try {
+    return egressProxy(url, noProxy);
+  } catch (err) {
+    if (err instanceof InvalidEgressProxyError) throw new UsageError(err.message);
+    throw err;
+  }
+}
+
 export const deliverCommand: Command = {
   name: "deliver",
   summary: "Deliver stored messages to the webhook URLs of each WebhookDestination",
   usage: `trackhook deliver (--config <file|dir> | --config-from nats) --nats <url> [--allow-private-networks]
 ${configSourceHelp}
   --nats <url>               NATS server URL(s), comma-separated (or TRACKHOOK_NATS_URL)${NATS_AUTH_HELP}
-  --allow-private-networks   let webhooks reach loopback, private, link-local and metadata addresses
+  --allow-private-networks   let webhooks reach loopback, private, link-local and metadata addresses${EGRESS_PROXY_HELP}
   --max-in-flight <n>        messages in delivery at once in this process, all destinations (default 1000)
   --stream-replicas <n>      JetStream replicas of TRACKHOOK_DLQ and TRACKHOOK_ATTEMPTS (default 1)
   --stream-max-bytes <size>  disk budget of each of those two streams (default 1GiB)
@@ -92,7 +124,7 @@ ${configSourceHelp}
   --host <addr>              their listen address (default every address, IPv6 and IPv4: ::)
   --log-level <level>        trace, debug, info, warn, error (default info, or TRACKHOOK_LOG_LEVEL)`,
   flags: {
-    ...configSourceFlags, nats: { type: "string" }, "allow-private-networks": { type: "boolean" },
+    ...configSourceFlags, ...egressProxyFlags, nats: { type: "string" }, "allow-private-networks": { type: "boolean" },
     port: { type: "string" }, host: { type: "string" }, "log-level": { type: "string" }, "max-in-flight": { type: "string" },
     "stream-replicas": { type: "string" }, "stream-max-bytes": { type: "string" }, "dead-letters-per-destination": { type: "string" },
   },
@@ -107,6 +139,7 @@ ${configSourceHelp}
       maxPerDestination: integerFlag("dead-letters-per-destination", values["dead-letters-per-destination"] ?? "0", 0, 1_000_000_000),
       defaulted: settingsLeftOut(values, { replicas: "stream-replicas", maxBytes: "stream-max-bytes", maxPerDestination: "dead-letters-per-destination" }),
     };
+    const proxy = egressProxyOf(values);
     const log = createLogger({ level: values["log-level"], name: "deliver" });
     const files = openConfigFiles(from, log); // invalid config fails here, before connecting
     // Health first: a pod waiting for NATS or the config bucket is alive, just not ready yet.
@@ -132,7 +165,7 @@ ${configSourceHelp}
     const config = (running.config = await openConfig(files, nc, log, "destinations"));
     configMetrics(metrics.registry, config);
     waitingFor = "the events stream";
-    const delivery = (running.delivery = await startDelivery({ nc, config, log, maxInFlight, metrics, sideStreams, allowPrivateNetworks: Boolean(values["allow-private-networks"] as unknown) }));
+    const delivery = (running.delivery = await startDelivery({ nc, config, log, maxInFlight, metrics, sideStreams, allowPrivateNetworks: Boolean(values["allow-private-networks"] as unknown), ...(proxy ? { proxy } : {}) }));
     log.info({ address, destinations: delivery.service.destinations }, "delivery running (health, readiness and metrics on this address)");
   },
 };

@@ -11,7 +11,7 @@ import { onShutdown } from "../shutdown.ts";
 import { DeliveryMetrics } from "../../dataplane/delivery/mod.ts";
 import type { IngestActivity } from "../../dataplane/ingest/mod.ts";
 import { startActivityFeed, type ActivityFeed } from "../dev-activity.ts";
-import { startDelivery, type RunningDelivery } from "./deliver.ts";
+import { EGRESS_PROXY_HELP, egressProxyFlags, egressProxyOf, startDelivery, type RunningDelivery } from "./deliver.ts";
 import { startIngest } from "./ingest.ts";
 import { ingestFlags, ingestFlagsHelp, ingestOptions, streamSettings } from "./shared-flags.ts";
 import type { Command } from "./types.ts";
@@ -25,14 +25,15 @@ export const devCommand: Command = {
   --config <file|dir>        Source, WebhookDestination and Secret YAML documents (reloaded on change)
   --data-dir <dir>           where the started nats-server keeps its store (default .trackhook/)
   --quiet                    no activity lines on stderr (one per message stored, delivery attempt,
-                             dead letter, message not accepted, request refused); the JSON log stays${ingestFlagsHelp}`,
-  flags: { ...ingestFlags, config: { type: "string" }, nats: { type: "string" }, "data-dir": { type: "string" }, quiet: { type: "boolean" } },
+                             dead letter, message not accepted, request refused); the JSON log stays${ingestFlagsHelp}${EGRESS_PROXY_HELP}`,
+  flags: { ...ingestFlags, ...egressProxyFlags, config: { type: "string" }, nats: { type: "string" }, "data-dir": { type: "string" }, quiet: { type: "boolean" } },
   async run(values) {
     if (!values.config) throw new UsageError("--config <file|dir> is required");
     const log = createLogger({ level: values["log-level"], name: "dev" });
     const stream = streamSettings(values);
     const options = ingestOptions(values);
     const port = integerFlag("port", values.port ?? "8080", 0, 65535); // before nats-server starts
+    const proxy = egressProxyOf(values);
     const config = new FileConfigProvider(values.config, log); // invalid config fails here, before anything starts
 
     let natsServer: LocalNatsServer | undefined;
@@ -67,7 +68,7 @@ export const devCommand: Command = {
         port,
       });
       // On a laptop the webhook receivers are usually local too.
-      delivery = await startDelivery({ nc, config, log, allowPrivateNetworks: true, metrics: deliveryMetrics });
+      delivery = await startDelivery({ nc, config, log, allowPrivateNetworks: true, metrics: deliveryMetrics, ...(proxy ? { proxy } : {}) });
       if (!values.quiet) feed = await startActivityFeed(nc, (line) => process.stderr.write(line));
     } catch (err) {
       await ingest?.close();

@@ -5,6 +5,7 @@ export { webhookBody, xSignature, standardWebhookHeaders, type DeliverableMessag
 export { classifyStatus, parseRetryAfter, combine, backoffMs, RETRY_AFTER_BOUNDS_MS, type AttemptOutcome, type DeliveryErrorCode } from "./outcome.ts";
 export { isForbiddenAddress, guardLookup, checkUrlHost, urlReachesOnlyPrivate, PrivateAddressError } from "./ssrf.ts";
 export { WebhookSender, type SenderOptions, type SendRequest, type SendResult } from "./sender.ts";
+export { egressProxy, redactProxyUrl, InvalidEgressProxyError, type EgressProxy } from "./egress-proxy.ts";
 export { DeliveryService, DEFAULT_PROCESS_MAX_IN_FLIGHT, type DeliveryServiceDeps } from "./service.ts";
 export { DeliverySlots, SlotShare } from "./limit.ts";
 export { DestinationWorker, DELIVERY_ID_HEADER, redactUrl, retryWindowInForceMs, type DestinationWorkerDeps, type AttemptRecord, type WebhookSending } from "./worker.ts";

@@ -20,6 +20,8 @@ export const DELIVERY_ERROR_CODES = [
   "invalid_response",
   /** No request: every URL was pausing (Retry-After, or not answering) for the whole window. */
   "url_paused",
+  /** The egress proxy (--egress-proxy) could not be reached, or refused or failed the request. */
+  "proxy_error",
 ] as const;
 export type DeliveryErrorCode = (typeof DELIVERY_ERROR_CODES)[number];
 

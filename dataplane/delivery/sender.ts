@@ -5,10 +5,12 @@
 import { getCACertificates } from "node:tls";
 import { performance } from "node:perf_hooks";
 import type { IncomingHttpHeaders } from "node:http";
+import { isIP, type LookupFunction } from "node:net";
 import { Agent, type Dispatcher } from "undici";
 import { classifyStatus, type AttemptOutcome, type DeliveryErrorCode } from "./outcome.ts";
 import { DnsCache } from "./dns-cache.ts";
 import { checkUrlHost, guardLookup, PrivateAddressError } from "./ssrf.ts";
+import { isProxyFailure, proxiedAgent, type EgressProxy } from "./egress-proxy.ts";
 
 export interface SenderOptions {
   allowPrivateNetworks: boolean;
@@ -17,6 +19,8 @@ export interface SenderOptions {
   connections?: number;
   /** CA certificates to trust in addition (tests) */
   ca?: string | Buffer;
+  /** An HTTP proxy every webhook goes through (egressProxy()); none by default. */
+  proxy?: EgressProxy;
 }
 
 export interface SendRequest {
@@ -77,9 +81,11 @@ export const MAX_RESPONSE_HEADER_BYTES = 64 * 1024;
 const IDLE_POOL_MS = 5 * 60_000;
 
 export class WebhookSender {
-  readonly #pools = new Map<string, { agent: Agent; usedAt: number }>();
-  readonly #agentOptions: Agent.Options;
+  readonly #pools = new Map<string, { agent: Dispatcher; usedAt: number }>();
+  readonly #newAgent: () => Dispatcher;
   readonly #allowPrivateNetworks: boolean;
+  /** With a proxy: the private-address check of names, which the guard at connect no longer sees. */
+  readonly #checkName: ((hostname: string) => Promise<AttemptOutcome | undefined>) | undefined;
   readonly #userAgent: string;
   readonly #targets = new Map<string, URL | AttemptOutcome>();
   readonly #sweep: NodeJS.Timeout;
@@ -88,7 +94,7 @@ export class WebhookSender {
     this.#allowPrivateNetworks = options.allowPrivateNetworks;
     this.#userAgent = options.userAgent;
     const dns = new DnsCache();
-    this.#agentOptions = {
+    const agentOptions: Agent.Options = {
       connections: options.connections ?? MAX_CONNECTIONS_PER_ORIGIN,
       maxHeaderSize: MAX_RESPONSE_HEADER_BYTES,
       connect: {
@@ -101,12 +107,15 @@ export class WebhookSender {
         ...(options.ca !== undefined ? { ca: [...getCACertificates("default"), options.ca] } : {}),
       },
     };
+    const { proxy, ca } = options;
+    this.#newAgent = proxy ? () => proxiedAgent(proxy, agentOptions, ca) : () => new Agent(agentOptions);
+    this.#checkName = proxy && !options.allowPrivateNetworks ? refusePrivateNames(guardLookup(dns.lookupFunction)) : undefined;
     this.#sweep = setInterval(() => this.#closeIdlePools(), IDLE_POOL_MS).unref();
   }
 
-  #agent(pool: string): Agent {
+  #agent(pool: string): Dispatcher {
     let entry = this.#pools.get(pool);
-    if (!entry) this.#pools.set(pool, (entry = { agent: new Agent(this.#agentOptions), usedAt: 0 }));
+    if (!entry) this.#pools.set(pool, (entry = { agent: this.#newAgent(), usedAt: 0 }));
     entry.usedAt = performance.now();
     return entry.agent;
   }
@@ -125,6 +134,15 @@ export class WebhookSender {
     const started = performance.now();
     const url = this.#target(req.url);
     if (!(url instanceof URL)) return Promise.resolve({ url: req.url, outcome: url, latencyMs: performance.now() - started });
+    if (this.#checkName && isIP(bareHost(url)) === 0) {
+      return this.#checkName(url.hostname).then((refused) =>
+        refused ? { url: req.url, outcome: refused, latencyMs: performance.now() - started } : this.#dispatch(req, url, started),
+      );
+    }
+    return this.#dispatch(req, url, started);
+  }
+
+  #dispatch(req: SendRequest, url: URL, started: number): Promise<SendResult> {
     return new Promise((resolve) => {
       const exchange = new Exchange(req, started, resolve);
       // undici's dispatch() rather than request(): request() wraps every answer in a Readable
@@ -132,10 +150,16 @@ export class WebhookSender {
       // of the attempt) in bench/delivery.ts. A handler of our own keeps only what we need.
       // undici documents dispatch() as its lower-level API, free to change in a major release:
       // test/delivery/sender.test.ts covers every behaviour of this handler against real servers.
-      this.#agent(req.pool).dispatch(
-        { origin: url.origin, path: `${url.pathname}${url.search}`, method: "POST", headers: this.#headers(req.headers), body: req.body },
-        exchange,
-      );
+      try {
+        this.#agent(req.pool).dispatch(
+          { origin: url.origin, path: `${url.pathname}${url.search}`, method: "POST", headers: this.#headers(req.headers), body: req.body },
+          exchange,
+        );
+      } catch (err) {
+        // Refused before anything was sent (undici checks some arguments at once): an outcome
+        // like any other, as send() never throws.
+        exchange.onResponseError(null, err as Error);
+      }
     });
   }
 
@@ -202,6 +226,23 @@ function judgeTarget(text: string, allowPrivateNetworks: boolean): URL | Attempt
     }
   }
   return url;
+}
+
+const bareHost = (url: URL) => url.hostname.replace(/^\[|\]$/g, "");
+
+/**
+ * With a proxy, the proxy resolves the receiver's name and delivery dials only the proxy: the
+ * name is looked up here first, and refused if it resolves to a private address. A name that
+ * does not resolve here is left to the proxy (in clusters where only the proxy resolves outside
+ * names): its own rules decide then, as they do for a name that changes between the two lookups.
+ */
+function refusePrivateNames(lookup: LookupFunction): (hostname: string) => Promise<AttemptOutcome | undefined> {
+  return (hostname) =>
+    new Promise((resolve) => {
+      lookup(hostname, { all: true }, (err) => {
+        resolve(err instanceof PrivateAddressError ? { kind: "permanent", error: "private_address_refused" } : undefined);
+      });
+    });
 }
 
 /**
@@ -336,6 +377,9 @@ export function outcomeOfError(err: unknown, aborted: boolean): AttemptOutcome {
   }
   // Anything that surfaces after our deadline fired (a socket torn down mid-read, say) is the timeout.
   if (aborted) return retry("timeout");
+  // The egress proxy failed us, not the receiver: retried, as the proxy or its settings can be
+  // fixed within the retry window.
+  if (errors.some(isProxyFailure)) return retry("proxy_error");
   // Retryable: the receiver may renew or fix its certificate within the retry window.
   if ([...codes].some((c) => TLS_VERIFY_CODES.has(c) || c.startsWith("CERT_"))) return retry("tls_verification_failed");
   // DNS first: a DNS server that refuses queries is ECONNREFUSED too (the cause of our EAI_AGAIN),

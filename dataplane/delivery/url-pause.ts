@@ -23,7 +23,7 @@ export const URL_PAUSE_DEFAULTS: UrlPauseOptions = Object.freeze({ threshold: 5,
  * message. A certificate that fails verification fails every message alike until it is replaced,
  * and each would cost a TLS handshake: it pauses the URL too.
  */
-const UNREACHABLE: ReadonlySet<DeliveryErrorCode> = new Set(["timeout", "connection_refused", "connection_reset", "dns_error", "network_error", "tls_verification_failed"]);
+const UNREACHABLE: ReadonlySet<DeliveryErrorCode> = new Set(["timeout", "connection_refused", "connection_reset", "dns_error", "network_error", "tls_verification_failed", "proxy_error"]);
 
 interface UrlState {
   /** Not sent to before this (ms since the epoch). */

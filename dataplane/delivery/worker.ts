@@ -243,6 +243,7 @@ const PAUSE_LINES = {
   retry_after: "webhook URL asked for a pause (Retry-After): no message is sent to it until it ends",
   certificate: "webhook URL's certificate fails verification: no message is sent to it for a while, then one tries it again (the destination's other URLs go on)",
   unreachable: "webhook URL is not answering: no message is sent to it for a while, then one tries it again (the destination's other URLs go on)",
+  proxy: "the egress proxy failed the requests to this webhook URL (down, refusing it, or asking for credentials): no message is sent to it for a while, then one tries it again",
 } as const;
 
 export class DestinationWorker {
@@ -692,7 +693,10 @@ export class DestinationWorker {
         const error = "error" in r.outcome ? r.outcome.error : undefined;
         this.#log.warn(
           { url: this.#shownUrl(r.url), reason: change.reason, pauseMs: change.forMs, ...(error ? { error } : {}), ...(held > 0 ? { morePausesSinceLastLine: held } : {}) },
-          change.reason === "retry_after" ? PAUSE_LINES.retry_after : error === "tls_verification_failed" ? PAUSE_LINES.certificate : PAUSE_LINES.unreachable,
+          change.reason === "retry_after" ? PAUSE_LINES.retry_after
+            : error === "tls_verification_failed" ? PAUSE_LINES.certificate
+            : error === "proxy_error" ? PAUSE_LINES.proxy
+            : PAUSE_LINES.unreachable,
         );
       } else if (change?.kind === "resumed") {
         this.#log.info({ url: this.#shownUrl(r.url) }, "webhook URL answers again: messages are sent to it again");

@@ -556,6 +556,30 @@ describe("rendered manifests", () => {
     expect(operatorEgress.some((r) => r.to?.some((t: Manifest) => t.ipBlock?.cidr === "172.18.0.2/32"))).toBe(true);
   });
 
+  it("delivery.egressProxy: the proxy's URL from a Secret (or url), the noProxy hosts, and an egress rule to the proxy", async () => {
+    const env = (docs: Manifest[], component = "delivery") => deploymentOf(docs, component).spec.template.spec.containers[0].env as Manifest[] | undefined;
+    expect(env(full)).toEqual(expect.arrayContaining([
+      { name: "TRACKHOOK_EGRESS_PROXY", valueFrom: { secretKeyRef: { name: "egress-proxy", key: "url" } } },
+      { name: "TRACKHOOK_EGRESS_NO_PROXY", value: "hooks.internal.example,.corp.example" },
+    ]));
+    for (const component of ["ingest", "operator"]) expect(JSON.stringify(env(full, component) ?? []), component).not.toContain("EGRESS");
+    expect((env(defaults) ?? []).filter((e) => String(e.name).startsWith("TRACKHOOK_EGRESS"))).toEqual([]);
+    const plain = await render({ set: { "delivery.egressProxy.url": "http://proxy.example:3128" } });
+    expect(env(plain)).toEqual(expect.arrayContaining([{ name: "TRACKHOOK_EGRESS_PROXY", value: "http://proxy.example:3128" }]));
+    const deliveryEgress = ofKind(full, "NetworkPolicy").find((np) => np.metadata.labels["app.kubernetes.io/component"] === "delivery")!.spec.egress as Manifest[];
+    expect(deliveryEgress).toContainEqual({ to: [{ ipBlock: { cidr: "10.20.0.5/32" } }], ports: [{ port: 3128, protocol: "TCP" }] });
+    // Refused at install: credentials in values (they belong in the Secret), both sources, noProxy alone.
+    for (const [set, why] of [
+      [["delivery.egressProxy.url=http://user:pw@proxy.example:3128"], /egressProxy\/url|does not match pattern/],
+      [["delivery.egressProxy.url=http://proxy:3128", "delivery.egressProxy.existingSecret.name=p"], /set only one of delivery.egressProxy.url and delivery.egressProxy.existingSecret.name/],
+      [["delivery.egressProxy.noProxy[0]=internal.example"], /noProxy lists hosts that bypass a proxy/],
+    ] as const) {
+      const result = await helm(["template", "x", chartDir, ...set.flatMap((s) => ["--set", s])]);
+      expect(result.code, set.join(" ")).not.toBe(0);
+      expect(result.stderr, set.join(" ")).toMatch(why);
+    }
+  });
+
   it("NetworkPolicies: a restricted ingest port still admits the metrics scrapers (it serves /metrics too)", () => {
     const ingestFrom = (docs: Manifest[]) => ofKind(docs, "NetworkPolicy").find((np) => np.metadata.labels["app.kubernetes.io/component"] === "ingest")!.spec.ingress[0].from as Manifest[] | undefined;
     const namespaces = (peers: Manifest[] | undefined) => (peers ?? []).map((p) => p.namespaceSelector?.matchLabels?.["kubernetes.io/metadata.name"]);

@@ -1,7 +1,7 @@
 // `trackhook deliver` as a process: without --allow-private-networks a webhook on a loopback
 // address is refused (no request sent, dead-lettered, recorded as private_address_refused); with
 // it the message is delivered. Health, readiness and metrics are served, and SIGTERM drains.
-import { spawn } from "node:child_process";
+import { spawn, spawnSync } from "node:child_process";
 import { writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
@@ -10,6 +10,7 @@ import { ATTEMPTS_STREAM, DLQ_STREAM } from "../../dataplane/nats/mod.ts";
 import { basic, configFromYaml, post, startIngest, type IngestHarness } from "../harness/ingest.ts";
 import { startNats, type NatsHarness } from "../harness/nats.ts";
 import { freePort } from "../harness/ports.ts";
+import { startProxy } from "../harness/proxy.ts";
 import { startReceiver, type Receiver } from "../harness/receiver.ts";
 import { tempDir } from "../harness/temp.ts";
 
@@ -49,8 +50,8 @@ afterAll(async () => {
   await nats?.stop();
 });
 
-async function runDeliver(extra: string[], body: (ops: string, output: () => string) => Promise<void>): Promise<number | null> {
-  const child = spawn(process.execPath, [join(root, "cli/main.ts"), "deliver", "--config", configDir, "--nats", nats.server.url, "--host", "127.0.0.1", "--port", "0", ...extra], { cwd: root });
+async function runDeliver(extra: string[], body: (ops: string, output: () => string) => Promise<void>, env: Record<string, string> = {}): Promise<number | null> {
+  const child = spawn(process.execPath, [join(root, "cli/main.ts"), "deliver", "--config", configDir, "--nats", nats.server.url, "--host", "127.0.0.1", "--port", "0", ...extra], { cwd: root, env: { ...process.env, ...env } });
   let output = "";
   child.stdout.on("data", (c: Buffer) => (output += c.toString()));
   child.stderr.on("data", (c: Buffer) => (output += c.toString()));
@@ -129,6 +130,28 @@ describe("trackhook deliver", () => {
       expect(JSON.parse(mine[0]!.body.toString())).toMatchObject({ messageId: "allowed-1", version: 1 });
     });
     expect(code).toBe(0);
+  });
+
+  it("with TRACKHOOK_EGRESS_PROXY, sends through that proxy, never printing its credentials; a bad --egress-proxy is a usage error", async () => {
+    const proxy = await startProxy({ credentials: "team:s3cret" });
+    try {
+      const code = await runDeliver(["--allow-private-networks"], async (_ops, output) => {
+        expect(output()).toMatch(/"proxy":"http:\/\/…@127\.0\.0\.1:\d+".*webhooks go through the egress proxy/);
+        const res = await post(`${ingest.url}/v1/track`, { userId: "u1", event: "Proxied", messageId: "proxied-1" }, { headers: { authorization: basic("cli-key") } });
+        expect(res.status).toBe(200);
+        await until(async () => receiver.requests("/hook").filter((r) => JSON.parse(r.body.toString()).messageId === "proxied-1").length, (n) => n === 1);
+        expect(proxy.requests).toEqual([expect.objectContaining({ method: "POST", target: receiver.url("/hook") })]);
+        expect(output()).not.toContain("s3cret");
+      }, { TRACKHOOK_EGRESS_PROXY: proxy.url });
+      expect(code).toBe(0);
+    } finally {
+      await proxy.close();
+    }
+    const bad = spawnSync(process.execPath, [join(root, "cli/main.ts"), "deliver", "--config", configDir, "--nats", nats.server.url, "--egress-proxy", "socks5://u:s3cret@proxy:1080"], { cwd: root, encoding: "utf8", timeout: 20_000 });
+    expect(bad.status).toBe(2);
+    expect(bad.stderr).toContain("--egress-proxy: socks5://…@proxy:1080 is not the http:// or https:// URL of a proxy");
+    const stray = spawnSync(process.execPath, [join(root, "cli/main.ts"), "deliver", "--config", configDir, "--nats", nats.server.url, "--egress-no-proxy", "internal.example"], { cwd: root, encoding: "utf8", timeout: 20_000 });
+    expect([stray.status, stray.stderr]).toEqual([2, expect.stringContaining("--egress-no-proxy lists hosts that bypass --egress-proxy, which is not given")]);
   });
 
   it("serves /healthz at once and answers /readyz 503 while NATS is not there yet", async () => {

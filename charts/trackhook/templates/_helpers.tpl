@@ -102,8 +102,38 @@ envFrom:
       key: {{ .root.Values.nats.existingSecret.key }}
 {{- end }}
 {{- include "trackhook.natsAuthEnv" (dict "root" .root "component" .component) }}
+{{- if eq .component "delivery" }}
+{{- include "trackhook.egressProxyEnv" .root }}
+{{- end }}
 {{- with .values.extraEnv }}
 {{ toYaml . }}
+{{- end }}
+{{- end }}
+
+{{/* delivery.egressProxy as the environment of `deliver` (the URL from a Secret when it holds
+credentials). `default dict`: --reuse-values from a release older than the value. */}}
+{{- define "trackhook.egressProxyEnv" -}}
+{{- $proxy := .Values.delivery.egressProxy | default dict }}
+{{- $secret := dig "existingSecret" "name" "" $proxy }}
+{{- if and $proxy.url $secret }}
+{{- fail "set only one of delivery.egressProxy.url and delivery.egressProxy.existingSecret.name" }}
+{{- end }}
+{{- if and $proxy.noProxy (not (or $proxy.url $secret)) }}
+{{- fail "delivery.egressProxy.noProxy lists hosts that bypass a proxy: set delivery.egressProxy.url (or existingSecret) too" }}
+{{- end }}
+{{- if $proxy.url }}
+- name: TRACKHOOK_EGRESS_PROXY
+  value: {{ $proxy.url | quote }}
+{{- else if $secret }}
+- name: TRACKHOOK_EGRESS_PROXY
+  valueFrom:
+    secretKeyRef:
+      name: {{ $secret }}
+      key: {{ dig "existingSecret" "key" "url" $proxy }}
+{{- end }}
+{{- with $proxy.noProxy }}
+- name: TRACKHOOK_EGRESS_NO_PROXY
+  value: {{ join "," . | quote }}
 {{- end }}
 {{- end }}
 
