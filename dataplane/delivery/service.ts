@@ -50,6 +50,8 @@ export interface DeliveryServiceDeps {
   consumerCheckMs?: number;
   /** When a message whose dead letter was refused comes back (tests shorten it). */
   deadLetterRetryMs?: number;
+  /** The first wait before a destination that could not start is tried again. Default START_RETRY_MS. */
+  startRetryMs?: number;
 }
 
 /** A destination that could not start is tried again after this, doubling up to the maximum. */
@@ -122,6 +124,7 @@ export class DeliveryService {
 
   private constructor(deps: DeliveryServiceDeps, jsm: JetStreamManager) {
     this.#deps = deps;
+    this.#retryMs = deps.startRetryMs ?? START_RETRY_MS;
     this.#jsm = jsm;
     this.#slots = new DeliverySlots(deps.maxInFlight ?? DEFAULT_PROCESS_MAX_IN_FLIGHT);
     this.#turn = new TurnBatch((err) => deps.log.warn({ err: (err as Error).message }, "an ack or nak could not be sent; the message will be redelivered"));
@@ -325,7 +328,7 @@ export class DeliveryService {
       }
     }
     if (failed.length > 0) this.#retryLater();
-    else this.#retryMs = START_RETRY_MS;
+    else this.#retryMs = this.#deps.startRetryMs ?? START_RETRY_MS;
     // Only consumers this process managed: another deliver (or dev) on the same NATS with another
     // config keeps its own. A destination removed while no process ran keeps its consumer until
     // the operator, or someone with `nats consumer rm`, cleans it up.

@@ -97,7 +97,8 @@ describe("trackhook deliver", () => {
       const letter = await until(() => lastOf(DLQ_STREAM), Boolean);
       expect(letter!.json()).toMatchObject({ messageId: "ssrf-1" });
       expect(letter!.header?.get("Trackhook-Reason")).toBe("permanent_failure");
-      expect((await lastOf(ATTEMPTS_STREAM))!.json()).toMatchObject({ messageId: "ssrf-1", error: "private_address_refused", outcome: "permanent" });
+      // Attempt records are published after the dead letter, without waiting for an ack.
+      expect((await until(() => lastOf(ATTEMPTS_STREAM), Boolean))!.json()).toMatchObject({ messageId: "ssrf-1", error: "private_address_refused", outcome: "permanent" });
       expect(receiver.requests("/hook")).toHaveLength(0);
       const metricsText = await (await fetch(`${ops}/metrics`)).text();
       expect(metricsText).toContain('trackhook_delivery_attempts_total{destination="default/local",status_class="error",error="private_address_refused"} 1');

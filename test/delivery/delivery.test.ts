@@ -333,6 +333,7 @@ describe("a stored message that is not JSON", () => {
   });
 
   it("JSON that is not a message object (42, [], {} without messageId) is dead-lettered too", async () => {
+    // After the previous test: its dead letter makes the fourth counted below.
     for (const [i, payload] of ["42", "[]", '{"type":"track"}'].entries()) {
       await env.nats.js.publish("trackhook.events.default.garbled.track", payload, { msgID: `garbled-json-${i}` });
     }
@@ -455,11 +456,12 @@ describe("review regressions", () => {
     const key = await addDestination("ratelimited", { urls: [env.receiver.url("/ra-3s")] });
     await send(key, "/v1/track", { userId: "u1", event: "First", messageId: "ra-1" });
     const [first] = await env.receiver.waitFor("/ra-3s", 1);
-    await new Promise((r) => setTimeout(r, 200)); // the 429 reaches the worker
+    const paused = `trackhook_delivery_url_paused{destination="default/ratelimited",url_index="0",url="${env.receiver.url("/ra-3s")}",reason="retry_after"} 1`;
+    // The 429 has reached the worker once the URL is paused (a fixed 200 ms assumed a fast machine).
+    await expect.poll(async () => await env.metrics.registry.metrics(), { timeout: 5_000 }).toContain(paused);
     for (let i = 2; i <= 4; i++) await send(key, "/v1/track", { userId: "u1", event: "Next", messageId: `ra-${i}` });
     await new Promise((r) => setTimeout(r, 1_500));
     expect(env.receiver.requests("/ra-3s")).toHaveLength(1);
-    const paused = `trackhook_delivery_url_paused{destination="default/ratelimited",url_index="0",url="${env.receiver.url("/ra-3s")}",reason="retry_after"} 1`;
     expect(await env.metrics.registry.metrics()).toContain(paused);
     const all = await env.receiver.waitFor("/ra-3s", 5, 15_000);
     for (const r of all.slice(1)) expect(r.at - first!.at).toBeGreaterThanOrEqual(3_000);

@@ -55,7 +55,7 @@ function configOf(destinations: Array<{ name: string; url: string; timeout?: str
 const start = async (
   config: ConfigHolder,
   options: {
-    maxInFlight?: number; consumerRemovalGraceMs?: number; consumerRemovalRetryMs?: number; consumerCheckMs?: number; deadLetterRetryMs?: number;
+    maxInFlight?: number; consumerRemovalGraceMs?: number; consumerRemovalRetryMs?: number; consumerCheckMs?: number; deadLetterRetryMs?: number; startRetryMs?: number;
     on?: NatsHarness; log?: Logger; metrics?: DeliveryMetrics; dlqStream?: SideStreamSettings; sender?: WebhookSending;
   } = {},
 ) =>
@@ -67,6 +67,7 @@ const start = async (
     ...(options.consumerCheckMs ? { consumerCheckMs: options.consumerCheckMs } : {}),
     ...(options.consumerRemovalRetryMs ? { consumerRemovalRetryMs: options.consumerRemovalRetryMs } : {}),
     ...(options.deadLetterRetryMs ? { deadLetterRetryMs: options.deadLetterRetryMs } : {}),
+    ...(options.startRetryMs ? { startRetryMs: options.startRetryMs } : {}),
     ...(options.dlqStream ? { dlqStream: options.dlqStream } : {}),
   });
 
@@ -97,6 +98,16 @@ const consumers = async () => {
   return names.sort();
 };
 
+/**
+ * Waits until the server has the consumer's only message acked, then for two of the service's
+ * consumer checks, so that its watch has noted the ack (a fixed 800 ms could miss it on a slow
+ * machine, and the recreated consumer then sent the message again: found by a flake hunt).
+ */
+async function ackNoted(consumer: string, checkMs: number): Promise<void> {
+  await expect.poll(async () => (await nats.jsm.consumers.info(EVENTS_STREAM, consumer)).num_ack_pending, { timeout: 10_000 }).toBe(0);
+  await new Promise((r) => setTimeout(r, 2 * checkMs + 100));
+}
+
 describe("delivery service", () => {
   it("leaves alone the consumers of another process's destinations", async () => {
     const a = await start(new ConfigHolder(configOf([{ name: "alpha", url: receiver.url("/alpha") }])));
@@ -114,7 +125,8 @@ describe("delivery service", () => {
 
   it("keeps a removed destination's consumer, and the messages it still had to deliver, for a grace period (regression: a config file caught empty for a second lost the backlog)", async () => {
     const config = new ConfigHolder(configOf([{ name: "gamma", url: receiver.url("/gamma") }]));
-    const service = await start(config, { consumerRemovalGraceMs: 1_500 });
+    // A grace well beyond the steps below, which must all happen within it (a slow machine).
+    const service = await start(config, { consumerRemovalGraceMs: 5_000 });
     const publish = publishTo("gamma");
     try {
       const full = config.current();
@@ -190,7 +202,7 @@ describe("delivery service", () => {
     try {
       await publish("d-before");
       await receiver.waitFor("/delta", 1);
-      await new Promise((r) => setTimeout(r, 800)); // its ack noted by a check
+      await ackNoted("dest_default_delta", 500);
       await nats.jsm.consumers.delete(EVENTS_STREAM, "dest_default_delta"); // `nats consumer rm`
       for (const id of ["d-1", "d-2", "d-3"]) await publish(id);
       await receiver.waitFor("/delta", 4, 15_000);
@@ -254,7 +266,7 @@ describe("delivery service", () => {
     try {
       await publish("t-before");
       await receiver.waitFor("/theta", 1);
-      await new Promise((r) => setTimeout(r, 800)); // its ack noted by a check
+      await ackNoted("dest_default_theta", 300);
       await nats.jsm.consumers.delete(EVENTS_STREAM, "dest_default_theta");
       for (const id of ["t-1", "t-2"]) await publish(id);
       config.set({ ...docs, destinations: docs.destinations.map((d) => ({ ...d, timeoutMs: 7_000 })) }); // before the watch confirms the loss
@@ -463,7 +475,7 @@ describe("delivery service", () => {
       await storeErasure(own, "web", "delete-web");
       await ownReceiver.waitFor("/mu", 1); // tried once, waiting for a retry
       config.set(configOf([{ name: "mu", url: ownReceiver.url("/mu"), sources: ["app"] }]));
-      await expect.poll(() => lines.some((l) => l.includes("could not be moved to the dead-letter queue: those sources are still read"))).toBe(true);
+      await expect.poll(() => lines.some((l) => l.includes("could not be moved to the dead-letter queue: those sources are still read")), { timeout: 10_000 }).toBe(true);
       ownReceiver.on("/mu", answer(200));
       await publishTo("app", own)("app-after");
       const delivered = () => ownReceiver.requests("/mu").map((r) => (JSON.parse(r.body.toString()) as { messageId: string }).messageId);
@@ -510,7 +522,10 @@ describe("delivery service", () => {
     const metrics = new DeliveryMetrics({ defaultMetrics: false });
     const config = new ConfigHolder(configOf([{ name: "iota", url: ownReceiver.url("/iota") }]));
     const { log, lines } = capturedLog("error");
-    const service = await start(config, { on: own, log, metrics });
+    // Its next try comes 5 s after a failed one: well after NATS is back and the messages below
+    // are stored, however long nats-server takes to restart (with 1 s, a slow restart let it
+    // start before them, and the test then proved nothing: found by a flake hunt).
+    const service = await start(config, { on: own, log, metrics, startRetryMs: 5_000 });
     const up = async () => (await metrics.registry.getSingleMetric("trackhook_delivery_destination_up")!.get()).values.map((v) => `${v.labels.destination}=${v.value}`).sort();
     try {
       expect(await up()).toEqual(["default/iota=1"]);

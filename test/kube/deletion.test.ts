@@ -80,8 +80,10 @@ describe("DeletionRequest", () => {
       for (const body of received) expect(Object.keys(body).sort()).toEqual(["context", "messageId", "timestamp", "type", "userId"]);
       const expectedIds = ["shop", "blog"].flatMap((s) => ["alice", "bob"].map((u) => deleteMessageId(done.metadata.uid, `${env.namespace}/${s}`, u)));
       expect(received.map((b) => b.messageId).sort()).toEqual(expectedIds.sort());
-      const events = await env.cluster.kubectlOk(["get", "events", "-n", env.namespace, "--field-selector", "involvedObject.name=gdpr-1", "-o", "jsonpath={.items[*].reason}"]);
-      expect(events.split(" ").sort()).toEqual(["Finished", "Running"]);
+      // The Finished event is recorded just after the status that says Ready.
+      const reasons = async () => (await env.cluster.kubectlOk(["get", "events", "-n", env.namespace, "--field-selector", "involvedObject.name=gdpr-1", "-o", "jsonpath={.items[*].reason}"])).split(" ").sort();
+      await env.waitFor("the Finished event", async () => (await reasons()).includes("Finished"));
+      expect(await reasons()).toEqual(["Finished", "Running"]);
 
       // A source that does not exist fails the request, naming it; the others still get theirs.
       await env.apply(deletionRequest("gdpr-2", ["carol"], ["shop", "nope"]));

@@ -208,7 +208,8 @@ spec: { writeKeySecretRef: { name: limited-key, key: writeKey }${rateLimit} }
       return d?.status?.observedGeneration === d?.metadata.generation && d?.status?.conditions?.some((c) => c.type === "Ready" && c.status === "True") ? d : undefined;
     });
     expect(both.status!.conditions!.find((c) => c.type === "Ready")).toMatchObject({ reason: "SourceNotAccepting", message: expect.stringContaining("Source gone-a accepts no messages (no such Source in the namespace)") });
-    await env.waitFor("the delivery worker on the new URL", async () => env.delivery.destinations.includes(`${env.namespace}/both`));
+    // Sent until one arrives at the new URL: the destination's name is listed by the old worker
+    // too, so waiting for it would prove nothing.
     await env.waitFor("kept-b's message at the new URL", async () => {
       await track("kept-b", { userId: "u", event: "After", messageId: `both-${Date.now()}` });
       return env.receiver.requests("/both-2").length > 0;
