@@ -39,6 +39,13 @@ export function egressProxy(url: string, noProxy: readonly string[] = []): Egres
   if (!parsed || (parsed.protocol !== "http:" && parsed.protocol !== "https:") || !parsed.hostname) {
     throw new InvalidEgressProxyError(`--egress-proxy: ${redactProxyUrl(url)} is not the http:// or https:// URL of a proxy (such as http://proxy.example:3128)`);
   }
+  try {
+    decodeURIComponent(parsed.username);
+    decodeURIComponent(parsed.password);
+  } catch {
+    // undici decodes them for Proxy-Authorization, and would fail every attempt instead.
+    throw new InvalidEgressProxyError(`--egress-proxy: ${redactProxyUrl(url)} has credentials that are not valid percent-encoding: write % as %25 (and / ? # @ : as %2F %3F %23 %40 %3A)`);
+  }
   if (parsed.pathname !== "/" || parsed.search || parsed.hash) {
     throw new InvalidEgressProxyError(`--egress-proxy: ${redactProxyUrl(url)} has a path, query or fragment; a proxy is named by scheme, host and port only`);
   }
@@ -53,8 +60,12 @@ export function egressProxy(url: string, noProxy: readonly string[] = []): Egres
 /** The proxy's URL without the credentials it may hold, for logs and errors. */
 export function redactProxyUrl(url: string): string {
   const parsed = URL.parse(url);
-  // Not a URL (or not one of ours): shown as given, less what looks like credentials.
-  if (!parsed || !parsed.host) return JSON.stringify(url.replace(/[^/@\s]*@/, "…@"));
+  // Not a URL (a password with a raw "/", say): shown without anything before its last "@"
+  // beyond the scheme, where credentials would be.
+  if (!parsed || !parsed.host) {
+    const at = url.lastIndexOf("@");
+    return JSON.stringify(at < 0 ? url : `${/^[a-z][a-z0-9+.-]*:\/\//i.exec(url)?.[0] ?? ""}…${url.slice(at)}`);
+  }
   const credentials = parsed.username !== "" || parsed.password !== "";
   return `${parsed.protocol}//${credentials ? "…@" : ""}${parsed.host}`;
 }
@@ -91,12 +102,34 @@ export function proxiedAgent(proxy: EgressProxy, options: Agent.Options, ca: str
     noProxy: proxy.noProxy.join(","),
     ...(tls ? { requestTls: tls, proxyTls: tls } : {}),
     // The connections that carry CONNECT tunnels.
-    clientFactory: (origin: string | URL, opts: Pool.Options) => new Pool(origin, withMarks(opts)),
+    clientFactory: (origin: string | URL, opts: Pool.Options) => tunnelPool(origin, withMarks(opts)),
     // The connections that carry http receivers' absolute-form requests (as many as to a
     // receiver), and those to noProxy hosts and through tunnels (as they are).
     factory: (origin: string | URL, opts: Pool.Options) =>
-      new Pool(origin, new URL(origin).origin === proxyOrigin ? withMarks({ connections: options.connections, maxHeaderSize: options.maxHeaderSize, ...opts }) : opts),
+      new Pool(origin, new URL(origin).origin === proxyOrigin ? withMarks({ connections: options.connections, maxHeaderSize: options.maxHeaderSize, headersTimeout: PROXY_ANSWER_MS, ...opts }) : opts),
   } as EnvHttpProxyAgent.Options);
+}
+
+/**
+ * How long the proxy gets to answer a CONNECT (or an http request's headers through it). Without
+ * a limit of its own (undici's default is 300 s), a proxy that takes connections and never
+ * answers held every later request to that receiver, and the pod's shutdown, for 5 minutes
+ * (found by a review); the attempt itself ends at its deadline in any case.
+ */
+const PROXY_ANSWER_MS = 10_000;
+
+/** The pool that sends CONNECT to the proxy: its failures, answered or not, are the proxy's. */
+function tunnelPool(origin: string | URL, options: Pool.Options): Pool {
+  const pool = new Pool(origin, { ...options, headersTimeout: PROXY_ANSWER_MS });
+  const connect = pool.connect.bind(pool) as (options: Dispatcher.ConnectOptions) => Promise<Dispatcher.ConnectData>;
+  Object.assign(pool, {
+    connect: (opts: Dispatcher.ConnectOptions) =>
+      connect(opts).catch((err: unknown) => {
+        if (typeof err === "object" && err !== null && !(PROXY_FAILURE in err)) Object.defineProperty(err, PROXY_FAILURE, { value: true });
+        throw err;
+      }),
+  });
+  return pool;
 }
 
 // What undici says when the proxy answers CONNECT with other than 200 (a 403 of its rules, a 502

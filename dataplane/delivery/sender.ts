@@ -9,7 +9,7 @@ import { isIP, type LookupFunction } from "node:net";
 import { Agent, type Dispatcher } from "undici";
 import { classifyStatus, type AttemptOutcome, type DeliveryErrorCode } from "./outcome.ts";
 import { DnsCache } from "./dns-cache.ts";
-import { checkUrlHost, guardLookup, PrivateAddressError } from "./ssrf.ts";
+import { checkUrlHost, guardLookup, PrivateAddressError, urlReachesOnlyPrivate } from "./ssrf.ts";
 import { isProxyFailure, proxiedAgent, type EgressProxy } from "./egress-proxy.ts";
 
 export interface SenderOptions {
@@ -85,7 +85,7 @@ export class WebhookSender {
   readonly #newAgent: () => Dispatcher;
   readonly #allowPrivateNetworks: boolean;
   /** With a proxy: the private-address check of names, which the guard at connect no longer sees. */
-  readonly #checkName: ((hostname: string) => Promise<AttemptOutcome | undefined>) | undefined;
+  readonly #checkName: ((url: URL) => Promise<AttemptOutcome | undefined>) | undefined;
   readonly #userAgent: string;
   readonly #targets = new Map<string, URL | AttemptOutcome>();
   readonly #sweep: NodeJS.Timeout;
@@ -134,33 +134,33 @@ export class WebhookSender {
     const started = performance.now();
     const url = this.#target(req.url);
     if (!(url instanceof URL)) return Promise.resolve({ url: req.url, outcome: url, latencyMs: performance.now() - started });
-    if (this.#checkName && isIP(bareHost(url)) === 0) {
-      return this.#checkName(url.hostname).then((refused) =>
-        refused ? { url: req.url, outcome: refused, latencyMs: performance.now() - started } : this.#dispatch(req, url, started),
-      );
-    }
-    return this.#dispatch(req, url, started);
+    return new Promise((resolve) => {
+      // Armed first: the deadline covers the name check too, as it covers the lookup at connect.
+      const exchange = new Exchange(req, started, resolve);
+      if (!this.#checkName || isIP(bareHost(url)) !== 0) return this.#dispatch(req, url, exchange);
+      void this.#checkName(url).then((refused) => {
+        if (refused) exchange.refuse(refused);
+        else if (!exchange.expired) this.#dispatch(req, url, exchange);
+      });
+    });
   }
 
-  #dispatch(req: SendRequest, url: URL, started: number): Promise<SendResult> {
-    return new Promise((resolve) => {
-      const exchange = new Exchange(req, started, resolve);
-      // undici's dispatch() rather than request(): request() wraps every answer in a Readable
-      // stream and the deadline in an AbortSignal, which cost ~10 µs of CPU per attempt (a third
-      // of the attempt) in bench/delivery.ts. A handler of our own keeps only what we need.
-      // undici documents dispatch() as its lower-level API, free to change in a major release:
-      // test/delivery/sender.test.ts covers every behaviour of this handler against real servers.
-      try {
-        this.#agent(req.pool).dispatch(
-          { origin: url.origin, path: `${url.pathname}${url.search}`, method: "POST", headers: this.#headers(req.headers), body: req.body },
-          exchange,
-        );
-      } catch (err) {
-        // Refused before anything was sent (undici checks some arguments at once): an outcome
-        // like any other, as send() never throws.
-        exchange.onResponseError(null, err as Error);
-      }
-    });
+  #dispatch(req: SendRequest, url: URL, exchange: Exchange): void {
+    // undici's dispatch() rather than request(): request() wraps every answer in a Readable
+    // stream and the deadline in an AbortSignal, which cost ~10 µs of CPU per attempt (a third
+    // of the attempt) in bench/delivery.ts. A handler of our own keeps only what we need.
+    // undici documents dispatch() as its lower-level API, free to change in a major release:
+    // test/delivery/sender.test.ts covers every behaviour of this handler against real servers.
+    try {
+      this.#agent(req.pool).dispatch(
+        { origin: url.origin, path: `${url.pathname}${url.search}`, method: "POST", headers: this.#headers(req.headers), body: req.body },
+        exchange,
+      );
+    } catch (err) {
+      // Refused before anything was sent (undici checks some arguments at once): an outcome
+      // like any other, as send() never throws.
+      exchange.onResponseError(null, err as Error);
+    }
   }
 
   /**
@@ -232,16 +232,18 @@ const bareHost = (url: URL) => url.hostname.replace(/^\[|\]$/g, "");
 
 /**
  * With a proxy, the proxy resolves the receiver's name and delivery dials only the proxy: the
- * name is looked up here first, and refused if it resolves to a private address. A name that
- * does not resolve here is left to the proxy (in clusters where only the proxy resolves outside
- * names): its own rules decide then, as they do for a name that changes between the two lookups.
+ * name is looked up here first, and refused if it resolves to a private address, or if its text
+ * says it can only be one (localhost, *.localhost, cluster names) whether or not it resolves
+ * here. A name that does not resolve here is left to the proxy (in clusters where only the proxy
+ * resolves outside names): its own rules decide then, as they do for a name that changes between
+ * the two lookups.
  */
-function refusePrivateNames(lookup: LookupFunction): (hostname: string) => Promise<AttemptOutcome | undefined> {
-  return (hostname) =>
+function refusePrivateNames(lookup: LookupFunction): (url: URL) => Promise<AttemptOutcome | undefined> {
+  const refused: AttemptOutcome = { kind: "permanent", error: "private_address_refused" };
+  return (url) =>
     new Promise((resolve) => {
-      lookup(hostname, { all: true }, (err) => {
-        resolve(err instanceof PrivateAddressError ? { kind: "permanent", error: "private_address_refused" } : undefined);
-      });
+      if (urlReachesOnlyPrivate(url)) return resolve(refused);
+      lookup(url.hostname, { all: true }, (err) => resolve(err instanceof PrivateAddressError ? refused : undefined));
     });
 }
 
@@ -288,6 +290,17 @@ class Exchange implements Dispatcher.DispatchHandler {
   static #cutBody(exchange: Exchange): void {
     exchange.#done(exchange.#outcome!, exchange.#snippet());
     exchange.#controller?.abort(new Error(`answer body not complete ${BODY_GRACE_MS} ms after its status`));
+  }
+
+  /** Whether the deadline has passed (the attempt is then settled as a timeout). */
+  get expired(): boolean {
+    return this.#expired;
+  }
+
+  /** Settles the attempt without a request (refused before one was made). */
+  refuse(outcome: AttemptOutcome): void {
+    this.#finish();
+    this.#done(outcome);
   }
 
   onRequestStart(controller: Dispatcher.DispatchController): void {

@@ -566,6 +566,12 @@ describe("rendered manifests", () => {
     expect((env(defaults) ?? []).filter((e) => String(e.name).startsWith("TRACKHOOK_EGRESS"))).toEqual([]);
     const plain = await render({ set: { "delivery.egressProxy.url": "http://proxy.example:3128" } });
     expect(env(plain)).toEqual(expect.arrayContaining([{ name: "TRACKHOOK_EGRESS_PROXY", value: "http://proxy.example:3128" }]));
+    // The rule's port is the url's when it has one (or its scheme's), else delivery.egressProxy.port.
+    for (const [url, port] of [["http://[fd00::5]:8080", 8080], ["https://proxy.example", 443], ["http://proxy.example", 80]] as const) {
+      const docs = await render({ set: { "delivery.egressProxy.url": url, "networkPolicy.egress.enabled": "true", "delivery.egressProxy.networkPolicyPeers[0].ipBlock.cidr": "10.20.0.5/32" } });
+      const rules = ofKind(docs, "NetworkPolicy").find((np) => np.metadata.labels["app.kubernetes.io/component"] === "delivery")!.spec.egress as Manifest[];
+      expect(rules, url).toContainEqual({ to: [{ ipBlock: { cidr: "10.20.0.5/32" } }], ports: [{ port, protocol: "TCP" }] });
+    }
     const deliveryEgress = ofKind(full, "NetworkPolicy").find((np) => np.metadata.labels["app.kubernetes.io/component"] === "delivery")!.spec.egress as Manifest[];
     expect(deliveryEgress).toContainEqual({ to: [{ ipBlock: { cidr: "10.20.0.5/32" } }], ports: [{ port: 3128, protocol: "TCP" }] });
     // Refused at install: credentials in values (they belong in the Secret), both sources, noProxy alone.
@@ -573,6 +579,10 @@ describe("rendered manifests", () => {
       [["delivery.egressProxy.url=http://user:pw@proxy.example:3128"], /egressProxy\/url|does not match pattern/],
       [["delivery.egressProxy.url=http://proxy:3128", "delivery.egressProxy.existingSecret.name=p"], /set only one of delivery.egressProxy.url and delivery.egressProxy.existingSecret.name/],
       [["delivery.egressProxy.noProxy[0]=internal.example"], /noProxy lists hosts that bypass a proxy/],
+      [["delivery.egressProxy.url=http://:3128"], /does not match pattern/],
+      [["delivery.egressProxy.url=http://proxy:3128", "delivery.egressProxy.noProxy[0]=example.com."], /does not match pattern/],
+      // An egress policy with a proxy it does not let delivery reach.
+      [["delivery.egressProxy.url=http://proxy:3128", "networkPolicy.egress.enabled=true"], /set delivery.egressProxy.networkPolicyPeers/],
     ] as const) {
       const result = await helm(["template", "x", chartDir, ...set.flatMap((s) => ["--set", s])]);
       expect(result.code, set.join(" ")).not.toBe(0);

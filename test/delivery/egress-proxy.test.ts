@@ -8,7 +8,9 @@ import { execFileSync } from "node:child_process";
 import { readFileSync } from "node:fs";
 import { createServer, type IncomingHttpHeaders, type IncomingMessage, type ServerResponse } from "node:http";
 import { createServer as createHttpsServer } from "node:https";
+import { createServer as createTcpServer, type Socket } from "node:net";
 import { join } from "node:path";
+import { performance } from "node:perf_hooks";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { WebhookSender, type SendRequest } from "../../dataplane/delivery/sender.ts";
 import { egressProxy, redactProxyUrl, InvalidEgressProxyError } from "../../dataplane/delivery/egress-proxy.ts";
@@ -143,7 +145,8 @@ describe("through an egress proxy", () => {
   it("without allowPrivateNetworks, a name that resolves to a private address is still refused before the proxy is asked; a name only the proxy can resolve is left to it", async () => {
     const p = await proxy();
     const s = sender(p.url, { allowPrivateNetworks: false });
-    for (const url of [`https://localhost:${httpsPort}/private`, `http://127.0.0.1:${httpPort}/private`, `http://[::1]:${httpPort}/private`]) {
+    // Names that can only be private are refused even where they do not resolve (the proxy might resolve them).
+    for (const url of [`https://localhost:${httpsPort}/private`, `http://127.0.0.1:${httpPort}/private`, `http://[::1]:${httpPort}/private`, "https://hooks.localhost/private", "http://receiver.team.svc.cluster.local/private"]) {
       expect((await s.send(post(url))).outcome, url).toEqual({ kind: "permanent", error: "private_address_refused" });
     }
     expect(p.requests).toEqual([]);
@@ -152,6 +155,23 @@ describe("through an egress proxy", () => {
     expect(p.requests.map((r) => r.target)).toEqual(["receiver.invalid:443"]);
     expect(unknown.outcome).toEqual({ kind: "retry", error: "proxy_error" });
   });
+
+  it("a proxy that takes the connection and never answers CONNECT costs the attempt its deadline, and holds nothing for long: close() ends (regression: 300 s)", async () => {
+    const sockets: Socket[] = [];
+    const silent = createTcpServer((socket) => void sockets.push(socket.on("error", () => {})));
+    await new Promise<void>((resolve) => silent.listen(0, "127.0.0.1", resolve));
+    cleanups.push(() => new Promise<void>((resolve) => {
+      for (const socket of sockets) socket.destroy();
+      silent.close(() => resolve());
+    }));
+    const s = new WebhookSender({ allowPrivateNetworks: true, userAgent: "trackhook-test/1.0", proxy: egressProxy(`http://127.0.0.1:${(silent.address() as { port: number }).port}`), ca: cert });
+    const started = performance.now();
+    expect((await s.send(post(`https://localhost:${httpsPort}/silent`, { timeoutMs: 1_000 }))).outcome).toEqual({ kind: "retry", error: "timeout" });
+    expect(performance.now() - started).toBeLessThan(3_000);
+    const closing = performance.now();
+    await s.close();
+    expect(performance.now() - closing).toBeLessThan(15_000);
+  }, 30_000);
 
   it("a header undici refuses to send through a proxy settles the attempt instead of throwing (send never throws)", async () => {
     const p = await proxy();
@@ -180,6 +200,10 @@ describe("egressProxy()", () => {
       expect(() => egressProxy(url), url).toThrow(why);
       expect(() => egressProxy(url), url).not.toThrow(/topsecret/);
     }
+    // A raw % in the password: undici could not decode it, and every attempt would fail.
+    expect(() => egressProxy("http://team:100%@proxy:3128")).toThrow(/not valid percent-encoding: write % as %25/);
+    expect(() => egressProxy("http://team:100%@proxy:3128")).not.toThrow(/100%/);
+    expect(egressProxy("http://team:100%25@proxy:3128").url).toBe("http://team:100%25@proxy:3128");
     expect(() => egressProxy("http://proxy:3128", ["https://example.com"])).toThrow(/--egress-no-proxy: "https:\/\/example.com" is not a host/);
     expect(() => egressProxy("http://proxy:3128", ["a b"])).toThrow(/is not a host/);
   });
@@ -188,5 +212,10 @@ describe("egressProxy()", () => {
     expect(redactProxyUrl("http://user:pw@proxy.example:3128")).toBe("http://…@proxy.example:3128");
     expect(redactProxyUrl("http://proxy.example:3128")).toBe("http://proxy.example:3128");
     expect(redactProxyUrl("not a url user:pw@x")).not.toContain("pw");
+    // A password with a raw "/" or "?" makes it no URL: nothing before the last "@" is shown.
+    for (const url of ["http://team:pa/ss@proxy:3128", "user:pa/ssword@proxy:3128", "http://u:p?w/x@proxy:3128"]) {
+      expect(redactProxyUrl(url), url).not.toMatch(/pa|ss|p\?w|x@/);
+      expect(redactProxyUrl(url), url).toContain("…@proxy");
+    }
   });
 });
