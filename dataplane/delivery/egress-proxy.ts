@@ -106,12 +106,13 @@ export function proxiedAgent(proxy: EgressProxy, options: Agent.Options, ca: str
     // The connections that carry http receivers' absolute-form requests (as many as to a
     // receiver), and those to noProxy hosts and through tunnels (as they are).
     factory: (origin: string | URL, opts: Pool.Options) =>
-      new Pool(origin, new URL(origin).origin === proxyOrigin ? withMarks({ connections: options.connections, maxHeaderSize: options.maxHeaderSize, headersTimeout: PROXY_ANSWER_MS, ...opts }) : opts),
+      new Pool(origin, new URL(origin).origin === proxyOrigin ? withMarks({ connections: options.connections, maxHeaderSize: options.maxHeaderSize, ...opts }) : opts),
   } as EnvHttpProxyAgent.Options);
 }
 
 /**
- * How long the proxy gets to answer a CONNECT (or an http request's headers through it). Without
+ * How long the proxy gets to answer a CONNECT. (An http request through it ends at the attempt's
+ * deadline, up to 30 s, like one sent directly.) Without
  * a limit of its own (undici's default is 300 s), a proxy that takes connections and never
  * answers held every later request to that receiver, and the pod's shutdown, for 5 minutes
  * (found by a review); the attempt itself ends at its deadline in any case.
