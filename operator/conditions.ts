@@ -16,7 +16,7 @@ export interface ReadyState {
 function withCondition(conditions: readonly Condition[] | undefined, type: string, state: ReadyState | undefined, generation: number | undefined, now: Date): Condition[] {
   const others = (conditions ?? []).filter((c) => c.type !== type);
   if (!state) return others;
-  const previous = conditions?.find((c) => c.type === type);
+  const previous = conditionOf(conditions, type);
   return [
     ...others,
     {

@@ -1,7 +1,6 @@
 // Delivery through an egress proxy, for clusters that let nothing out otherwise: the flags read
 // once at start, the undici dispatcher that goes through the proxy, and how the proxy's failures
 // are told apart from the receivers'.
-import { getCACertificates } from "node:tls";
 import { EnvHttpProxyAgent, Pool, type Agent, type Dispatcher } from "undici";
 
 /**
@@ -73,13 +72,17 @@ export function redactProxyUrl(url: string): string {
 /** Marks an error of the connection to the proxy itself. */
 const PROXY_FAILURE = Symbol("trackhook.proxyFailure");
 
+function markProxyFailure(err: unknown): void {
+  if (typeof err === "object" && err !== null && !(PROXY_FAILURE in err)) Object.defineProperty(err, PROXY_FAILURE, { value: true });
+}
+
 type Connector = (options: object, callback: (err: Error | null, socket: unknown) => void) => void;
 
 function markingFailures(connect: unknown): unknown {
   if (typeof connect !== "function") return connect;
   const marked: Connector = (options, callback) =>
     (connect as Connector)(options, (err, socket) => {
-      if (err) Object.defineProperty(err, PROXY_FAILURE, { value: true });
+      markProxyFailure(err);
       callback(err, socket);
     });
   return marked;
@@ -90,9 +93,9 @@ function markingFailures(connect: unknown): unknown {
  * guard at connect). Failures of the connection to the proxy are marked (isProxyFailure), so
  * that a proxy that is down is not taken for a receiver refusing connections.
  */
-export function proxiedAgent(proxy: EgressProxy, options: Agent.Options, ca: string | Buffer | undefined): Dispatcher {
+export function proxiedAgent(proxy: EgressProxy, options: Agent.Options, ca: Array<string | Buffer> | undefined): Dispatcher {
   const proxyOrigin = new URL(proxy.url).origin;
-  const tls = ca !== undefined ? { ca: [...getCACertificates("default"), ca] } : undefined;
+  const tls = ca ? { ca } : undefined;
   const withMarks = (opts: Pool.Options): Pool.Options => ({ ...opts, connect: markingFailures(opts.connect) as Pool.Options["connect"] });
   return new EnvHttpProxyAgent({
     ...options,
@@ -126,7 +129,7 @@ function tunnelPool(origin: string | URL, options: Pool.Options): Pool {
   Object.assign(pool, {
     connect: (opts: Dispatcher.ConnectOptions) =>
       connect(opts).catch((err: unknown) => {
-        if (typeof err === "object" && err !== null && !(PROXY_FAILURE in err)) Object.defineProperty(err, PROXY_FAILURE, { value: true });
+        markProxyFailure(err);
         throw err;
       }),
   });

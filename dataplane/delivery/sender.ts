@@ -9,7 +9,7 @@ import { isIP, type LookupFunction } from "node:net";
 import { Agent, type Dispatcher } from "undici";
 import { classifyStatus, type AttemptOutcome, type DeliveryErrorCode } from "./outcome.ts";
 import { DnsCache } from "./dns-cache.ts";
-import { checkUrlHost, guardLookup, PrivateAddressError, urlReachesOnlyPrivate } from "./ssrf.ts";
+import { bareHost, checkUrlHost, guardLookup, PrivateAddressError, urlReachesOnlyPrivate } from "./ssrf.ts";
 import { isProxyFailure, proxiedAgent, type EgressProxy } from "./egress-proxy.ts";
 
 export interface SenderOptions {
@@ -94,6 +94,8 @@ export class WebhookSender {
     this.#allowPrivateNetworks = options.allowPrivateNetworks;
     this.#userAgent = options.userAgent;
     const dns = new DnsCache();
+    // Node's `ca` replaces the trusted roots; keep the defaults so an extra CA only adds trust.
+    const ca = options.ca !== undefined ? [...getCACertificates("default"), options.ca] : undefined;
     const agentOptions: Agent.Options = {
       connections: options.connections ?? MAX_CONNECTIONS_PER_ORIGIN,
       maxHeaderSize: MAX_RESPONSE_HEADER_BYTES,
@@ -103,11 +105,10 @@ export class WebhookSender {
         // name that re-resolves to a private address between config check and send (DNS
         // rebinding) is still refused.
         lookup: options.allowPrivateNetworks ? dns.lookupFunction : guardLookup(dns.lookupFunction),
-        // Node's `ca` replaces the trusted roots; keep the defaults so an extra CA only adds trust.
-        ...(options.ca !== undefined ? { ca: [...getCACertificates("default"), options.ca] } : {}),
+        ...(ca ? { ca } : {}),
       },
     };
-    const { proxy, ca } = options;
+    const { proxy } = options;
     this.#newAgent = proxy ? () => proxiedAgent(proxy, agentOptions, ca) : () => new Agent(agentOptions);
     this.#checkName = proxy && !options.allowPrivateNetworks ? refusePrivateNames(guardLookup(dns.lookupFunction)) : undefined;
     this.#sweep = setInterval(() => this.#closeIdlePools(), IDLE_POOL_MS).unref();
@@ -227,8 +228,6 @@ function judgeTarget(text: string, allowPrivateNetworks: boolean): URL | Attempt
   }
   return url;
 }
-
-const bareHost = (url: URL) => url.hostname.replace(/^\[|\]$/g, "");
 
 /**
  * With a proxy, the proxy resolves the receiver's name and delivery dials only the proxy: the

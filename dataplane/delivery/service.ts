@@ -113,7 +113,8 @@ export class DeliveryService {
   readonly #narrowing = new Set<string>();
   #narrowRetry: NodeJS.Timeout | undefined;
   readonly #notMovedLog = new KeyedLogInterval(10 * 60_000);
-  #retryMs = START_RETRY_MS;
+  readonly #firstRetryMs: number;
+  #retryMs: number;
   /** Destinations wanted per tenant (namespace), for what a worker started now pulls ahead (pullAhead()). */
   #wantedPerTenant = new Map<string, number>();
   #stopped = false;
@@ -124,7 +125,8 @@ export class DeliveryService {
 
   private constructor(deps: DeliveryServiceDeps, jsm: JetStreamManager) {
     this.#deps = deps;
-    this.#retryMs = deps.startRetryMs ?? START_RETRY_MS;
+    this.#firstRetryMs = deps.startRetryMs ?? START_RETRY_MS;
+    this.#retryMs = this.#firstRetryMs;
     this.#jsm = jsm;
     this.#slots = new DeliverySlots(deps.maxInFlight ?? DEFAULT_PROCESS_MAX_IN_FLIGHT);
     this.#turn = new TurnBatch((err) => deps.log.warn({ err: (err as Error).message }, "an ack or nak could not be sent; the message will be redelivered"));
@@ -328,7 +330,7 @@ export class DeliveryService {
       }
     }
     if (failed.length > 0) this.#retryLater();
-    else this.#retryMs = this.#deps.startRetryMs ?? START_RETRY_MS;
+    else this.#retryMs = this.#firstRetryMs;
     // Only consumers this process managed: another deliver (or dev) on the same NATS with another
     // config keeps its own. A destination removed while no process ran keeps its consumer until
     // the operator, or someone with `nats consumer rm`, cleans it up.

@@ -73,7 +73,7 @@ export function checkUrlHost(url: URL): void {
 }
 
 /** A URL's host without an IPv6 literal's brackets. */
-const bareHost = (url: URL) => url.hostname.replace(/^\[|\]$/g, "");
+export const bareHost = (url: URL) => url.hostname.replace(/^\[|\]$/g, "");
 
 /** Cluster DNS suffixes: such a name resolves to a Service's private address. */
 const CLUSTER_SUFFIXES = [".svc", ".svc.cluster.local", ".cluster.local", ".localhost"];

@@ -18,6 +18,13 @@ const waitDelivering = (name: string, reason: string | undefined, timeoutMs = 20
   }, timeoutMs);
 const track = async (messageId: string) =>
   expect((await post(`${env.ingest.url}/v1/track`, { userId: "u", event: "Checked", messageId }, { headers: { authorization: basic("health-key") } })).status).toBe(200);
+/** A destination `name` whose receiver answers `status`, sent one message. */
+async function destinationAnswering(name: string, status: number): Promise<void> {
+  env.receiver.on(`/${name}`, answer(status));
+  await env.apply(destinationYaml(name, { sources: ["web"], urls: [env.receiver.url(`/${name}`)] }));
+  await env.waitReady("WebhookDestination", name);
+  await track(`${name}-1`);
+}
 const eventReasons = async (name: string) => {
   const list = JSON.parse(await env.cluster.kubectlOk(["get", "events", "-n", env.namespace, "--field-selector", `involvedObject.name=${name}`, "-o", "json"])) as { items: Array<{ type: string; reason: string; message: string }> };
   return list.items.map((e) => `${e.type} ${e.reason}`);
@@ -40,10 +47,7 @@ describe("the Delivering condition", () => {
   });
 
   it("turns False with NoProgress while a receiver fails everything it is sent, said in a Warning event, and True again once it answers", async () => {
-    env.receiver.on("/down", answer(503));
-    await env.apply(destinationYaml("down", { sources: ["web"], urls: [env.receiver.url("/down")] }));
-    await env.waitReady("WebhookDestination", "down");
-    await track("down-1");
+    await destinationAnswering("down", 503);
     const down = await waitDelivering("down", "NoProgress");
     expect(delivering(down)).toMatchObject({ status: "False", message: expect.stringContaining(`trackhook attempts --destination ${env.namespace}/down`) });
     // Ready is about the spec, which is fine.
@@ -56,10 +60,7 @@ describe("the Delivering condition", () => {
   });
 
   it("turns False with DeadLettering when messages are dead-lettered, and True once the window passes without more", async () => {
-    env.receiver.on("/gone", answer(404));
-    await env.apply(destinationYaml("gone", { sources: ["web"], urls: [env.receiver.url("/gone")] }));
-    await env.waitReady("WebhookDestination", "gone");
-    await track("gone-1");
+    await destinationAnswering("gone", 404);
     const gone = await waitDelivering("gone", "DeadLettering");
     expect(delivering(gone)).toMatchObject({ status: "False", message: expect.stringContaining(`trackhook dead-letters --destination ${env.namespace}/gone`) });
     await waitDelivering("gone", "Delivering");
