@@ -23,6 +23,14 @@ describe("UrlPauses", () => {
     expect(pauses.pausedUntil(URL, 500)).toBe(1_010);
   });
 
+  it("an egress proxy that fails (proxy_error) pauses the URL like a receiver that does not answer", () => {
+    const pauses = new UrlPauses(options);
+    const proxyFailed: AttemptOutcome = { kind: "retry", error: "proxy_error" };
+    expect(pauses.note(URL, proxyFailed, 0, 0)).toBeUndefined();
+    expect(pauses.note(URL, proxyFailed, 0, 0)).toBeUndefined();
+    expect(pauses.note(URL, proxyFailed, 0, 10)).toEqual({ kind: "paused", reason: "unreachable", forMs: 1_000 });
+  });
+
   it("an answer in between, even a 500, starts the count again", () => {
     const pauses = new UrlPauses(options);
     pauses.note(URL, timeout, 0, 0);
