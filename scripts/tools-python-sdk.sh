@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Installs the official Segment Python SDK at a pinned version into a virtualenv in the
+# Installs the official Segment Python SDK at a pinned version, every file checked against its
+# hash (scripts/python-sdk-requirements.txt), into a virtualenv in the
 # git-ignored .tools/python-sdk/, for test/ingest/sdk-python.test.ts. Idempotent: a no-op when the
 # pinned version (scripts/versions.sh) is already installed there. PYTHON picks the interpreter (default python3).
 set -euo pipefail
@@ -14,6 +15,12 @@ installed() {
     && [ "$("$venv/bin/python" -c 'import importlib.metadata as m; print(m.version("segment-analytics-python"))' 2>/dev/null)" = "$SEGMENT_PYTHON_VERSION" ]
 }
 if installed; then exit 0; fi
+
+requirements=scripts/python-sdk-requirements.txt
+grep -qx "segment-analytics-python==$SEGMENT_PYTHON_VERSION \\\\" "$requirements" || {
+  echo "tools: $requirements does not pin segment-analytics-python==$SEGMENT_PYTHON_VERSION (scripts/versions.sh): bump both" >&2
+  exit 1
+}
 
 # Debian ships venv's pip bootstrap apart from python3 (python3-venv): without it `python3 -m venv`
 # fails half-way. Both come from apt when missing (scripts/apt-install.sh).
@@ -40,5 +47,5 @@ echo "tools: installing segment-analytics-python $SEGMENT_PYTHON_VERSION into .t
 rm -rf "$venv"
 mkdir -p "$(dirname "$venv")"
 "$python" -m venv "$venv"
-"$venv/bin/python" -m pip install --quiet --disable-pip-version-check --no-input "segment-analytics-python==$SEGMENT_PYTHON_VERSION"
+"$venv/bin/python" -m pip install --quiet --disable-pip-version-check --no-input --require-hashes -r "$requirements"
 installed || { echo "tools: segment-analytics-python $SEGMENT_PYTHON_VERSION did not install into $venv" >&2; exit 1; }

@@ -32,9 +32,22 @@ elif ! node_ok; then
   case "$(uname -m)" in x86_64) arch=x64 ;; aarch64|arm64) arch=arm64 ;; *) echo "tools: no Node.js package for $(uname -m) in the npm registry: install Node.js 22.19 or newer and link it to .tools/bin/node" >&2; exit 1 ;; esac
   echo "tools: installing node v$NODE_VERSION" >&2
   rm -rf "$root/node"
-  # npm's errors shown (a refused platform, the registry unreachable); its progress not.
-  npm install --loglevel=error --no-audit --no-fund --no-save --no-package-lock --prefix "$root/node" "node-linux-$arch@$NODE_VERSION" >/dev/null
-  ln -sf "$root/node/node_modules/node-linux-$arch/bin/node" "$bin/node"
+  mkdir -p "$root/node"
+  # Fetched with npm pack (the registry and proxy settings of npm's config), checked against the
+  # pinned digest, then unpacked: npm install would take whatever the registry says the digest is.
+  # npm's errors shown (the registry unreachable); its progress not.
+  tarball="$root/node/$(npm pack --loglevel=error --pack-destination "$root/node" "node-linux-$arch@$NODE_VERSION" | tail -n 1)"
+  [ "$arch" = x64 ] && want=$NODE_INTEGRITY_X64 || want=$NODE_INTEGRITY_ARM64
+  # Hashed by the machine's own node (npm needs one), whatever its version.
+  got=$(node -e 'process.stdout.write("sha512-" + require("crypto").createHash("sha512").update(require("fs").readFileSync(process.argv[1])).digest("base64"))' "$tarball")
+  if [ "$got" != "$want" ]; then
+    echo "tools: node-linux-$arch@$NODE_VERSION from the registry is not the pinned tarball (got $got, scripts/versions.sh pins $want): not installed" >&2
+    rm -rf "$root/node"
+    exit 1
+  fi
+  tar -xzf "$tarball" -C "$root/node"
+  rm -f "$tarball"
+  ln -sf "$root/node/package/bin/node" "$bin/node"
   node_ok
 fi
 
