@@ -130,6 +130,14 @@ if [ "${TRACKHOOK_TOOLS:-all}" != dataplane ]; then
     CGO_ENABLED=0 GOBIN="$bin" GOFLAGS=-trimpath go install -ldflags "-s -w -X helm.sh/helm/v$major/internal/version.version=v$HELM_VERSION" "helm.sh/helm/v$major/cmd/helm@v$HELM_VERSION"
   fi
 
+  # promtool, which evaluates the chart's alert rules against made-up series (test/chart/alerts-promtool.test.ts).
+  if ! version_of promtool --version | grep -q "^promtool, version $PROMETHEUS_VERSION "; then
+    need_go promtool
+    echo "tools: building promtool v$PROMETHEUS_VERSION" >&2
+    module=$(echo "$PROMETHEUS_VERSION" | awk -F. '{ printf "v0.%d%02d.%d", $1, $2, $3 }')
+    CGO_ENABLED=0 GOBIN="$bin" GOFLAGS=-trimpath go install -ldflags "-s -w -X github.com/prometheus/common/version.Version=$PROMETHEUS_VERSION" "github.com/prometheus/prometheus/cmd/promtool@$module"
+  fi
+
   # The official Segment SDKs of other languages, for the compatibility tests (test/ingest/sdk-*.test.ts).
   # One that cannot be installed here fails its own test (which says how to get it), not every test.
   sdk_tool() { bash "scripts/tools-$1.sh" "${@:2}" || echo "tools: scripts/tools-$1.sh ${*:2} failed (see above); its SDK test will fail until it succeeds" >&2; }

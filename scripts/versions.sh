@@ -12,5 +12,7 @@ NATS_SERVER_NEXT_VERSION=2.15.2
 KUBERNETES_VERSION=1.35.4
 ETCD_VERSION=3.6.16
 HELM_VERSION=4.3.1
+# promtool, for the unit tests of the chart's alerts; Prometheus 3.x is Go module v0.3xx.
+PROMETHEUS_VERSION=3.16.0
 # Segment SDKs the compatibility tests run (test/ingest/sdk-*.test.ts); the Node SDK is in package.json.
 SEGMENT_PYTHON_VERSION=2.4.0

@@ -4,31 +4,8 @@
 // selects or groups by must be one of that metric's labels (or one Prometheus adds when it scrapes).
 // The Grafana dashboard's queries are held to the same.
 import { describe, expect, it } from "vitest";
-import { Registry } from "prom-client";
-import { ConfigHolder, configMetrics } from "../../dataplane/config/mod.ts";
-import { DeliveryMetrics } from "../../dataplane/delivery/mod.ts";
-import { IngestMetrics } from "../../dataplane/ingest/metrics.ts";
-import { natsConnectedGauge } from "../../dataplane/nats/mod.ts";
-import { OperatorMetrics } from "../../operator/metrics.ts";
 import { render, type Manifest } from "./helm.ts";
-
-/** Labels a ServiceMonitor's scrape adds to every series. */
-const TARGET_LABELS = ["namespace", "pod", "job", "instance", "service", "container", "endpoint"];
-
-/** Every trackhook metric the components export, with its label names. */
-async function exported(): Promise<Map<string, string[]>> {
-  const registries = [new IngestMetrics({ defaultMetrics: false }).registry, new DeliveryMetrics({ defaultMetrics: false }).registry, new OperatorMetrics().registry];
-  // Registered by the commands beside each component's own metrics.
-  const extra = new Registry();
-  natsConnectedGauge(extra, { isClosed: () => false, status: () => (async function* () {})() } as never);
-  configMetrics(extra, new ConfigHolder());
-  registries.push(extra);
-  const metrics = new Map<string, string[]>();
-  for (const registry of registries) {
-    for (const m of registry.getMetricsAsArray()) metrics.set(m.name, [...((m as unknown as { labelNames?: string[] }).labelNames ?? [])]);
-  }
-  return metrics;
-}
+import { exported, TARGET_LABELS } from "./metrics.ts";
 
 /** Every trackhook_* metric an expression names is exported, with the labels it selects and groups by. */
 function expectExported(metrics: Map<string, string[]>, what: string, expr: string): void {
