@@ -142,6 +142,13 @@ describe("chart metadata and values", () => {
       refused({ "nats.url": "" }, /nats/),
       refused({ "nats.url": "nats://user:secret@nats:4222" }, /nats\/url/),
       refused({ "ingest.stream.maxAge": "3 days" }, /maxAge/),
+      // Found by a docs review: ingest refuses a max age under 1m at start (every pod would exit 2),
+      // and a WebSocket NATS URL, which the schema let through.
+      refused({ "ingest.stream.maxAge": "30s" }, /maxAge/),
+      refused({ "ingest.stream.maxAge": "59.9s" }, /maxAge/),
+      refused({ "ingest.stream.maxAge": "0.5m" }, /maxAge/),
+      refused({ "nats.url": "wss://nats.example.com:443" }, /nats\/url/),
+      refused({ "nats.url": "nats://a:4222\\,ws://b:8080" }, /nats\/url/),
       refused({ "ingest.stream.maxBytes": "lots" }, /maxBytes/),
       refused({ "ingest.stream.replicas": "7" }, /replicas/),
       refused({ "ingest.trustedProxies[0]": "proxy.example.com" }, /trustedProxies/),
@@ -631,6 +638,26 @@ describe("rendered manifests", () => {
     expect(teamNotes).toContain("kubectl -n team-a create secret generic website-write-key");
     expect(teamNotes).toContain("this operator watches only team-a, team-b");
     expect(teamNotes).not.toContain("[");
+  });
+
+  it("NOTES.txt's step 2 runs pasted into a shell, and applies the Source it shows (regression: an indented heredoc end never ended it)", async () => {
+    const result = await helm(["install", "th-test", chartDir, "--namespace", "trackhook", "--dry-run=client"]);
+    const notes = result.stdout.slice(result.stdout.indexOf("NOTES:"));
+    const step = notes.slice(notes.indexOf("\n2. "), notes.indexOf("\n3. ")).split("\n").slice(2).join("\n");
+    // kubectl and openssl stand-ins that record what they are given, stdin included.
+    const dir = tempDir("notes");
+    const script = `kubectl() { echo "kubectl $*" >> ${dir}/calls; if [ "$*" = "-n default apply -f -" ]; then cat > ${dir}/applied.yaml; fi; }\nopenssl() { echo 0123; }\n${step}\n`;
+    const { stdout, stderr } = await promisify(execFile)("bash", ["-euc", script]);
+    expect(stderr).toBe("");
+    expect(stdout).toBe("");
+    expect(readFileSync(join(dir, "calls"), "utf8").trim().split("\n")).toEqual([
+      `kubectl -n default create secret generic website-write-key --from-literal=writeKey=0123`,
+      "kubectl -n default apply -f -",
+      "kubectl -n default wait --for=condition=Ready source/website",
+    ]);
+    expect(parse(readFileSync(join(dir, "applied.yaml"), "utf8"))).toEqual({
+      apiVersion: "trackhook.io/v1alpha1", kind: "Source", metadata: { name: "website" }, spec: { writeKeySecretRef: { name: "website-write-key", key: "writeKey" } },
+    });
   });
 
   it("renders values kept from an older release (helm upgrade --reuse-values: no metrics.prometheusRule; regression: nil pointer)", async () => {

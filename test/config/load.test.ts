@@ -1,11 +1,13 @@
 // Reading `--config` files: a reload parses only the files whose text changed (found by a review:
 // parsing a tenant's file of 3,000 documents again at every edit of another's held the event
 // loop, and the ingest's requests, for seconds).
-import { rmSync, writeFileSync } from "node:fs";
+import { readFileSync, rmSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
+import { fileURLToPath } from "node:url";
 import { describe, expect, it } from "vitest";
 import { ConfigError } from "../../dataplane/config/errors.ts";
 import { loadDocuments, type ParsedFiles } from "../../dataplane/config/load.ts";
+import { loadConfigFile } from "../../dataplane/config/provider.ts";
 import { tempDir } from "../harness/temp.ts";
 
 const secret = (name: string, key: string) => `apiVersion: v1\nkind: Secret\nmetadata: { name: ${name} }\nstringData: { writeKey: ${key} }\n`;
@@ -43,5 +45,19 @@ describe("loadDocuments with the files parsed before", () => {
     expect(() => loadDocuments(dir, parsed)).toThrow(ConfigError);
     writeFileSync(join(dir, "a.yaml"), secret("a", "ka2"));
     expect(() => loadDocuments(dir, parsed)).toThrow(/broken\.yaml, document 1: YAML syntax error/);
+  });
+});
+
+describe("the README's examples", () => {
+  it("the Configure section's documents are a config `trackhook dev --config` starts with (regression: it named a Secret it did not define)", () => {
+    const readme = readFileSync(fileURLToPath(new URL("../../README.md", import.meta.url)), "utf8");
+    const section = readme.slice(readme.indexOf("\n## Configure\n"));
+    const yaml = /```yaml\n([\s\S]*?)```/.exec(section)![1]!;
+    const dir = tempDir("readme-config");
+    writeFileSync(join(dir, "configure.yaml"), yaml);
+    const config = loadConfigFile(join(dir, "configure.yaml"));
+    expect(config.sources.map((s) => `${s.namespace}/${s.name}`)).toEqual(["default/website"]);
+    expect(config.sources[0]!.additionalWriteKeys).toHaveLength(1);
+    expect(config.sources[0]!.rateLimit).toEqual({ perSecond: 500, burst: 1000 });
   });
 });
