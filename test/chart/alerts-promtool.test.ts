@@ -1,7 +1,8 @@
 // The chart's alerts evaluated by Prometheus's own rule engine (`promtool test rules`) against the
 // made-up series of alerts.promtool.yaml: each fires when it should, names what it should, and
 // stays quiet on a healthy system. alerts.test.ts checks that their metrics exist; this checks
-// what the expressions, their `for` and their summaries do with them.
+// what the expressions, their `for` and their summaries do with them, and that the Grafana
+// dashboard's queries parse.
 import { execFile } from "node:child_process";
 import { copyFileSync, existsSync, readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
@@ -65,6 +66,20 @@ describe("the chart's alerts, evaluated by promtool", () => {
       expect(metrics.has(name!), `${series}: ${name} is not exported by any component`).toBe(true);
       for (const [, label] of labels!.matchAll(/([a-z_]+)="/g)) expect([...metrics.get(name!)!, ...TARGET_LABELS], `${series}: ${name} has no label ${label}`).toContain(label);
     }
+  });
+
+  it("the Grafana dashboard's queries are PromQL Prometheus parses", async () => {
+    const dashboard = JSON.parse(readFileSync(join(repoRoot, "charts", "trackhook", "dashboards", "trackhook.json"), "utf8")) as { panels: Array<{ title: string; targets?: Array<{ expr: string }> }> };
+    // Grafana's variables, as Grafana would fill them in.
+    const filled = (expr: string) => expr.replaceAll("$__rate_interval", "5m").replaceAll("$namespace", "trackhook").replaceAll("$destination", ".*");
+    const queries = dashboard.panels.flatMap((p) => (p.targets ?? []).map((t) => ({ title: p.title, expr: filled(t.expr) })));
+    expect(queries.length).toBeGreaterThanOrEqual(15);
+    for (const { title, expr } of queries) expect(expr, `${title}: a Grafana variable promtool cannot read`).not.toMatch(/\$/);
+    // promtool parses the expressions of a rule file: each query as a recording rule.
+    const dir = tempDir("promtool-dashboard");
+    writeFileSync(join(dir, "dashboard.yaml"), stringify({ groups: [{ name: "dashboard", rules: queries.map((q, i) => ({ record: `dashboard:query_${i}`, expr: q.expr })) }] }));
+    const checked = await promtool(["check", "rules", "--lint=none", "dashboard.yaml"], dir);
+    expect(checked.code, checked.output).toBe(0);
   });
 
   it("fires each alert as the cases expect", async () => {
