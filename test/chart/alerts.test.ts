@@ -3,8 +3,10 @@
 // looked up in the registries the ingest, delivery and the operator serve, and every label it
 // selects or groups by must be one of that metric's labels (or one Prometheus adds when it scrapes).
 // The Grafana dashboard's queries are held to the same.
+import { readFileSync } from "node:fs";
+import { join } from "node:path";
 import { describe, expect, it } from "vitest";
-import { render, type Manifest } from "./helm.ts";
+import { render, repoRoot, type Manifest } from "./helm.ts";
 import { exported, TARGET_LABELS } from "./metrics.ts";
 
 /** Every trackhook_* metric an expression names is exported, with the labels it selects and groups by. */
@@ -33,6 +35,18 @@ describe("the chart's PrometheusRule", () => {
     expect(alerts.length).toBeGreaterThanOrEqual(10);
     const metrics = await exported();
     for (const { alert, expr } of alerts) expectExported(metrics, alert, expr);
+  });
+
+  it("is the table of docs/operations.md's Alerts section: every alert, with its `for` and severity (critical said, warning not)", async () => {
+    const [rule] = (await render({ set: { "metrics.prometheusRule.enabled": "true" } })).filter((m: Manifest) => m.kind === "PrometheusRule");
+    const alerts = (rule!.spec.groups as Array<{ rules: Array<{ alert: string; for?: string; labels: { severity: string } }> }>).flatMap((g) => g.rules);
+    const doc = readFileSync(join(repoRoot, "docs", "operations.md"), "utf8");
+    const rows = new Map([...doc.matchAll(/^\| `(Trackhook\w+)`( \(([^)]*)\))? \|/gm)].map(([, name, , said]) => [name!, said ?? ""]));
+    for (const { alert, for: wait, labels } of alerts) {
+      expect(rows.has(alert), `docs/operations.md has no row for ${alert}`).toBe(true);
+      expect(rows.get(alert), alert).toBe([wait, labels.severity === "critical" ? "critical" : undefined].filter(Boolean).join(", "));
+    }
+    expect([...rows.keys()].sort()).toEqual(alerts.map((a) => a.alert).sort());
   });
 
   it("is not rendered unless asked for", async () => {
