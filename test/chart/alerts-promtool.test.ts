@@ -5,7 +5,7 @@
 // dashboard's queries parse.
 import { execFile } from "node:child_process";
 import { copyFileSync, existsSync, readFileSync, writeFileSync } from "node:fs";
-import { join } from "node:path";
+import { delimiter, join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { promisify } from "node:util";
 import { describe, expect, it } from "vitest";
@@ -15,14 +15,15 @@ import { render, repoRoot, type Manifest } from "./helm.ts";
 import { exported, TARGET_LABELS } from "./metrics.ts";
 
 const run = promisify(execFile);
-const PROMTOOL = join(repoRoot, ".tools", "bin", "promtool");
+/** The pinned promtool of .tools/bin, else one on PATH (as helm.ts finds helm). */
+const PROMTOOL = [join(repoRoot, ".tools", "bin"), ...(process.env.PATH ?? "").split(delimiter).filter(Boolean)].map((d) => join(d, "promtool")).find((p) => existsSync(p));
 const CASES = fileURLToPath(new URL("./alerts.promtool.yaml", import.meta.url));
 
 interface AlertCase { alertname: string; exp_alerts?: unknown[] }
 interface PromtoolTest { input_series: Array<{ series: string }>; alert_rule_test: AlertCase[] }
 
 async function promtool(args: string[], cwd: string): Promise<{ code: number; output: string }> {
-  if (!existsSync(PROMTOOL)) throw new Error(`${PROMTOOL} is missing: run \`npm run tools\``);
+  if (!PROMTOOL) throw new Error("promtool is not in .tools/bin or on PATH: run `npm run tools`");
   try {
     const { stdout, stderr } = await run(PROMTOOL, args, { cwd });
     return { code: 0, output: stdout + stderr };

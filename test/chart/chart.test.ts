@@ -147,6 +147,7 @@ describe("chart metadata and values", () => {
       refused({ "ingest.stream.maxAge": "30s" }, /maxAge/),
       refused({ "ingest.stream.maxAge": "59.9s" }, /maxAge/),
       refused({ "ingest.stream.maxAge": "0.5m" }, /maxAge/),
+      refused({ "ingest.stream.maxAge": "59999ms" }, /maxAge/),
       refused({ "nats.url": "wss://nats.example.com:443" }, /nats\/url/),
       refused({ "nats.url": "nats://a:4222\\,ws://b:8080" }, /nats\/url/),
       refused({ "ingest.stream.maxBytes": "lots" }, /maxBytes/),
