@@ -1,11 +1,8 @@
 // Webhook delivery end to end: messages sent to the real ingest reach real HTTP receivers through
 // the delivery service, signed, with the spec's fields; URLs are tried in parallel; retryable and
 // permanent failures end where they should (delivered, retried, dead-lettered).
-import { execFileSync } from "node:child_process";
 import { createHmac } from "node:crypto";
-import { readFileSync } from "node:fs";
 import { createServer as createHttpsServer } from "node:https";
-import { join } from "node:path";
 import { createServer, type AddressInfo } from "node:net";
 import { describe, expect, it } from "vitest";
 import { readAttempts } from "../../dataplane/admin/mod.ts";
@@ -14,7 +11,7 @@ import { RESERVED_WEBHOOK_HEADERS } from "../../schema/mod.ts";
 import { basic, post } from "../harness/ingest.ts";
 import { useDelivery, type DestinationSpec } from "../harness/delivery.ts";
 import { answer } from "../harness/receiver.ts";
-import { tempDir } from "../harness/temp.ts";
+import { selfSignedCert } from "../harness/tls.ts";
 
 const env = useDelivery();
 
@@ -496,10 +493,8 @@ describe("review regressions", () => {
 
 describe("TLS", () => {
   it("a self-signed HTTPS receiver gets no request, and the attempt record says tls_verification_failed", async () => {
-    const dir = tempDir("tls");
-    execFileSync("openssl", ["req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", join(dir, "key.pem"), "-out", join(dir, "cert.pem"), "-days", "1", "-subj", "/CN=localhost", "-addext", "subjectAltName=DNS:localhost,IP:127.0.0.1"], { stdio: "ignore" });
     let requests = 0;
-    const https = createHttpsServer({ key: readFileSync(join(dir, "key.pem")), cert: readFileSync(join(dir, "cert.pem")) }, (_req, res) => {
+    const https = createHttpsServer(selfSignedCert(), (_req, res) => {
       requests++;
       res.end("ok");
     });
@@ -520,9 +515,7 @@ describe("TLS", () => {
   });
 
   it("a receiver whose certificate fails verification is paused like one that does not answer (regression: every message cost a TLS handshake, for the whole retry window)", async () => {
-    const dir = tempDir("tls");
-    execFileSync("openssl", ["req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", join(dir, "key.pem"), "-out", join(dir, "cert.pem"), "-days", "1", "-subj", "/CN=localhost", "-addext", "subjectAltName=DNS:localhost,IP:127.0.0.1"], { stdio: "ignore" });
-    const https = createHttpsServer({ key: readFileSync(join(dir, "key.pem")), cert: readFileSync(join(dir, "cert.pem")) }, (_req, res) => res.end("ok"));
+    const https = createHttpsServer(selfSignedCert(), (_req, res) => res.end("ok"));
     let handshakes = 0;
     https.on("connection", () => handshakes++);
     await new Promise<void>((resolve) => https.listen(0, "127.0.0.1", resolve));

@@ -4,19 +4,16 @@
 // that resolve to private addresses are still refused; the proxy's own failures (down, 407, its
 // rules' 403) are proxy_error, retried, never blamed on the receiver. Found by a platform-team
 // review: a cluster whose egress goes only through a proxy could deliver nothing.
-import { execFileSync } from "node:child_process";
-import { readFileSync } from "node:fs";
 import { createServer, type IncomingHttpHeaders, type IncomingMessage, type ServerResponse } from "node:http";
 import { createServer as createHttpsServer } from "node:https";
 import { createServer as createTcpServer, type Socket } from "node:net";
-import { join } from "node:path";
 import { performance } from "node:perf_hooks";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { WebhookSender, type SendRequest } from "../../dataplane/delivery/sender.ts";
 import { egressProxy, redactProxyUrl, InvalidEgressProxyError } from "../../dataplane/delivery/egress-proxy.ts";
 import { freePort } from "../harness/ports.ts";
 import { startProxy, type TestProxy } from "../harness/proxy.ts";
-import { tempDir } from "../harness/temp.ts";
+import { selfSignedCert } from "../harness/tls.ts";
 
 const cleanups: (() => unknown)[] = [];
 afterAll(async () => {
@@ -29,12 +26,8 @@ let httpPort: number;
 const received: Array<{ scheme: string; path: string; headers: IncomingHttpHeaders; body: string }> = [];
 
 beforeAll(async () => {
-  const dir = tempDir("egress-proxy");
-  execFileSync("openssl", [
-    "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", join(dir, "key.pem"), "-out", join(dir, "cert.pem"),
-    "-days", "1", "-subj", "/CN=localhost", "-addext", "subjectAltName=DNS:localhost,IP:127.0.0.1",
-  ], { stdio: "ignore" });
-  cert = readFileSync(join(dir, "cert.pem"), "utf8");
+  const tls = selfSignedCert();
+  cert = tls.cert;
   const record = (scheme: string) => (req: IncomingMessage, res: ServerResponse) => {
     const chunks: Buffer[] = [];
     req.on("data", (c: Buffer) => chunks.push(c));
@@ -44,7 +37,7 @@ beforeAll(async () => {
     });
   };
   for (const [server, set] of [
-    [createHttpsServer({ key: readFileSync(join(dir, "key.pem")), cert }, record("https")), (p: number) => (httpsPort = p)],
+    [createHttpsServer(tls, record("https")), (p: number) => (httpsPort = p)],
     [createServer(record("http")), (p: number) => (httpPort = p)],
   ] as const) {
     await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));

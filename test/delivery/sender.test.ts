@@ -2,15 +2,11 @@
 // certificate): what arrives, how each answer or failure is classified, that redirects are not
 // followed, that the deadline covers the whole exchange, and that private addresses and
 // unverifiable certificates get no request at all.
-import { execFileSync } from "node:child_process";
-import { readFileSync, rmSync } from "node:fs";
 import { createServer, type IncomingHttpHeaders, type Server, type ServerResponse } from "node:http";
 import { createServer as createHttpsServer } from "node:https";
 import { createServer as createTcpServer, type Socket } from "node:net";
-import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it, vi } from "vitest";
 import { BODY_GRACE_MS, MAX_CONNECTIONS_PER_ORIGIN, WebhookSender, outcomeOfError, type SendRequest } from "../../dataplane/delivery/sender.ts";
-import { tempDir } from "../harness/temp.ts";
 
 const USER_AGENT = "trackhook-test/1.0";
 const cleanups: (() => unknown)[] = [];
@@ -347,14 +343,9 @@ describe("HTTPS", () => {
   let handled = 0;
 
   beforeAll(async () => {
-    const dir = tempDir("sender");
-    cleanups.push(() => rmSync(dir, { recursive: true, force: true }));
-    execFileSync("openssl", [
-      "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", join(dir, "key.pem"), "-out", join(dir, "cert.pem"),
-      "-days", "1", "-subj", "/CN=localhost", "-addext", "subjectAltName=DNS:localhost,IP:127.0.0.1",
-    ], { stdio: "ignore" });
-    cert = readFileSync(join(dir, "cert.pem"), "utf8");
-    const server = createHttpsServer({ key: readFileSync(join(dir, "key.pem")), cert }, (_req, res) => {
+    const tls = selfSignedCert();
+    cert = tls.cert;
+    const server = createHttpsServer(tls, (_req, res) => {
       handled++;
       res.end("secure");
     });
@@ -372,3 +363,4 @@ describe("HTTPS", () => {
     expect(handled).toBe(1);
   });
 });
+import { selfSignedCert } from "../harness/tls.ts";
