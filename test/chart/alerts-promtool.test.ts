@@ -3,34 +3,23 @@
 // stays quiet on a healthy system. alerts.test.ts checks that their metrics exist; this checks
 // what the expressions, their `for` and their summaries do with them, and that the Grafana
 // dashboard's queries parse.
-import { execFile } from "node:child_process";
-import { copyFileSync, existsSync, readFileSync, writeFileSync } from "node:fs";
-import { delimiter, join } from "node:path";
+import { copyFileSync, readFileSync, writeFileSync } from "node:fs";
+import { join } from "node:path";
 import { fileURLToPath } from "node:url";
-import { promisify } from "node:util";
 import { describe, expect, it } from "vitest";
 import { parse, stringify } from "yaml";
 import { tempDir } from "../harness/temp.ts";
-import { render, repoRoot, type Manifest } from "./helm.ts";
+import { render, repoRoot, runTool, type Manifest } from "./helm.ts";
 import { exported, TARGET_LABELS } from "./metrics.ts";
 
-const run = promisify(execFile);
-/** The pinned promtool of .tools/bin, else one on PATH (as helm.ts finds helm). */
-const PROMTOOL = [join(repoRoot, ".tools", "bin"), ...(process.env.PATH ?? "").split(delimiter).filter(Boolean)].map((d) => join(d, "promtool")).find((p) => existsSync(p));
 const CASES = fileURLToPath(new URL("./alerts.promtool.yaml", import.meta.url));
 
 interface AlertCase { alertname: string; exp_alerts?: unknown[] }
 interface PromtoolTest { input_series: Array<{ series: string }>; alert_rule_test: AlertCase[] }
 
 async function promtool(args: string[], cwd: string): Promise<{ code: number; output: string }> {
-  if (!PROMTOOL) throw new Error("promtool is not in .tools/bin or on PATH: run `npm run tools`");
-  try {
-    const { stdout, stderr } = await run(PROMTOOL, args, { cwd });
-    return { code: 0, output: stdout + stderr };
-  } catch (err) {
-    const e = err as { code?: number; stdout?: string; stderr?: string };
-    return { code: typeof e.code === "number" ? e.code : 1, output: `${e.stdout ?? ""}${e.stderr ?? String(err)}` };
-  }
+  const { code, stdout, stderr } = await runTool("promtool", args, { cwd });
+  return { code, output: stdout + stderr };
 }
 
 /** The rendered PrometheusRule's groups as a Prometheus rule file, beside a copy of the cases. */

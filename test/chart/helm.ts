@@ -13,8 +13,9 @@ export const repoRoot = fileURLToPath(new URL("../../", import.meta.url));
 export const chartDir = join(repoRoot, "charts", "trackhook");
 export const fullValues = join(chartDir, "ci", "full-values.yaml");
 
-export function helmBinary(): string {
-  const candidates = [join(repoRoot, ".tools", "bin", "helm"), ...(process.env.PATH ?? "").split(delimiter).filter(Boolean).map((d) => join(d, "helm"))];
+/** A pinned tool of .tools/bin (helm, promtool), else one on PATH. */
+export function toolBinary(name: string): string {
+  const candidates = [join(repoRoot, ".tools", "bin", name), ...(process.env.PATH ?? "").split(delimiter).filter(Boolean).map((d) => join(d, name))];
   for (const candidate of candidates) {
     try {
       accessSync(candidate, constants.X_OK);
@@ -23,27 +24,32 @@ export function helmBinary(): string {
       // next
     }
   }
-  throw new Error("helm not found in .tools/bin or on PATH: run npm run tools");
+  throw new Error(`${name} not found in .tools/bin or on PATH: run npm run tools`);
 }
 
-export interface HelmResult {
+
+export interface ToolResult {
   code: number;
   stdout: string;
   stderr: string;
 }
 
-/** helm with its own cache/config dirs untouched by the caller's environment; never throws. */
-export async function helm(args: string[], options: { kubeconfig?: string } = {}): Promise<HelmResult> {
+/** Runs a tool of toolBinary(); never throws: a failure is its exit code and output. */
+export async function runTool(name: string, args: string[], options: { cwd?: string; env?: NodeJS.ProcessEnv } = {}): Promise<ToolResult> {
   try {
-    const { stdout, stderr } = await execFileAsync(helmBinary(), [...args, ...(options.kubeconfig ? ["--kubeconfig", options.kubeconfig] : [])], {
-      maxBuffer: 64 * 1024 * 1024,
-      env: { ...process.env, ...(options.kubeconfig ? { KUBECONFIG: options.kubeconfig } : {}) },
-    });
+    const { stdout, stderr } = await execFileAsync(toolBinary(name), args, { maxBuffer: 64 * 1024 * 1024, ...options });
     return { code: 0, stdout, stderr };
   } catch (err) {
     const e = err as { code?: number; stdout?: string; stderr?: string };
     return { code: typeof e.code === "number" ? e.code : 1, stdout: e.stdout ?? "", stderr: e.stderr ?? String(err) };
   }
+}
+
+/** helm with its own cache/config dirs untouched by the caller's environment; never throws. */
+export function helm(args: string[], options: { kubeconfig?: string } = {}): Promise<ToolResult> {
+  return runTool("helm", [...args, ...(options.kubeconfig ? ["--kubeconfig", options.kubeconfig] : [])], {
+    env: { ...process.env, ...(options.kubeconfig ? { KUBECONFIG: options.kubeconfig } : {}) },
+  });
 }
 
 // Rendered manifests are plain JSON-like trees; tests walk them loosely.
