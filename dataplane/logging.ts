@@ -11,6 +11,8 @@ export const REDACT_PATHS = [
   "writeKey",
   "*.sharedSecret",
   "sharedSecret",
+  "*.additionalSharedSecrets",
+  "additionalSharedSecrets",
 ];
 
 /** @param options.destination where the JSON lines go (stdout by default; tests collect them). */

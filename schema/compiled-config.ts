@@ -41,6 +41,8 @@ export const CompiledDestination = Type.Object(
     urls: Type.Array(Type.String(), { minItems: 1, maxItems: 5 }),
     headers: Type.Array(Type.Object({ name: Type.String(), value: Type.String() }, { additionalProperties: false })),
     sharedSecret: Type.Optional(Type.String()),
+    /** Secrets that also sign webhook-signature, after sharedSecret (a rotation's old secret). */
+    additionalSharedSecrets: Type.Optional(Type.Array(Type.String(), { minItems: 1, maxItems: 4 })),
     timeoutMs: Type.Integer({ minimum: 1 }),
     retryWindowMs: Type.Integer({ minimum: 1 }),
     maxInFlight: Type.Integer({ minimum: 1 }),

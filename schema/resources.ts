@@ -175,6 +175,12 @@ const durationRule = (bounds: DurationBounds) => ({
   message: durationBoundsReason(bounds),
 });
 
+/** Why additionalSharedSecretRefs is refused without standardWebhooks, in the CRD and in compile alike. */
+export const ADDITIONAL_SECRETS_REASON =
+  "needs standardWebhooks: true: only webhook-signature carries several signatures (X-Signature carries one, made with sharedSecretRef)";
+const ADDITIONAL_SECRETS_RULE =
+  "!has(self.additionalSharedSecretRefs) || size(self.additionalSharedSecretRefs) == 0 || (has(self.standardWebhooks) && self.standardWebhooks)";
+
 export const WebhookDestinationSpec = Type.Object(
   {
     sources: Type.Optional(
@@ -219,6 +225,13 @@ export const WebhookDestinationSpec = Type.Object(
       Type.Array(WebhookHeader, { maxItems: 32, description: "Custom headers sent with every request." }),
     ),
     sharedSecretRef: Type.Optional(SecretKeySelector("the shared secret that signs requests (X-Signature)")),
+    additionalSharedSecretRefs: Type.Optional(
+      Type.Array(SecretKeySelector("another secret that signs webhook-signature"), {
+        maxItems: 4,
+        description:
+          "Other secrets that also sign webhook-signature (Standard Webhooks: one v1 signature each, after the main one), such as the old secret while receivers move to a new one. X-Signature is signed with sharedSecretRef only. Needs standardWebhooks.",
+      }),
+    ),
     enabled: Type.Optional(
       Type.Boolean({
         default: true,
@@ -260,6 +273,11 @@ export const WebhookDestinationSpec = Type.Object(
         rule: "!has(self.standardWebhooks) || !self.standardWebhooks || has(self.sharedSecretRef)",
         message: "standardWebhooks needs sharedSecretRef: the secret is the signature's key",
         fieldPath: ".standardWebhooks",
+      },
+      {
+        rule: ADDITIONAL_SECRETS_RULE,
+        message: `additionalSharedSecretRefs ${ADDITIONAL_SECRETS_REASON}`,
+        fieldPath: ".additionalSharedSecretRefs",
       },
     ],
   },

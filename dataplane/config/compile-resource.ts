@@ -7,6 +7,7 @@ import { createHash } from "node:crypto";
 // eslint-disable-next-line no-restricted-imports
 import { urlReachesOnlyPrivate } from "../delivery/ssrf.ts";
 import {
+  ADDITIONAL_SECRETS_REASON,
   HEADER_VALUE,
   HEADER_VALUE_REASON,
   RESERVED_HEADER_REASON,
@@ -68,6 +69,7 @@ export function secretNamesOf(doc: SourceDocument | WebhookDestinationDocument):
       ? [doc.spec.writeKeySecretRef, ...(doc.spec.additionalWriteKeySecretRefs ?? [])]
       : [
           ...(doc.spec.sharedSecretRef ? [doc.spec.sharedSecretRef] : []),
+          ...(doc.spec.additionalSharedSecretRefs ?? []),
           ...(doc.spec.headers ?? []).flatMap((h) => (h.valueFrom ? [h.valueFrom.secretKeyRef] : [])),
         ];
   return [...new Set(refs.map((r) => r.name))];
@@ -127,6 +129,16 @@ export function compileSource(namespace: string, doc: SourceDocument, secrets: S
     },
     ...(skipped.length > 0 ? { skipped } : {}),
   };
+}
+
+function sharedSecretValue(secrets: SecretLookup, namespace: string, field: string, ref: SecretRef, problems: Problem[]): string | undefined {
+  const secret = secretValue(secrets, namespace, field, ref, problems);
+  if (secret !== undefined && secret.trim() !== secret) {
+    // The receiver holds the secret without it: every signature would be wrong.
+    problems.push({ reason: "SecretValueInvalid", field, message: `the shared secret in Secret ${namespace}/${ref.name} starts or ends with whitespace (a trailing newline from --from-file?)` });
+    return undefined;
+  }
+  return secret;
 }
 
 function writeKey(secrets: SecretLookup, namespace: string, field: string, ref: SecretRef, problems: Problem[]): string | undefined {
@@ -280,13 +292,20 @@ export function compileDestination(
   }
   const timeoutMs = boundedDuration("spec.timeout", spec.timeout ?? "5s", TIMEOUT_BOUNDS, problems);
   const retryWindowMs = boundedDuration("spec.retryWindow", spec.retryWindow ?? "4h", RETRY_WINDOW_BOUNDS, problems);
-  const sharedSecret = spec.sharedSecretRef ? secretValue(secrets, namespace, "spec.sharedSecretRef", spec.sharedSecretRef, problems) : undefined;
-  if (sharedSecret !== undefined && sharedSecret.trim() !== sharedSecret) {
-    // The receiver holds the secret without it: every signature would be wrong.
-    problems.push({ reason: "SecretValueInvalid", field: "spec.sharedSecretRef", message: `the shared secret in Secret ${namespace}/${spec.sharedSecretRef!.name} starts or ends with whitespace (a trailing newline from --from-file?)` });
-  }
+  const sharedSecret = spec.sharedSecretRef ? sharedSecretValue(secrets, namespace, "spec.sharedSecretRef", spec.sharedSecretRef, problems) : undefined;
+  // Unlike a Source's additional write key, one that cannot be read is a problem like any other:
+  // the last good config keeps delivering (and signing) meanwhile, so nothing stops.
+  const additionalSharedSecrets = new Set<string>();
+  (spec.additionalSharedSecretRefs ?? []).forEach((ref, i) => {
+    const value = sharedSecretValue(secrets, namespace, `spec.additionalSharedSecretRefs[${i}]`, ref, problems);
+    // The main secret listed again, or one secret twice: signed once.
+    if (value !== undefined && value !== sharedSecret) additionalSharedSecrets.add(value);
+  });
   if (spec.standardWebhooks && !spec.sharedSecretRef) {
     problems.push({ reason: "InvalidSpec", field: "spec.standardWebhooks", message: "needs spec.sharedSecretRef (the signature's key)" });
+  }
+  if ((spec.additionalSharedSecretRefs ?? []).length > 0 && !spec.standardWebhooks) {
+    problems.push({ reason: "InvalidSpec", field: "spec.additionalSharedSecretRefs", message: ADDITIONAL_SECRETS_REASON });
   }
   if (problems.length > 0) return { ok: false, problems };
   return {
@@ -299,6 +318,7 @@ export function compileDestination(
       urls: spec.urls,
       headers,
       ...(sharedSecret ? { sharedSecret } : {}),
+      ...(additionalSharedSecrets.size > 0 ? { additionalSharedSecrets: [...additionalSharedSecrets] } : {}),
       timeoutMs,
       retryWindowMs,
       maxInFlight: spec.maxInFlight ?? 100,

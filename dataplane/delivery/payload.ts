@@ -46,14 +46,19 @@ export function xSignature(body: Uint8Array, sharedSecret: string | KeyObject): 
   return createHmac("sha1", sharedSecret).update(body).digest("hex");
 }
 
-/** Both schemes' keys of a shared secret, made once per destination rather than per signature. */
+/** Both schemes' keys of a destination's secrets, made once per destination rather than per signature. */
 export interface SigningKeys {
   xSignature: KeyObject;
-  standardWebhooks: KeyObject;
+  /** The main secret's key first, then each additional secret's: one `v1,` signature each. */
+  standardWebhooks: KeyObject[];
 }
 
-export function signingKeys(sharedSecret: string): SigningKeys {
-  return { xSignature: createSecretKey(Buffer.from(sharedSecret, "utf8")), standardWebhooks: standardWebhooksKey(sharedSecret) };
+/** X-Signature is made with the main secret only: the spec's header carries one digest. */
+export function signingKeys(sharedSecret: string, additionalSharedSecrets: readonly string[] = []): SigningKeys {
+  return {
+    xSignature: createSecretKey(Buffer.from(sharedSecret, "utf8")),
+    standardWebhooks: [sharedSecret, ...additionalSharedSecrets].map(standardWebhooksKey),
+  };
 }
 
 /**
@@ -77,10 +82,20 @@ function standardWebhooksKey(sharedSecret: string): KeyObject {
 /**
  * Standard Webhooks headers (standardwebhooks.com): `webhook-signature` is
  * `v1,<base64 HMAC-SHA256 of "<id>.<timestamp>.<body>">`, keyed by the shared secret or by its
- * key from signingKeys().
+ * key from signingKeys(). Given several, one signature per secret, space-separated: the
+ * standard's libraries accept a request when any of them verifies, which lets a receiver move
+ * to a new secret while the old one still signs.
  */
-export function standardWebhookHeaders(id: string, timestampSeconds: number, body: Uint8Array, sharedSecret: string | KeyObject): Record<string, string> {
-  const key = typeof sharedSecret === "string" ? standardWebhooksKey(sharedSecret) : sharedSecret;
-  const signature = createHmac("sha256", key).update(`${id}.${timestampSeconds}.`).update(body).digest("base64");
-  return { "webhook-id": id, "webhook-timestamp": String(timestampSeconds), "webhook-signature": `v1,${signature}` };
+export function standardWebhookHeaders(
+  id: string,
+  timestampSeconds: number,
+  body: Uint8Array,
+  sharedSecrets: string | KeyObject | ReadonlyArray<string | KeyObject>,
+): Record<string, string> {
+  const signed = `${id}.${timestampSeconds}.`;
+  const signatures = (Array.isArray(sharedSecrets) ? sharedSecrets : [sharedSecrets]).map((secret: string | KeyObject) => {
+    const key = typeof secret === "string" ? standardWebhooksKey(secret) : secret;
+    return `v1,${createHmac("sha256", key).update(signed).update(body).digest("base64")}`;
+  });
+  return { "webhook-id": id, "webhook-timestamp": String(timestampSeconds), "webhook-signature": signatures.join(" ") };
 }

@@ -47,6 +47,7 @@ const FIELD_CHANGE = {
   createdAt: "none",
   deliveringSince: "none",
   sharedSecret: "live",
+  additionalSharedSecrets: "live",
   headers: "live",
   standardWebhooks: "live",
   namespace: "restart",
@@ -58,6 +59,10 @@ const FIELD_CHANGE = {
   retryWindowMs: "restart",
   maxInFlight: "restart",
 } as const satisfies Record<keyof CompiledDestination, "none" | "live" | "restart">;
+
+function destinationKeys({ sharedSecret, additionalSharedSecrets }: CompiledDestination): SigningKeys | undefined {
+  return sharedSecret ? signingKeys(sharedSecret, additionalSharedSecrets) : undefined;
+}
 
 /** How a destination's new config differs from the one its worker runs with: the largest change of any field. */
 export function changeOf(next: CompiledDestination, running: CompiledDestination): "none" | "live" | "restart" {
@@ -311,7 +316,7 @@ export class DestinationWorker {
     this.#replaySubject = replaySubject(destination.namespace, destination.name);
     this.#customHeaders = customHeaders(destination);
     this.#redactedUrls = new Map(destination.urls.map((url) => [url, redactUrl(url)]));
-    this.#signingKeys = destination.sharedSecret ? signingKeys(destination.sharedSecret) : undefined;
+    this.#signingKeys = destinationKeys(destination);
     this.#log = deps.log.child({ destination: this.#label });
     this.#deadLetterRetryMs = deps.deadLetterRetryMs ?? DEAD_LETTER_RETRY_MS;
     this.#watchWith = deps.jsm && deps.onConsumerLost ? { jsm: deps.jsm, lost: deps.onConsumerLost, checkMs: deps.consumerCheckMs } : undefined;
@@ -397,7 +402,7 @@ export class DestinationWorker {
   applyLive(next: CompiledDestination): void {
     this.#destination = next;
     this.#customHeaders = customHeaders(next);
-    this.#signingKeys = next.sharedSecret ? signingKeys(next.sharedSecret) : undefined;
+    this.#signingKeys = destinationKeys(next);
   }
 
   /** The events stream's max_age is now this (Infinity for none): the retry window follows, from the next round on. */

@@ -372,6 +372,37 @@ describe("a WebhookDestination as the operator compiles it", () => {
     expect(compile({ sharedSecretRef: { name: "hook-secret", key: "secret" } }, { secret: "s3cret" }).ok).toBe(true);
   });
 
+  describe("additionalSharedSecretRefs (a rotation's other secrets, webhook-signature only)", () => {
+    const main = { name: "hook-secret", key: "new" };
+    const signed = { sharedSecretRef: main, standardWebhooks: true };
+
+    it("are read after the main secret; the main one listed again, or one secret twice, is signed with once", () => {
+      const result = compile(
+        { ...signed, additionalSharedSecretRefs: [{ name: "hook-secret", key: "old" }, main, { name: "hook-secret", key: "copy" }, { name: "hook-secret", key: "older" }] },
+        { new: "whsec_bmV3", old: "whsec_b2xk", copy: "whsec_b2xk", older: "whsec_b2xkZXI=" },
+      );
+      expect(result.ok && result.value).toMatchObject({ sharedSecret: "whsec_bmV3", additionalSharedSecrets: ["whsec_b2xk", "whsec_b2xkZXI="] });
+      const none = compile({ ...signed, additionalSharedSecretRefs: [] }, { new: "whsec_bmV3" });
+      expect(none.ok && "additionalSharedSecrets" in none.value).toBe(false);
+    });
+
+    it("one that cannot be read, or has surrounding whitespace, names its field (the last good config keeps signing meanwhile)", () => {
+      const refs = [{ name: "hook-secret", key: "gone" }, { name: "hook-secret", key: "spaced" }, { name: "elsewhere", key: "x" }];
+      expect(reasons(compile({ ...signed, additionalSharedSecretRefs: refs }, { new: "s3cret", spaced: "old\n" }))).toEqual([
+        "SecretKeyMissing spec.additionalSharedSecretRefs[0]",
+        "SecretValueInvalid spec.additionalSharedSecretRefs[1]",
+        "SecretNotFound spec.additionalSharedSecretRefs[2]",
+      ]);
+    });
+
+    it("without standardWebhooks they are refused: X-Signature carries one signature", () => {
+      const result = compile({ sharedSecretRef: main, additionalSharedSecretRefs: [{ name: "hook-secret", key: "old" }] }, { new: "a", old: "b" });
+      expect(result.ok ? [] : result.problems).toEqual([
+        { reason: "InvalidSpec", field: "spec.additionalSharedSecretRefs", message: expect.stringMatching(/^needs standardWebhooks: true: only webhook-signature carries several signatures/) },
+      ]);
+    });
+  });
+
   it("a header value from a Secret that HTTP cannot carry is SecretValueInvalid; a literal one InvalidSpec", () => {
     const result = compile(
       { headers: [{ name: "Authorization", valueFrom: { secretKeyRef: { name: "hook-secret", key: "token" } } }, { name: "X-Emoji", value: "😀" }] },

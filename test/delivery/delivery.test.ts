@@ -1,9 +1,10 @@
 // Webhook delivery end to end: messages sent to the real ingest reach real HTTP receivers through
 // the delivery service, signed, with the spec's fields; URLs are tried in parallel; retryable and
 // permanent failures end where they should (delivered, retried, dead-lettered).
-import { createHmac } from "node:crypto";
+import { createHmac, randomBytes } from "node:crypto";
 import { createServer as createHttpsServer } from "node:https";
 import { createServer, type AddressInfo } from "node:net";
+import { Webhook } from "standardwebhooks";
 import { describe, expect, it } from "vitest";
 import { readAttempts } from "../../dataplane/admin/mod.ts";
 import { ATTEMPTS_STREAM, DLQ_STREAM } from "../../dataplane/nats/mod.ts";
@@ -132,6 +133,31 @@ describe("payloads, headers and signatures", () => {
     const replaceable = new Set(["host", "connection", "content-length", "content-type", "user-agent"]);
     expect(Object.keys(r!.headers).filter((name) => !replaceable.has(name) && !RESERVED_WEBHOOK_HEADERS.includes(name))).toEqual([]);
     expect(Object.keys(r!.headers)).toEqual(expect.arrayContaining(["x-signature", "x-delivery-id", "webhook-id", "webhook-timestamp", "webhook-signature"]));
+  });
+
+  it("signs webhook-signature with each additional secret too, so receivers move to a rotated secret with the official library alone", async () => {
+    const [next, old] = [`whsec_${randomBytes(32).toString("base64")}`, `whsec_${randomBytes(32).toString("base64")}`];
+    const key = await addDestination("rotating", { urls: [env.receiver.url("/rotating")], secret: next, additionalSecrets: [old], standardWebhooks: true });
+    await send(key, "/v1/track", { userId: "u1", event: "During" });
+    const [during] = await env.receiver.waitFor("/rotating", 1);
+    const verifies = (secret: string, r: typeof during) => {
+      try {
+        new Webhook(secret).verify(r!.body.toString(), r!.headers as Record<string, string>);
+        return true;
+      } catch {
+        return false;
+      }
+    };
+    // A receiver still on the old secret and one already on the new one both verify; X-Signature is the main secret's.
+    expect([verifies(old, during), verifies(next, during)]).toEqual([true, true]);
+    expect(String(during!.headers["webhook-signature"]).split(" ")).toHaveLength(2);
+    expect(during!.headers["x-signature"]).toBe(createHmac("sha1", next).update(during!.body).digest("hex"));
+
+    // The old secret's reference removed: taken in place, and from then on only the new secret signs.
+    await env.setDestination("rotating", { sources: ["rotating"], urls: [env.receiver.url("/rotating")], secret: next, standardWebhooks: true });
+    await send(key, "/v1/track", { userId: "u1", event: "After" });
+    const after = (await env.receiver.waitFor("/rotating", 2))[1];
+    expect([verifies(old, after), verifies(next, after)]).toEqual([false, true]);
   });
 
   it("respects integrations: a message that turns webhooks off is not delivered", async () => {

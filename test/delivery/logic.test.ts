@@ -268,6 +268,7 @@ describe("a destination's config change, for its running worker", () => {
     expect(changeOf({ ...running, sharedSecret: "s" }, running)).toBe("live");
     expect(changeOf({ ...running, headers: [{ name: "User-Agent", value: "x" }] }, running)).toBe("live");
     expect(changeOf({ ...running, standardWebhooks: true }, running)).toBe("live");
+    expect(changeOf({ ...running, additionalSharedSecrets: ["old"] }, running)).toBe("live");
     expect(changeOf({ ...running, sharedSecret: "s", urls: ["https://b.example/h"] }, running)).toBe("restart");
     expect(changeOf({ ...running, timeoutMs: 1_000 }, running)).toBe("restart");
     expect(changeOf({ ...running, sources: ["web", "app"] }, running)).toBe("restart");

@@ -3,7 +3,7 @@
 import { randomBytes } from "node:crypto";
 import { Webhook } from "standardwebhooks";
 import { describe, expect, it } from "vitest";
-import { signingKeys, standardWebhookHeaders } from "../../dataplane/delivery/payload.ts";
+import { signingKeys, standardWebhookHeaders, xSignature } from "../../dataplane/delivery/payload.ts";
 
 const body = Buffer.from('{"type":"track","event":"Signed"}');
 
@@ -44,5 +44,22 @@ describe("Standard Webhooks signatures, verified by the standardwebhooks library
       expect(() => new Webhook(secret), secret).toThrow();
       expect(verifies(secret, new Webhook(Buffer.from(secret.startsWith("whsec_") ? secret.slice(6) : secret, "utf8"), { format: "raw" })), secret).toBe(true);
     }
+  });
+
+  it("with additional secrets, one signature per secret, the main one first: a receiver holding any one of them verifies", () => {
+    const main = `whsec_${randomBytes(24).toString("base64")}`;
+    const old = `whsec_${randomBytes(24).toString("base64")}`;
+    const other = `whsec_${randomBytes(24).toString("base64")}`;
+    const now = Math.floor(Date.now() / 1000);
+    const keys = signingKeys(main, [old]);
+    const headers = standardWebhookHeaders("msg_1", now, body, keys.standardWebhooks);
+    expect(headers["webhook-signature"]).toMatch(/^v1,[A-Za-z0-9+/]+=* v1,[A-Za-z0-9+/]+=*$/);
+    expect(headers["webhook-signature"]!.split(" ")[0]).toBe(standardWebhookHeaders("msg_1", now, body, main)["webhook-signature"]);
+    expect(headers).toEqual(standardWebhookHeaders("msg_1", now, body, [main, old]));
+    expect(() => new Webhook(main).verify(body, headers)).not.toThrow();
+    expect(() => new Webhook(old).verify(body, headers)).not.toThrow();
+    expect(() => new Webhook(other).verify(body, headers)).toThrow();
+    // X-Signature carries one digest: the main secret's.
+    expect(xSignature(body, keys.xSignature)).toBe(xSignature(body, main));
   });
 });

@@ -15,6 +15,8 @@ export interface DestinationSpec {
   sources: string[];
   urls: string[];
   secret?: string;
+  /** Secrets that also sign webhook-signature (additionalSharedSecretRefs), in one Secret with `secret`. */
+  additionalSecrets?: string[];
   headers?: Array<{ name: string; value: string }>;
   retryWindow?: string;
   timeout?: string;
@@ -120,13 +122,15 @@ export function useDelivery(options: { retireAfterMs?: number } = {}): DeliveryH
     },
     async setDestination(name, spec) {
       if (spec.secret) {
-        documents.set(`Secret/${name}-shared`, { apiVersion: "v1", kind: "Secret", metadata: { name: `${name}-shared` }, stringData: { shared: spec.secret } });
+        const additional = Object.fromEntries((spec.additionalSecrets ?? []).map((value, i) => [`additional-${i}`, value]));
+        documents.set(`Secret/${name}-shared`, { apiVersion: "v1", kind: "Secret", metadata: { name: `${name}-shared` }, stringData: { shared: spec.secret, ...additional } });
       }
       documents.set(`WebhookDestination/${name}`, {
         apiVersion: "trackhook.io/v1alpha1", kind: "WebhookDestination", metadata: { name, ...(spec.createdAt ? { creationTimestamp: spec.createdAt } : {}) },
         spec: {
           sources: spec.sources, urls: spec.urls,
           ...(spec.secret ? { sharedSecretRef: { name: `${name}-shared`, key: "shared" } } : {}),
+          ...(spec.additionalSecrets ? { additionalSharedSecretRefs: spec.additionalSecrets.map((_, i) => ({ name: `${name}-shared`, key: `additional-${i}` })) } : {}),
           ...(spec.headers ? { headers: spec.headers } : {}),
           ...(spec.retryWindow ? { retryWindow: spec.retryWindow } : {}),
           ...(spec.timeout ? { timeout: spec.timeout } : {}),

@@ -186,6 +186,19 @@ describe("CRDs: invalid objects are refused with a message naming the field", ()
     );
   });
 
+  it("WebhookDestination: additionalSharedSecretRefs without standardWebhooks, or more than four", async () => {
+    const signed = { ...minimalDestination, sharedSecretRef: { name: "hook", key: "new" } };
+    const old = { name: "hook", key: "old" };
+    expect(await rejection(destination("additional-no-std", { ...signed, additionalSharedSecretRefs: [old] }))).toContain(
+      "spec.additionalSharedSecretRefs: Invalid value: additionalSharedSecretRefs needs standardWebhooks: true: only webhook-signature carries several signatures",
+    );
+    expect(await rejection(destination("additional-five", { ...signed, standardWebhooks: true, additionalSharedSecretRefs: [old, old, old, old, old] }))).toMatch(
+      /spec.additionalSharedSecretRefs: Too many: 5: must have at most 4 items/,
+    );
+    // An empty list asks for nothing: accepted without standardWebhooks.
+    expect(await create(destination("additional-empty", { ...signed, additionalSharedSecretRefs: [] }))).toMatchObject({ spec: { additionalSharedSecretRefs: [] } });
+  });
+
   it("WebhookDestination: a header trackhook sets itself (any case)", async () => {
     const stderr = await rejection(destination("reserved-header", { ...minimalDestination, headers: [{ name: "X-Signature", value: "forged" }] }));
     expect(stderr).toContain("spec.headers[0]: Invalid value");

@@ -4,6 +4,7 @@
 // seconds, and a deleted destination stops receiving. The tests build on one another (the Source
 // `web` and its key from the first): run the file, not one test with -t.
 import { createHmac } from "node:crypto";
+import { Webhook } from "standardwebhooks";
 import { describe, expect, it } from "vitest";
 import { Kvm } from "@nats-io/kv";
 import { CONFIG_BUCKET, destinationKey, sha256Hex, sourceKey } from "../../dataplane/config/mod.ts";
@@ -83,6 +84,51 @@ spec: { enabled: false, writeKeySecretRef: { name: deleted-secret, key: writeKey
     const body = JSON.parse(request!.body.toString()) as Record<string, unknown>;
     expect(body).toMatchObject({ type: "track", event: "Order Completed", userId: "u-1", messageId: "m-1", version: 1 });
     expect(request!.headers["x-signature"]).toBe(createHmac("sha1", "s3cret").update(request!.body).digest("hex"));
+  });
+
+  it("signs webhook-signature with additionalSharedSecretRefs too; one whose Secret is deleted leaves the last good config delivering, Ready=False naming it", async () => {
+    const [next, old] = ["whsec_bmV4dC1zZWNyZXQtZm9yLXJvdGF0aW9u", "whsec_b2xkLXNlY3JldC1mb3Itcm90YXRpb24="];
+    const rotating = (additional: boolean) =>
+      `${destinationYaml("rotating", { sources: ["web"], urls: [env.receiver.url("/rotating")], sharedSecret: { name: "next-secret", key: "shared" } })}  standardWebhooks: true\n${additional ? "  additionalSharedSecretRefs: [{ name: old-secret, key: shared }]\n" : ""}`;
+    await env.apply([secret("next-secret", { shared: next }), secret("old-secret", { shared: old }), rotating(true)].join("---\n"));
+    const ready = await env.waitReady("WebhookDestination", "rotating");
+    expect(JSON.stringify(ready.status)).not.toMatch(/whsec_/);
+    expect(await kvValue(destinationKey(env.namespace, "rotating"))).toMatchObject({ sharedSecret: next, additionalSharedSecrets: [old] });
+    await env.waitFor("the delivery worker", async () => env.delivery.destinations.includes(`${env.namespace}/rotating`));
+    const verifies = (secret: string, r: { body: Buffer; headers: Record<string, unknown> }) => {
+      try {
+        new Webhook(secret).verify(r.body.toString(), r.headers as Record<string, string>);
+        return true;
+      } catch {
+        return false;
+      }
+    };
+    const delivered = async (messageId: string) => {
+      expect((await track("first-key", { userId: "u-r", event: "Rotated", messageId })).status).toBe(200);
+      return env.waitFor(`${messageId} at the receiver`, async () =>
+        env.receiver.requests("/rotating").find((r) => (JSON.parse(r.body.toString()) as { messageId?: string }).messageId === messageId));
+    };
+    const both = await delivered("m-rot-1");
+    expect([verifies(old, both!), verifies(next, both!)]).toEqual([true, true]);
+
+    // The old secret's Secret deleted before its reference: said, and delivery goes on signing as before.
+    await env.cluster.kubectlOk(["delete", "secret", "old-secret", "-n", env.namespace]);
+    const failed = await env.waitReady("WebhookDestination", "rotating", "False");
+    expect(failed.status!.conditions!.find((c) => c.type === "Ready")).toMatchObject({
+      reason: "SecretNotFound",
+      message: `spec.additionalSharedSecretRefs[0]: Secret ${env.namespace}/old-secret does not exist (the last good config is still delivering)`,
+    });
+    expect([verifies(old, (await delivered("m-rot-2"))!), verifies(next, (await delivered("m-rot-3"))!)]).toEqual([true, true]);
+
+    // The reference removed too: Ready again, and only the new secret signs.
+    await env.apply(rotating(false));
+    await env.waitReady("WebhookDestination", "rotating");
+    await env.waitFor("the old secret out of the config", async () => !("additionalSharedSecrets" in ((await kvValue(destinationKey(env.namespace, "rotating"))) ?? {})));
+    await env.waitFor("the worker signing with the new secret alone", async () => {
+      const r = await delivered(`m-rot-${Date.now()}`);
+      return !verifies(old, r!) && verifies(next, r!);
+    });
+    await env.cluster.kubectlOk(["delete", "webhookdestination", "rotating", "-n", env.namespace, "--wait=true", "--timeout=15s"]);
   });
 
   it("a destination fixed by a second apply receives what was sent since its creation (regression: lost, its consumer started when made)", async () => {
