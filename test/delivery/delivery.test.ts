@@ -4,14 +4,13 @@
 import { createHmac, randomBytes } from "node:crypto";
 import { createServer as createHttpsServer } from "node:https";
 import { createServer, type AddressInfo } from "node:net";
-import { Webhook } from "standardwebhooks";
 import { describe, expect, it } from "vitest";
 import { readAttempts } from "../../dataplane/admin/mod.ts";
 import { ATTEMPTS_STREAM, DLQ_STREAM } from "../../dataplane/nats/mod.ts";
 import { RESERVED_WEBHOOK_HEADERS } from "../../schema/mod.ts";
 import { basic, post } from "../harness/ingest.ts";
 import { useDelivery, type DestinationSpec } from "../harness/delivery.ts";
-import { answer } from "../harness/receiver.ts";
+import { answer, standardWebhooksVerifies as verifies } from "../harness/receiver.ts";
 import { selfSignedCert } from "../harness/tls.ts";
 
 const env = useDelivery();
@@ -139,24 +138,16 @@ describe("payloads, headers and signatures", () => {
     const [next, old] = [`whsec_${randomBytes(32).toString("base64")}`, `whsec_${randomBytes(32).toString("base64")}`];
     const key = await addDestination("rotating", { urls: [env.receiver.url("/rotating")], secret: next, additionalSecrets: [old], standardWebhooks: true });
     await send(key, "/v1/track", { userId: "u1", event: "During" });
-    const [during] = await env.receiver.waitFor("/rotating", 1);
-    const verifies = (secret: string, r: typeof during) => {
-      try {
-        new Webhook(secret).verify(r!.body.toString(), r!.headers as Record<string, string>);
-        return true;
-      } catch {
-        return false;
-      }
-    };
+    const during = (await env.receiver.waitFor("/rotating", 1))[0]!;
     // A receiver still on the old secret and one already on the new one both verify; X-Signature is the main secret's.
     expect([verifies(old, during), verifies(next, during)]).toEqual([true, true]);
-    expect(String(during!.headers["webhook-signature"]).split(" ")).toHaveLength(2);
-    expect(during!.headers["x-signature"]).toBe(createHmac("sha1", next).update(during!.body).digest("hex"));
+    expect(String(during.headers["webhook-signature"]).split(" ")).toHaveLength(2);
+    expect(during.headers["x-signature"]).toBe(createHmac("sha1", next).update(during.body).digest("hex"));
 
     // The old secret's reference removed: taken in place, and from then on only the new secret signs.
     await env.setDestination("rotating", { sources: ["rotating"], urls: [env.receiver.url("/rotating")], secret: next, standardWebhooks: true });
     await send(key, "/v1/track", { userId: "u1", event: "After" });
-    const after = (await env.receiver.waitFor("/rotating", 2))[1];
+    const after = (await env.receiver.waitFor("/rotating", 2))[1]!;
     expect([verifies(old, after), verifies(next, after)]).toEqual([false, true]);
   });
 

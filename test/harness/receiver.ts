@@ -1,6 +1,7 @@
 // Test harness: a real HTTP webhook receiver on 127.0.0.1 that records every request (raw body
 // bytes included) and answers as each test scripts it.
 import { createServer, type IncomingHttpHeaders, type Server, type ServerResponse } from "node:http";
+import { Webhook } from "standardwebhooks";
 
 export interface ReceivedRequest {
   path: string;
@@ -26,6 +27,16 @@ export interface Receiver {
 export const answer = (status: number, headers: Record<string, string> = {}): Responder => (_req, _n, res) => {
   res.writeHead(status, headers).end(status < 300 ? "ok" : "nope");
 };
+
+/** Whether the official Standard Webhooks library, holding this one secret, accepts the request. */
+export function standardWebhooksVerifies(secret: string, request: Pick<ReceivedRequest, "body" | "headers">): boolean {
+  try {
+    new Webhook(secret).verify(request.body.toString(), request.headers as Record<string, string>);
+    return true;
+  } catch {
+    return false;
+  }
+}
 
 export async function startReceiver(): Promise<Receiver> {
   const received: ReceivedRequest[] = [];

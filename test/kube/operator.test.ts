@@ -4,7 +4,6 @@
 // seconds, and a deleted destination stops receiving. The tests build on one another (the Source
 // `web` and its key from the first): run the file, not one test with -t.
 import { createHmac } from "node:crypto";
-import { Webhook } from "standardwebhooks";
 import { describe, expect, it } from "vitest";
 import { Kvm } from "@nats-io/kv";
 import { CONFIG_BUCKET, destinationKey, sha256Hex, sourceKey } from "../../dataplane/config/mod.ts";
@@ -13,6 +12,7 @@ import { FINALIZER } from "../../operator/mod.ts";
 import { basic, post } from "../harness/ingest.ts";
 import { destinationYaml, secretYaml, sourceYaml } from "../harness/documents.ts";
 import { useOperator, useOperatorEnv } from "../harness/operator.ts";
+import { standardWebhooksVerifies as verifies } from "../harness/receiver.ts";
 
 const env = useOperatorEnv("op");
 const running = useOperator(env);
@@ -95,14 +95,6 @@ spec: { enabled: false, writeKeySecretRef: { name: deleted-secret, key: writeKey
     expect(JSON.stringify(ready.status)).not.toMatch(/whsec_/);
     expect(await kvValue(destinationKey(env.namespace, "rotating"))).toMatchObject({ sharedSecret: next, additionalSharedSecrets: [old] });
     await env.waitFor("the delivery worker", async () => env.delivery.destinations.includes(`${env.namespace}/rotating`));
-    const verifies = (secret: string, r: { body: Buffer; headers: Record<string, unknown> }) => {
-      try {
-        new Webhook(secret).verify(r.body.toString(), r.headers as Record<string, string>);
-        return true;
-      } catch {
-        return false;
-      }
-    };
     const delivered = async (messageId: string) => {
       expect((await track("first-key", { userId: "u-r", event: "Rotated", messageId })).status).toBe(200);
       return env.waitFor(`${messageId} at the receiver`, async () =>
