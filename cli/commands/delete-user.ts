@@ -11,6 +11,7 @@ import { connectAdmin, fail, noEventsStream, qualifiedName } from "./replay.ts";
 import type { Command } from "./types.ts";
 import { USER_ID_PATTERN } from "../../schema/mod.ts";
 import { NATS_AUTH_HELP } from "./nats-help.ts";
+import { jsonLine } from "./terminal.ts";
 
 const USER_ID = new RegExp(USER_ID_PATTERN, "u");
 
@@ -18,7 +19,7 @@ export const deleteUserCommand: Command = {
   exitWhenDone: true,
   name: "delete-user",
   summary: "Send delete notifications for users to a source's webhooks (DeletionRequest without a cluster)",
-  usage: `trackhook delete-user --config <file|dir> --source <ns/name> --user-id <id> [--user-id <id> ...] --nats <url>
+  usage: `trackhook delete-user --config <file|dir> --source <ns/name> --user-id <id> [--user-id <id> ...] --nats <url> [--json]
 
   --config <file|dir>        the config \`trackhook dev\`/\`deliver\` runs with (to find the source's webhooks)
   --source <ns/name>         the Source (namespace "default" when omitted)
@@ -28,10 +29,13 @@ export const deleteUserCommand: Command = {
   --request-id <id>          names the request: running again with the same id within the stream's
                              duplicate window (--duplicate-window, 10m by default) sends nothing twice
                              (default: a new id, so every run notifies again)
+  --json                     the result as one JSON line: {"source","requestId","stored","duplicates",
+                             "deadLettersRemoved","deadLettersUntil"} ({"source","deadLettersRemoved"}
+                             with --dead-letters-only)
   --nats <url>               NATS server URL(s), comma-separated (or TRACKHOOK_NATS_URL)${NATS_AUTH_HELP}`,
   flags: {
     config: { type: "string" }, source: { type: "string" }, "user-id": { type: "string", multiple: true },
-    "request-id": { type: "string" }, "dead-letters-only": { type: "boolean" }, nats: { type: "string" },
+    "request-id": { type: "string" }, "dead-letters-only": { type: "boolean" }, json: { type: "boolean" }, nats: { type: "string" },
   },
   async run(values) {
     if (!values.config) throw new UsageError("--config <file|dir> is required");
@@ -43,6 +47,7 @@ export const deleteUserCommand: Command = {
     const odd = userIds.find((id) => !USER_ID.test(id));
     if (odd !== undefined) throw new UsageError(`--user-id ${JSON.stringify(odd)}: no whitespace at either end and no control characters (it would notify a user who does not exist)`);
     if (values["dead-letters-only"] && values["request-id"]) throw new UsageError("--dead-letters-only sends no notification: it takes no --request-id");
+    const json = Boolean(values.json as unknown);
     const url = natsUrl(values, { orDev: true });
     const config = loadConfigFile(values.config);
     if (!config.sources.some((s) => s.namespace === namespace && s.name === name)) {
@@ -58,7 +63,12 @@ export const deleteUserCommand: Command = {
       const purge = async () => (await purgeDeadLettersOf(js, jsm, { namespace, sources: [name], userIds })).removed;
       const removedNote = (removed: number) => (removed > 0 ? `; ${removed} of their dead letters removed` : "");
       if (values["dead-letters-only"]) {
-        process.stdout.write(`${await purge()} dead letters of ${userIds.length === 1 ? "the user" : `the ${userIds.length} users`} removed from ${namespace}/${name}'s destinations\n`);
+        const removed = await purge();
+        process.stdout.write(
+          json
+            ? jsonLine({ source: `${namespace}/${name}`, deadLettersRemoved: removed })
+            : `${removed} dead letters of ${userIds.length === 1 ? "the user" : `the ${userIds.length} users`} removed from ${namespace}/${name}'s destinations\n`,
+        );
         return;
       }
       if (!hasEnabledDestination(config, namespace, name)) {
@@ -78,13 +88,19 @@ export const deleteUserCommand: Command = {
         namespace, source: name, requestId, userIds, timestamp: new Date().toISOString(),
       });
       const removed = await purge();
+      // What the operator does by itself (status.finalPurgeAt), a person does here: a message of
+      // theirs still being retried can become a dead letter until its retry window ends.
+      const until = new Date(Date.now() + (await longestRetryMs(jsm)));
+      if (json) {
+        process.stdout.write(jsonLine({
+          source: `${namespace}/${name}`, requestId, stored, duplicates, deadLettersRemoved: removed, deadLettersUntil: until.toISOString(),
+        }));
+        return;
+      }
       process.stdout.write(
         `request ${requestId}: ${stored} delete notifications stored for ${namespace}/${name}` +
           (duplicates > 0 ? ` (${duplicates} already sent by this request before)` : "") + removedNote(removed) + "\n",
       );
-      // What the operator does by itself (status.finalPurgeAt), a person does here: a message of
-      // theirs still being retried can become a dead letter until its retry window ends.
-      const until = new Date(Date.now() + (await longestRetryMs(jsm)));
       process.stdout.write(
         `messages of ${userIds.length === 1 ? "this user" : "these users"} still being retried can become dead letters until ${until.toISOString()}: ` +
           `run delete-user again then, for the same users with --dead-letters-only, to remove those too\n`,

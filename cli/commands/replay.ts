@@ -8,6 +8,7 @@ import { isDnsLabel } from "../../schema/mod.ts";
 import { UsageError, integerFlag, natsUrl, sinceFlag } from "../args.ts";
 import type { Command } from "./types.ts";
 import { NATS_AUTH_HELP } from "./nats-help.ts";
+import { jsonLine } from "./terminal.ts";
 
 /** `<namespace>/<name>` or `<name>` (namespace `default`), both DNS labels. */
 export function qualifiedName(flag: string, text: string | undefined): { namespace: string; name: string } {
@@ -86,17 +87,25 @@ export const replayCommand: Command = {
   exitWhenDone: true,
   name: "replay",
   summary: "Move a destination's dead letters back for delivery (to that destination only)",
-  usage: `trackhook replay --destination <namespace/name> --nats <url> [--since <duration>] [--message-id <id>] [--limit <n>] [--rate <n>]
+  usage: `trackhook replay --destination <namespace/name> --nats <url> [--since <duration>] [--message-id <id>] [--limit <n>] [--rate <n>] [--json]
 
 ${SELECTION_HELP}
   --rate <n>                 at most n dead letters a second (default: as fast as NATS takes them; on an
                              installation shared with others, a few hundred keeps their deliveries quick)
+  --json                     the result as one JSON line: {"destination","replayed"} (and "interrupted")
   --nats <url>               NATS server URL(s), comma-separated (or TRACKHOOK_NATS_URL)${NATS_AUTH_HELP}`,
-  flags: { ...SELECTION_FLAGS, rate: { type: "string" }, nats: { type: "string" } },
+  flags: { ...SELECTION_FLAGS, rate: { type: "string" }, json: { type: "boolean" }, nats: { type: "string" } },
   async run(values) {
     const selection = deadLetterSelection(values);
     const perSecond = values.rate === undefined ? undefined : integerFlag("rate", values.rate, 1, 1_000_000);
     const { namespace, destination: name } = selection;
+    const json = Boolean(values.json as unknown);
+    const said = (replayed: number, interrupted = false) =>
+      process.stdout.write(
+        json
+          ? jsonLine({ destination: `${namespace}/${name}`, replayed, ...(interrupted ? { interrupted } : {}) })
+          : `replayed ${count(replayed, "message")} to ${namespace}/${name}\n`,
+      );
     const url = natsUrl(values, { orDev: true });
     const nc = await connectAdmin(url, "trackhook-replay");
     if (!nc) return;
@@ -116,14 +125,14 @@ ${SELECTION_HELP}
     process.on("SIGTERM", onSignal);
     try {
       const { replayed } = await replayDeadLetters(nc, { ...selection, onProgress: (n) => (moved = n), signal: stop.signal, ...(perSecond !== undefined ? { perSecond } : {}) });
-      process.stdout.write(`replayed ${count(replayed, "message")} to ${namespace}/${name}\n`);
+      said(replayed);
       if (replayed === 0 && selection.messageId !== undefined) {
         process.stderr.write(`no dead letter of message ${selection.messageId}${selection.sinceMs !== undefined ? " in that time" : ""}: \`trackhook dead-letters --destination ${namespace}/${name}\` lists them\n`);
       }
     } catch (err) {
       if (err instanceof ReplayTargetError) fail(err.message);
       else if (err instanceof ReplayInterruptedError) {
-        process.stdout.write(`replayed ${count(err.replayed, "message")} to ${namespace}/${name}\n`);
+        said(err.replayed, true);
         fail(err.message);
       } else throw err;
     } finally {

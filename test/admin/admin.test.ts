@@ -143,6 +143,8 @@ describe("replaying dead letters", () => {
     const again = cli("replay", "--destination", "default/cli-hook", "--since", "1h");
     expect(again.status).toBe(0);
     expect(again.stdout).toBe("replayed 0 messages to default/cli-hook\n");
+    const scripted = cli("replay", "--destination", "cli-hook", "--json");
+    expect([scripted.status, scripted.stderr, JSON.parse(scripted.stdout)]).toEqual([0, "", { destination: "default/cli-hook", replayed: 0 }]);
     await sleep(1_000);
     expect(env.receiver.requests("/cli-down")).toHaveLength(failed + 1);
     expect(await strayConsumers()).toEqual([]);

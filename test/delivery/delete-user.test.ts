@@ -69,6 +69,11 @@ describe("trackhook delete-user", () => {
 
     const again = deleteUser(config, "--source", "default/shop", "--user-id", "u-1", "--user-id", "u-2", "--request-id", "req-1");
     expect(again.stdout).toContain("0 delete notifications stored for default/shop (2 already sent by this request before)");
+    const scripted = deleteUser(config, "--source", "shop", "--user-id", "u-1", "--user-id", "u-2", "--request-id", "req-1", "--json");
+    expect(scripted.status).toBe(0);
+    expect(JSON.parse(scripted.stdout)).toEqual({
+      source: "default/shop", requestId: "req-1", stored: 0, duplicates: 2, deadLettersRemoved: 0, deadLettersUntil: expect.stringMatching(/^\d{4}-\d\d-\d\dT/),
+    });
     await new Promise((r) => setTimeout(r, 500));
     expect(env.receiver.requests("/deletes")).toHaveLength(2);
   });
@@ -116,6 +121,7 @@ spec: { sources: [purge-src], urls: ["${env.receiver.url("/purge")}"] }
     const late = deleteUser(dir, "--source", "purge-src", "--user-id", "alice", "--dead-letters-only");
     expect(late.status).toBe(0);
     expect(late.stdout).toBe("1 dead letters of the user removed from default/purge-src's destinations\n");
+    expect(JSON.parse(deleteUser(dir, "--source", "purge-src", "--user-id", "alice", "--dead-letters-only", "--json").stdout)).toEqual({ source: "default/purge-src", deadLettersRemoved: 0 });
     expect((await env.deadLetters("purge-hook")).map((d) => `${d.body.type}:${d.body.userId}`).sort()).toEqual(["delete:alice", "identify:bob"]);
     await new Promise((r) => setTimeout(r, 300));
     expect(env.receiver.requests("/purge").filter((r) => JSON.parse(r.body.toString()).type === "delete")).toHaveLength(notifiedBefore);
