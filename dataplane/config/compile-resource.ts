@@ -298,7 +298,8 @@ export function compileDestination(
   const additionalSharedSecrets = new Set<string>();
   (spec.additionalSharedSecretRefs ?? []).forEach((ref, i) => {
     const value = sharedSecretValue(secrets, namespace, `spec.additionalSharedSecretRefs[${i}]`, ref, problems);
-    // The main secret listed again, or one secret twice: signed once.
+    // The main secret listed again, or one secret twice: kept once (and one key written two
+    // ways, with and without whsec_, signs once: signingKeys).
     if (value !== undefined && value !== sharedSecret) additionalSharedSecrets.add(value);
   });
   if (spec.standardWebhooks && !spec.sharedSecretRef) {

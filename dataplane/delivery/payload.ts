@@ -53,12 +53,18 @@ export interface SigningKeys {
   standardWebhooks: KeyObject[];
 }
 
-/** X-Signature is made with the main secret only: the spec's header carries one digest. */
+/**
+ * X-Signature is made with the main secret only: the spec's header carries one digest. Secrets
+ * written differently but of one key (with and without `whsec_`, padded or not) sign once.
+ */
 export function signingKeys(sharedSecret: string, additionalSharedSecrets: readonly string[] = []): SigningKeys {
-  return {
-    xSignature: createSecretKey(Buffer.from(sharedSecret, "utf8")),
-    standardWebhooks: [sharedSecret, ...additionalSharedSecrets].map(standardWebhooksKey),
-  };
+  const keys = new Map<string, KeyObject>();
+  for (const secret of [sharedSecret, ...additionalSharedSecrets]) {
+    const key = standardWebhooksKey(secret);
+    const bytes = key.export().toString("hex");
+    if (!keys.has(bytes)) keys.set(bytes, key);
+  }
+  return { xSignature: createSecretKey(Buffer.from(sharedSecret, "utf8")), standardWebhooks: [...keys.values()] };
 }
 
 /**

@@ -60,4 +60,21 @@ describe("the README's examples", () => {
     expect(config.sources[0]!.additionalWriteKeys).toHaveLength(1);
     expect(config.sources[0]!.rateLimit).toEqual({ perSecond: 500, burst: 1000 });
   });
+
+  it("the Configure section's WebhookDestination loads beside it, its commented additionalSharedSecretRefs too once uncommented", () => {
+    const readme = readFileSync(fileURLToPath(new URL("../../README.md", import.meta.url)), "utf8");
+    const [sources, destination] = [...readme.slice(readme.indexOf("\n## Configure\n")).matchAll(/```yaml\n([\s\S]*?)```/g)].map((m) => m[1]!);
+    const dir = tempDir("readme-destination");
+    writeFileSync(join(dir, "sources.yaml"), sources!);
+    writeFileSync(join(dir, "destination.yaml"), destination!);
+    expect(loadConfigFile(dir).destinations.map((d) => [d.name, d.urls.length, d.standardWebhooks])).toEqual([["crm", 1, false]]);
+    // As a reader would uncomment it: the lines' own # marks removed, standardWebhooks turned on.
+    const uncommented = destination!
+      .replace("standardWebhooks: false", "standardWebhooks: true")
+      .replace(/^ {2}# (additionalSharedSecretRefs:)/m, "  $1")
+      .replace(/^ {2}# {3}(- \{)/m, "    $1");
+    expect(uncommented).toContain("\n  additionalSharedSecretRefs:");
+    writeFileSync(join(dir, "destination.yaml"), `${uncommented}---\napiVersion: v1\nkind: Secret\nmetadata: { name: crm-webhook-old }\nstringData: { sharedSecret: old-secret }\n`);
+    expect(loadConfigFile(dir).destinations[0]).toMatchObject({ name: "crm", standardWebhooks: true, additionalSharedSecrets: ["old-secret"] });
+  });
 });
