@@ -48,6 +48,7 @@ export const deleteUserCommand: Command = {
     if (odd !== undefined) throw new UsageError(`--user-id ${JSON.stringify(odd)}: no whitespace at either end and no control characters (it would notify a user who does not exist)`);
     if (values["dead-letters-only"] && values["request-id"]) throw new UsageError("--dead-letters-only sends no notification: it takes no --request-id");
     const json = Boolean(values.json as unknown);
+    const source = `${namespace}/${name}`; // as --json names it
     const url = natsUrl(values, { orDev: true });
     const config = loadConfigFile(values.config);
     if (!config.sources.some((s) => s.namespace === namespace && s.name === name)) {
@@ -66,7 +67,7 @@ export const deleteUserCommand: Command = {
         const removed = await purge();
         process.stdout.write(
           json
-            ? jsonLine({ source: `${namespace}/${name}`, deadLettersRemoved: removed })
+            ? jsonLine({ source, deadLettersRemoved: removed })
             : `${removed} dead letters of ${userIds.length === 1 ? "the user" : `the ${userIds.length} users`} removed from ${namespace}/${name}'s destinations\n`,
         );
         return;
@@ -93,7 +94,7 @@ export const deleteUserCommand: Command = {
       const until = new Date(Date.now() + (await longestRetryMs(jsm)));
       if (json) {
         process.stdout.write(jsonLine({
-          source: `${namespace}/${name}`, requestId, stored, duplicates, deadLettersRemoved: removed, deadLettersUntil: until.toISOString(),
+          source, requestId, stored, duplicates, deadLettersRemoved: removed, deadLettersUntil: until.toISOString(),
         }));
         return;
       }

@@ -100,7 +100,7 @@ ${SELECTION_HELP}
     const perSecond = values.rate === undefined ? undefined : integerFlag("rate", values.rate, 1, 1_000_000);
     const { namespace, destination: name } = selection;
     const json = Boolean(values.json as unknown);
-    const said = (replayed: number, interrupted = false) =>
+    const printResult = (replayed: number, interrupted = false) =>
       process.stdout.write(
         json
           ? jsonLine({ destination: `${namespace}/${name}`, replayed, ...(interrupted ? { interrupted } : {}) })
@@ -125,14 +125,14 @@ ${SELECTION_HELP}
     process.on("SIGTERM", onSignal);
     try {
       const { replayed } = await replayDeadLetters(nc, { ...selection, onProgress: (n) => (moved = n), signal: stop.signal, ...(perSecond !== undefined ? { perSecond } : {}) });
-      said(replayed);
+      printResult(replayed);
       if (replayed === 0 && selection.messageId !== undefined) {
         process.stderr.write(`no dead letter of message ${selection.messageId}${selection.sinceMs !== undefined ? " in that time" : ""}: \`trackhook dead-letters --destination ${namespace}/${name}\` lists them\n`);
       }
     } catch (err) {
       if (err instanceof ReplayTargetError) fail(err.message);
       else if (err instanceof ReplayInterruptedError) {
-        said(err.replayed, true);
+        printResult(err.replayed, true);
         fail(err.message);
       } else throw err;
     } finally {

@@ -49,12 +49,16 @@ describe("loadDocuments with the files parsed before", () => {
 });
 
 describe("the README's examples", () => {
-  it("the Configure section's documents are a config `trackhook dev --config` starts with (regression: it named a Secret it did not define)", () => {
+  /** The YAML blocks of the README's Configure section, in order: its Sources, then its WebhookDestination. */
+  const configureYaml = () => {
     const readme = readFileSync(fileURLToPath(new URL("../../README.md", import.meta.url)), "utf8");
-    const section = readme.slice(readme.indexOf("\n## Configure\n"));
-    const yaml = /```yaml\n([\s\S]*?)```/.exec(section)![1]!;
+    return [...readme.slice(readme.indexOf("\n## Configure\n")).matchAll(/```yaml\n([\s\S]*?)```/g)].map((m) => m[1]!);
+  };
+
+  it("the Configure section's documents are a config `trackhook dev --config` starts with (regression: it named a Secret it did not define)", () => {
+    const [yaml] = configureYaml();
     const dir = tempDir("readme-config");
-    writeFileSync(join(dir, "configure.yaml"), yaml);
+    writeFileSync(join(dir, "configure.yaml"), yaml!);
     const config = loadConfigFile(join(dir, "configure.yaml"));
     expect(config.sources.map((s) => `${s.namespace}/${s.name}`)).toEqual(["default/website"]);
     expect(config.sources[0]!.additionalWriteKeys).toHaveLength(1);
@@ -62,8 +66,7 @@ describe("the README's examples", () => {
   });
 
   it("the Configure section's WebhookDestination loads beside it, its commented additionalSharedSecretRefs too once uncommented", () => {
-    const readme = readFileSync(fileURLToPath(new URL("../../README.md", import.meta.url)), "utf8");
-    const [sources, destination] = [...readme.slice(readme.indexOf("\n## Configure\n")).matchAll(/```yaml\n([\s\S]*?)```/g)].map((m) => m[1]!);
+    const [sources, destination] = configureYaml();
     const dir = tempDir("readme-destination");
     writeFileSync(join(dir, "sources.yaml"), sources!);
     writeFileSync(join(dir, "destination.yaml"), destination!);
