@@ -7,9 +7,9 @@
 import { existsSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { jetstream, jetstreamManager, type JetStreamClient, type JetStreamManager } from "@nats-io/jetstream";
+import { jetstream, jetstreamManager, type JetStreamClient, type JetStreamManager, type StreamConfig } from "@nats-io/jetstream";
 import { connect, type NatsConnection } from "@nats-io/transport-node";
-import { LocalNatsServer } from "../../dataplane/nats/mod.ts";
+import { LocalNatsServer, ensureStream, patiently } from "../../dataplane/nats/mod.ts";
 import { freePorts } from "./ports.ts";
 
 export interface NatsHarness {
@@ -61,6 +61,12 @@ export interface NatsClusterHarness {
   urls: string;
   nc: NatsConnection;
   jsm: JetStreamManager;
+  /**
+   * Makes a stream as trackhook's processes do at their start, tried again while the cluster is slow
+   * to answer: on a cluster just formed, beside other test files on 2 cores, making an R3 stream
+   * once took over delivery's 5 s API timeout, and another time over this harness's 10 s.
+   */
+  ensureStream(config: Partial<StreamConfig> & { name: string }): Promise<void>;
   /** Opens another connection to the cluster (any server). */
   connect(): Promise<NatsConnection>;
   stop(): Promise<void>;
@@ -104,6 +110,9 @@ export async function startNatsCluster(size = 3): Promise<NatsClusterHarness> {
     urls,
     nc,
     jsm,
+    async ensureStream(config) {
+      await patiently(`making ${config.name}`, () => ensureStream(jsm, config), { warn() {} });
+    },
     connect: open,
     async stop() {
       await closeAll();

@@ -17,12 +17,10 @@ let receiver: Receiver;
 const sender = new WebhookSender({ allowPrivateNetworks: true, userAgent: "test" });
 beforeAll(async () => {
   cluster = await startNatsCluster(3);
-  await ensureStream(cluster.jsm, eventsStreamConfig({ ...streamSettings({ "stream-replicas": "3" }) }));
-  // Made here, with the harness's longer timeout: on a cluster just formed, beside other test
-  // files, making two R3 streams within delivery's start once took over its 5 s API timeout.
-  for (const stream of [dlqStreamConfig(SIDE_STREAM), attemptsStreamConfig(SIDE_STREAM)]) await ensureStream(cluster.jsm, stream);
+  // Made here, so that delivery's start (5 s API timeout) finds them.
+  for (const stream of [eventsStreamConfig(streamSettings({ "stream-replicas": "3" })), dlqStreamConfig(SIDE_STREAM), attemptsStreamConfig(SIDE_STREAM)]) await cluster.ensureStream(stream);
   receiver = await startReceiver();
-}, 60_000);
+}, 200_000);
 afterAll(async () => {
   await sender.close();
   await receiver?.close();
