@@ -11,13 +11,14 @@ import { deliverCommand } from "./commands/deliver.ts";
 import { deleteUserCommand } from "./commands/delete-user.ts";
 import { operatorCommand } from "./commands/operator.ts";
 import { attemptsCommand } from "./commands/attempts.ts";
+import { statusCommand } from "./commands/status.ts";
 import { deadLettersCommand } from "./commands/dead-letters.ts";
 import { ingestCommand } from "./commands/ingest.ts";
 import { replayCommand } from "./commands/replay.ts";
 import { tailCommand } from "./commands/tail.ts";
 import type { Command } from "./commands/types.ts";
 
-const COMMANDS: Command[] = [devCommand, ingestCommand, deliverCommand, deadLettersCommand, replayCommand, attemptsCommand, tailCommand, deleteUserCommand, operatorCommand];
+const COMMANDS: Command[] = [devCommand, ingestCommand, deliverCommand, deadLettersCommand, replayCommand, attemptsCommand, statusCommand, tailCommand, deleteUserCommand, operatorCommand];
 
 function help(): string {
   const width = Math.max(...COMMANDS.map((c) => c.name.length));

@@ -96,11 +96,11 @@ export const devCommand: Command = {
         `and not stored: a "not accepted" line below says why.\n` +
         `SDKs take ${ingest.url} as their host (README: "Point your SDKs at trackhook"); a web page can load\n` +
         `analytics.js from ${ingest.url}/analytics.js/v1/$WRITE_KEY/analytics.min.js (with analytics._cdn = "${ingest.url}").\n\n` +
-        `The admin commands (attempts, dead-letters, replay, tail, delete-user) find this NATS when run from this\n` +
-        `directory; from elsewhere (the port changes with every start):\n` +
+        `The admin commands (status, attempts, dead-letters, replay, tail, delete-user) find this NATS when run from\n` +
+        `this directory; from elsewhere (the port changes with every start):\n` +
         `  export TRACKHOOK_NATS_URL=${natsUrl}\n` +
         `  alias trackhook=${shellQuote(`${process.execPath} ${realpathSync(process.argv[1]!)}`)}\n` +
-        `  trackhook tail      # or: trackhook dead-letters --destination <name>\n\n` +
+        `  trackhook status    # or: trackhook tail, trackhook dead-letters --destination <name>\n\n` +
         (feed ? `What happens shows below, a line each (--quiet: none); the JSON log is on stdout.\n\n` : ""),
     );
 

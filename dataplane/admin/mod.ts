@@ -7,3 +7,4 @@ export {
 } from "./dead-letters.ts";
 export { attemptRecordsIn, readAttempts, type AttemptsOptions } from "./attempts.ts";
 export { tail, tailFilter, type TailOptions, type TailedMessage } from "./tail.ts";
+export { readStatus, type DeliveryStatus, type DestinationStatus, type StatusSelection, type StreamStatus } from "./status.ts";

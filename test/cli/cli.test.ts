@@ -593,7 +593,7 @@ describe("trackhook on a NATS it cannot use (found by a CLI review: a nats.js st
   it("without JetStream: one line saying how to enable it, exit 2", async () => {
     const server = await natsServer(["--user", "viewer", "--pass", "pw"]);
     try {
-      for (const command of [["attempts", "--destination", "default/hook"], ["tail"]]) {
+      for (const command of [["attempts", "--destination", "default/hook"], ["tail"], ["status"]]) {
         const res = spawnSync(process.execPath, [CLI, ...command, "--nats", server.url], { cwd: root, encoding: "utf8", timeout: 20_000, env: { ...process.env, TRACKHOOK_NATS_USER: "viewer", TRACKHOOK_NATS_PASSWORD: "pw" } });
         expect(res.stderr).toBe("trackhook: JetStream does not answer on this NATS: it is not enabled (run nats-server with -js, or a jetstream {} block in its config; with accounts, the account needs JetStream too), or the server is still starting\n");
         expect(res.status).toBe(2);
