@@ -207,7 +207,7 @@ describe("replaying dead letters", () => {
     expect(await strayConsumers()).toEqual([]);
   });
 
-  it("Ctrl-C stops `trackhook replay` after the dead letters being moved, none left both replayed and in the DLQ, and says how many moved (found by a review: up to 64 were both, and nothing was said)", async () => {
+  it("Ctrl-C stops `trackhook replay` after the dead letters being moved, none left both replayed and in the DLQ, and says how many moved (found by a review: up to 64 were both, and nothing was said); with --json, as one line marked interrupted", async () => {
     env.receiver.on("/stopped", answer(404));
     const key = addSource("stop-src");
     await addDestination("stop-hook", { source: "stop-src", urls: [env.receiver.url("/stopped")] });
@@ -221,7 +221,8 @@ describe("replaying dead letters", () => {
     const replaySubject = "trackhook.replay.default.stop-hook";
     const copies = async () => ((await env.nats.jsm.streams.info(EVENTS_STREAM, { subjects_filter: replaySubject })).state.subjects as Record<string, number> | undefined)?.[replaySubject] ?? 0;
 
-    const child = spawn(process.execPath, [CLI, "replay", "--destination", "stop-hook", "--nats", env.nats.server.url], { cwd: root });
+    // --json: scripts are told how many moved, and that the replay did not finish (the text form prints the same count).
+    const child = spawn(process.execPath, [CLI, "replay", "--destination", "stop-hook", "--json", "--nats", env.nats.server.url], { cwd: root });
     let stdout = "";
     let stderr = "";
     child.stdout.on("data", (c: Buffer) => (stdout += c.toString()));
@@ -231,7 +232,9 @@ describe("replaying dead letters", () => {
     child.kill("SIGINT");
     expect(await exited).toBe(1);
     expect(stderr).toContain("SIGINT: finishing the dead letters being moved");
-    const moved = Number(/^replayed (\d+) messages to default\/stop-hook$/m.exec(stdout)?.[1]);
+    const result = JSON.parse(stdout) as { destination: string; replayed: number; interrupted?: boolean };
+    expect(result).toEqual({ destination: "default/stop-hook", replayed: expect.any(Number), interrupted: true });
+    const moved = result.replayed;
     expect(moved).toBeGreaterThan(200);
     expect(moved).toBeLessThan(count); // stopped part-way
     expect(stderr).toMatch(new RegExp(`replay stopped after ${moved} message\\(s\\): stopped by SIGINT; the rest are still in the DLQ`));
