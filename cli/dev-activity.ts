@@ -8,7 +8,7 @@ import type { IngestActivity } from "../dataplane/ingest/mod.ts";
 import { parseJson } from "../dataplane/json.ts";
 import { ATTEMPTS_STREAM, ATTEMPTS_SUBJECTS, DLQ_STREAM, DLQ_SUBJECTS, EVENTS_STREAM, EVENTS_SUBJECTS, followStream } from "../dataplane/nats/mod.ts";
 import type { AttemptRecord } from "../dataplane/delivery/mod.ts";
-import { deadLetterOf } from "../dataplane/admin/mod.ts";
+import { attemptRecordsIn, deadLetterOf } from "../dataplane/admin/mod.ts";
 
 export interface ActivityFeed {
   /** Hears what ingest did not store (startIngest's `activity`). */
@@ -41,13 +41,15 @@ export async function startActivityFeed(nc: NatsConnection, write: Write, now: (
     const [, , namespace, source] = m.subject.split(".");
     say("stored", `${namespace}/${source}`, describeMessage(parseJson(m.string()) as Record<string, unknown>));
   });
+  // A delivery turn's records share a message, a line each.
   await watch(ATTEMPTS_STREAM, ATTEMPTS_SUBJECTS, (m) => {
-    const record = JSON.parse(m.string()) as AttemptRecord;
-    const [what, tail] = ATTEMPT_WORDS[record.outcome];
-    const answer = record.status !== undefined ? String(record.status) : (record.error ?? "no answer");
-    const retried = record.attempt > 1 ? `, attempt ${record.attempt}` : "";
-    const detail = record.detail ? ` (${record.detail})` : "";
-    say(what, record.destination, `${answer} in ${Math.round(record.latencyMs)} ms from ${record.url}${detail}  [${record.messageId}${retried}${tail}]`);
+    for (const record of attemptRecordsIn(m.string())) {
+      const [what, tail] = ATTEMPT_WORDS[record.outcome];
+      const answer = record.status !== undefined ? String(record.status) : (record.error ?? "no answer");
+      const retried = record.attempt > 1 ? `, attempt ${record.attempt}` : "";
+      const detail = record.detail ? ` (${record.detail})` : "";
+      say(what, record.destination, `${answer} in ${Math.round(record.latencyMs)} ms from ${record.url}${detail}  [${record.messageId}${retried}${tail}]`);
+    }
   });
   await watch(DLQ_STREAM, DLQ_SUBJECTS, (m) => {
     const [, , namespace, destination] = m.subject.split(".");

@@ -43,18 +43,23 @@ export function streamLine(label: string, s: StreamStatus, now: number): string 
   return `${label}: ${count(s.messages)} message${s.messages === 1 ? "" : "s"}, ${bytes(s.bytes)}${fill}${oldest}${kept}\n`;
 }
 
+/** "3s ago: 200 in 2 ms http://a/hook; 500 in 3 ms http://b/hook" (each URL's last, timed by the last answer). */
 function lastAttemptCell(d: DestinationStatus, now: number): string {
-  const a = d.lastAttempt;
-  if (!a) return "-";
-  const result = a.status !== undefined ? String(a.status) : (a.error ?? a.outcome);
-  return `${ago(a.at, now)}: ${result} in ${a.latencyMs} ms, ${a.url}`;
+  const attempts = d.lastAttempts ?? [];
+  if (attempts.length === 0) return "-";
+  const answeredAt = Math.max(...attempts.map((a) => Date.parse(a.at) + a.latencyMs));
+  const answers = attempts.map((a) => `${a.status !== undefined ? String(a.status) : (a.error ?? a.outcome)} in ${a.latencyMs} ms ${a.url}`);
+  return `${span(Math.max(0, now - answeredAt))} ago: ${answers.join("; ")}`;
 }
+
+/** Messages wait, none is in progress, and no delivery asks for them (readStatus looked twice). */
+const nobodyDelivers = (d: DestinationStatus) => d.consumer && d.deliveryPulling === false && (d.waiting ?? 0) > 0 && d.inProgress === 0;
 
 export function statusRow(d: DestinationStatus, now: number): string[] {
   const deadLetters = d.deadLetters === 0 ? "0" : `${count(d.deadLetters)} (last ${ago(d.lastDeadLetterAt, now)})`;
   // Without a consumer, nothing waits for it: the three columns are one statement.
   const delivery = d.consumer
-    ? [count(d.waiting ?? 0), count(d.inProgress ?? 0), d.oldestWaitingAt !== undefined ? since(d.oldestWaitingAt, now) : "-"]
+    ? [`${count(d.waiting ?? 0)}${nobodyDelivers(d) ? " (!)" : ""}`, count(d.inProgress ?? 0), d.oldestUndeliveredAt !== undefined ? since(d.oldestUndeliveredAt, now) : "-"]
     : ["no consumer", "-", "-"];
   return [d.destination, ...delivery, deadLetters, lastAttemptCell(d, now)];
 }
@@ -66,7 +71,13 @@ export function statusText(status: DeliveryStatus, selection: StatusSelection, n
   if (status.destinations.length === 0) {
     return `${text}${text ? "\n" : ""}no destination${selection.namespace !== undefined ? ` of namespace ${selection.namespace}` : ""} is delivered to or has dead letters\n`;
   }
-  return `${text}${text ? "\n" : ""}${table(["DESTINATION", "WAITING", "IN PROGRESS", "OLDEST WAITING", "DEAD LETTERS", "LAST ATTEMPT"], status.destinations.map((d) => statusRow(d, now)))}`;
+  text += `${text ? "\n" : ""}${table(["DESTINATION", "WAITING", "IN PROGRESS", "OLDEST UNDELIVERED", "DEAD LETTERS", "LAST ATTEMPT"], status.destinations.map((d) => statusRow(d, now)))}`;
+  const idle = status.destinations.filter(nobodyDelivers);
+  if (idle.length > 0) {
+    text += `\n(!) no delivery is asking for the messages of ${idle.map((d) => d.destination).join(", ")}: is \`dev\` or \`deliver\` running with ${idle.length === 1 ? "it" : "them"} in its config?\n`;
+    text += "    (one taken out of the config keeps its messages a minute, in case it comes back; in a cluster, see the Delivering condition)\n";
+  }
+  return text;
 }
 
 export const statusCommand: Command = {
@@ -76,11 +87,11 @@ export const statusCommand: Command = {
   usage: `trackhook status --nats <url> [--destination <ns/name> | --namespace <ns>] [--json]
 
   Per destination: WAITING (stored, not yet given to delivery), IN PROGRESS (being sent, or
-  waiting for its next try), OLDEST WAITING (how long the oldest of either has waited), DEAD
-  LETTERS (\`trackhook dead-letters\` lists them, \`trackhook replay\` sends them again) and the
-  LAST ATTEMPT's answer (\`trackhook attempts\` has every one). "no consumer": nothing is sent
-  to it (deleted or disabled, or not started by any \`deliver\` or \`dev\` yet); its dead letters
-  are kept.
+  waiting for its next try, or for its URL's pause after failures to end), OLDEST UNDELIVERED
+  (how long the oldest of either has waited), DEAD LETTERS (\`trackhook dead-letters\` lists them,
+  \`trackhook replay\` sends them again) and the LAST ATTEMPT's answer from each URL tried last
+  (\`trackhook attempts\` has every one). "no consumer": nothing is sent to it (deleted or
+  disabled, or not started by any \`deliver\` or \`dev\` yet); its dead letters are kept.
 
   --destination <ns/name>    only this WebhookDestination (namespace "default" when omitted)
   --namespace <ns>           only the destinations of this namespace
@@ -108,8 +119,10 @@ export const statusCommand: Command = {
       process.stdout.write(json ? jsonLine(status) : statusText(status, selection));
       if (!status.events) process.stderr.write("no events stream on this NATS: no ingest (or `dev`) has used it yet; is --nats right?\n");
       const one = selection.namespace !== undefined && "destination" in selection && selection.destination !== undefined ? status.destinations[0] : undefined;
-      if (one && !one.consumer && one.deadLetters === 0 && one.lastAttempt === undefined) {
-        process.stderr.write(`nothing is known of ${one.destination}: is the name right? (\`kubectl get webhookdestinations -A\`, or the documents of your --config)\n`);
+      if (one && !one.consumer && one.deadLetters === 0 && one.lastAttempts === undefined) {
+        process.stderr.write(
+          `nothing is known of ${one.destination}: no consumer, dead letters or attempts. Is the name right (\`kubectl get webhookdestinations -A\`, or the documents of your --config)? Or it is disabled, or no \`dev\` or \`deliver\` has started it yet\n`,
+        );
       }
     } finally {
       await nc.close();

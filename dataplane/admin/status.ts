@@ -36,17 +36,29 @@ export interface DestinationStatus {
   consumer: boolean;
   /** Messages its consumer has not been given yet. */
   waiting?: number;
-  /** Messages given to delivery and not yet done: being sent, or waiting for their next try. */
+  /** Messages given to delivery and not yet done: being sent, or waiting for their next try (or for a paused URL). */
   inProgress?: number;
-  /** When the oldest message not yet done (either kind above) was stored. */
-  oldestWaitingAt?: string;
+  /**
+   * Whether a delivery process is asking its consumer for messages (a pull request is open). False
+   * when none runs with this destination in its config, and also, briefly, while one is busy with
+   * as many messages as it may take.
+   */
+  deliveryPulling?: boolean;
+  /** When the oldest message not yet done (waiting or in progress) was stored. */
+  oldestUndeliveredAt?: string;
   /** When a message was last done (delivered or dead-lettered), when JetStream knows (not across its restart). */
   lastDoneAt?: string;
   deadLetters: number;
   lastDeadLetterAt?: string;
-  /** The last attempt recorded: of the last turn, the last URL tried. */
-  lastAttempt?: AttemptRecord;
+  /**
+   * The last attempt of each URL among the records stored last (a delivery turn's), in the order
+   * tried: every URL of a message's first round, only the failing ones of a retry.
+   */
+  lastAttempts?: UrlAttempt[];
 }
+
+/** An attempt record without the destination, which its row names. */
+export type UrlAttempt = Omit<AttemptRecord, "destination">;
 
 export interface DeliveryStatus {
   /** Absent: nothing was ever stored (no ingest has used this NATS). */
@@ -57,6 +69,8 @@ export interface DeliveryStatus {
 
 /** Destinations read side by side. */
 const CONCURRENCY = 8;
+/** How long after a consumer seemed to have no delivery pulling it is looked at again. */
+const SECOND_LOOK_MS = 1_000;
 
 /** The status of the destinations selected, ordered by namespace and name. */
 export async function readStatus(nc: NatsConnection, selection: StatusSelection = {}): Promise<DeliveryStatus> {
@@ -102,27 +116,48 @@ export async function readStatus(nc: NatsConnection, selection: StatusSelection 
   };
 }
 
-async function destinationStatus(jsm: JetStreamManager, key: string, info: ConsumerInfo | undefined, deadLetters: number): Promise<DestinationStatus> {
+async function destinationStatus(jsm: JetStreamManager, key: string, listed: ConsumerInfo | undefined, deadLetters: number): Promise<DestinationStatus> {
   const [namespace, destination] = key.split("/") as [string, string];
-  const [oldest, lastDeadLetter, lastAttempt] = await Promise.all([
+  let info = listed;
+  // Messages waiting, none in progress and no pull open: no delivery runs for it, or one was
+  // between two pulls (they expire every few seconds). A second look tells them apart.
+  if (info && info.num_waiting === 0 && info.num_pending > 0 && info.num_ack_pending === 0) {
+    await new Promise((resolve) => setTimeout(resolve, SECOND_LOOK_MS));
+    info = (await consumerInfo(jsm, { namespace, destination })) ?? info;
+  }
+  const [oldest, lastDeadLetter, lastRecords] = await Promise.all([
     info && info.num_pending + info.num_ack_pending > 0 ? oldestWaitingAt(jsm, info) : undefined,
     deadLetters > 0 ? lastMessage(jsm, DLQ_STREAM, dlqSubject(namespace, destination)) : undefined,
     lastMessage(jsm, ATTEMPTS_STREAM, attemptsSubject(namespace, destination)),
   ]);
-  const attempt = lastAttempt ? attemptRecordsIn(lastAttempt.string()).at(-1) : undefined;
+  const lastAttempts = lastRecords ? lastAttemptPerUrl(attemptRecordsIn(lastRecords.string())) : [];
   // nats.js types it as nanoseconds; the server sends an RFC 3339 time, absent until an ack.
   const lastActive = info?.ack_floor.last_active as unknown;
   const lastDoneAt = typeof lastActive === "string" && !Number.isNaN(Date.parse(lastActive)) ? new Date(lastActive).toISOString() : undefined;
   return {
     destination: key,
     consumer: info !== undefined,
-    ...(info ? { waiting: info.num_pending, inProgress: info.num_ack_pending } : {}),
-    ...(oldest ? { oldestWaitingAt: oldest.toISOString() } : {}),
+    ...(info ? { waiting: info.num_pending, inProgress: info.num_ack_pending, deliveryPulling: info.num_waiting > 0 } : {}),
+    ...(oldest ? { oldestUndeliveredAt: oldest.toISOString() } : {}),
     ...(lastDoneAt ? { lastDoneAt } : {}),
     deadLetters,
     ...(lastDeadLetter ? { lastDeadLetterAt: lastDeadLetter.time.toISOString() } : {}),
-    ...(attempt ? { lastAttempt: attempt } : {}),
+    ...(lastAttempts.length > 0 ? { lastAttempts } : {}),
   };
+}
+
+/**
+ * Of one stored message of attempt records, the last of each URL. The last record alone would
+ * show whichever URL happened to be written last: a backup URL's 500 behind the main one's 200,
+ * or the reverse (found by a review).
+ */
+function lastAttemptPerUrl(records: AttemptRecord[]): UrlAttempt[] {
+  const byUrl = new Map<string, UrlAttempt>();
+  for (const { destination: _destination, ...record } of records) {
+    byUrl.delete(record.url); // in the order last tried
+    byUrl.set(record.url, record);
+  }
+  return [...byUrl.values()];
 }
 
 function streamStatus(info: StreamInfo): StreamStatus {

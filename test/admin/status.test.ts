@@ -6,7 +6,8 @@ import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { describe, expect, it } from "vitest";
 import { readStatus, type DeliveryStatus, type DestinationStatus } from "../../dataplane/admin/mod.ts";
-import { EVENTS_STREAM, consumerName, dlqSubject } from "../../dataplane/nats/mod.ts";
+import { AckPolicy, DeliverPolicy } from "@nats-io/jetstream";
+import { EVENTS_STREAM, consumerName, dlqSubject, sourceSubjects } from "../../dataplane/nats/mod.ts";
 import { bytes, span } from "../../cli/commands/status.ts";
 import { useDelivery } from "../harness/delivery.ts";
 import { basic, post } from "../harness/ingest.ts";
@@ -52,7 +53,7 @@ describe("the status of destinations", () => {
     // Attempt records and acks leave with the worker's next turn: wait until the last are in.
     await expect.poll(async () => {
       const status = await readStatus(env.nc);
-      return ["status-ok", "status-refuse"].map((name) => [find(status, name)?.lastAttempt?.status, find(status, name)?.inProgress]);
+      return ["status-ok", "status-refuse"].map((name) => [find(status, name)?.lastAttempts?.[0]?.status, find(status, name)?.inProgress]);
     }, { timeout: 10_000 }).toEqual([[200, 0], [404, 0]]);
     const status = await readStatus(env.nc);
     // The harness's ingest makes the events stream with max_age 1h and max_bytes 256 MB.
@@ -60,18 +61,20 @@ describe("the status of destinations", () => {
     expect(status.events!.messages).toBeGreaterThanOrEqual(3);
     expect(status.deadLetterQueue!.messages).toBeGreaterThanOrEqual(3);
 
-    expect(find(status, "status-ok")).toMatchObject({ consumer: true, waiting: 0, inProgress: 0, deadLetters: 0, lastAttempt: { url: env.receiver.url("/status-ok"), status: 200 } });
-    expect(find(status, "status-ok")).not.toHaveProperty("oldestWaitingAt");
+    // A delivery is running: its pull is open.
+    expect(find(status, "status-ok")).toMatchObject({ consumer: true, waiting: 0, inProgress: 0, deliveryPulling: true, deadLetters: 0, lastAttempts: [{ url: env.receiver.url("/status-ok"), status: 200 }] });
+    expect(find(status, "status-ok")).not.toHaveProperty("oldestUndeliveredAt");
+    expect(find(status, "status-ok")!.lastAttempts![0]).not.toHaveProperty("destination");
 
     const failing = find(status, "status-fail")!;
-    expect(failing).toMatchObject({ consumer: true, waiting: 0, inProgress: 3, deadLetters: 0, lastAttempt: { status: 503 } });
+    expect(failing).toMatchObject({ consumer: true, waiting: 0, inProgress: 3, deadLetters: 0, lastAttempts: [{ status: 503 }] });
     // The oldest of the three waits since it was stored: during the first send.
-    const oldest = Date.parse(failing.oldestWaitingAt!);
+    const oldest = Date.parse(failing.oldestUndeliveredAt!);
     expect(oldest).toBeGreaterThanOrEqual(before);
     expect(oldest).toBeLessThanOrEqual(afterFirst);
 
     const refusing = find(status, "status-refuse")!;
-    expect(refusing).toMatchObject({ consumer: true, waiting: 0, inProgress: 0, deadLetters: 3, lastAttempt: { status: 404 } });
+    expect(refusing).toMatchObject({ consumer: true, waiting: 0, inProgress: 0, deadLetters: 3, lastAttempts: [{ status: 404 }] });
     expect(Date.parse(refusing.lastDeadLetterAt!)).toBeGreaterThanOrEqual(before - 1000);
     expect(refusing.lastDoneAt).toBeDefined();
 
@@ -80,8 +83,35 @@ describe("the status of destinations", () => {
     env.remove("WebhookDestination", "status-refuse");
     await env.nats.jsm.consumers.delete(EVENTS_STREAM, consumerName("default", "status-refuse"));
     expect(find(await readStatus(env.nc), "status-refuse")?.consumer).toBe(false);
-    expect(find(await readStatus(env.nc), "status-refuse")).toMatchObject({ deadLetters: 3, lastAttempt: { status: 404 } });
+    expect(find(await readStatus(env.nc), "status-refuse")).toMatchObject({ deadLetters: 3, lastAttempts: [{ status: 404 }] });
     expect(find(await readStatus(env.nc), "status-refuse")).not.toHaveProperty("waiting");
+  });
+
+  it("gives the last answer of each URL, not only of the URL written last (found by a review: a backup URL's 404 hid the main one's 200)", async () => {
+    const key = env.addSource("two-src");
+    env.receiver.on("/two-refuse", answer(404));
+    await env.setDestination("status-two", { sources: ["two-src"], urls: [env.receiver.url("/two-ok"), env.receiver.url("/two-refuse")] });
+    await send(key, "t-1");
+    // One 2xx delivers the message: nothing is tried again, and the 404 stays the second URL's last answer.
+    await env.receiver.waitFor("/two-ok", 1);
+    await env.receiver.waitFor("/two-refuse", 1);
+    await expect.poll(async () => find(await readStatus(env.nc), "status-two")?.lastAttempts?.map((a) => [a.url, a.status]), { timeout: 10_000 }).toEqual([
+      [env.receiver.url("/two-ok"), 200],
+      [env.receiver.url("/two-refuse"), 404],
+    ]);
+  });
+
+  it("tells a consumer no delivery asks for messages from one being delivered", async () => {
+    // A consumer no delivery process reads: one whose deliver or dev stopped, or left out of its config.
+    const key = env.addSource("idle-src");
+    await env.nats.jsm.consumers.add(EVENTS_STREAM, { durable_name: consumerName("default", "status-idle"), filter_subjects: [sourceSubjects("default", "idle-src")], ack_policy: AckPolicy.Explicit, deliver_policy: DeliverPolicy.New });
+    await send(key, "i-1");
+    const idle = find(await readStatus(env.nc), "status-idle");
+    expect(idle).toMatchObject({ consumer: true, waiting: 1, inProgress: 0, deliveryPulling: false });
+    const text = cli("status");
+    expect(text.stdout).toMatch(/\ndefault\/status-idle +1 \(!\) +0 +\S+ +0 +-\n/);
+    expect(text.stdout).toContain("(!) no delivery is asking for the messages of default/status-idle: is `dev` or `deliver` running with it in its config?");
+    await env.nats.jsm.consumers.delete(EVENTS_STREAM, consumerName("default", "status-idle"));
   });
 
   it("selects one destination, or a namespace's (one known by its dead letters only included)", async () => {
@@ -110,9 +140,10 @@ describe("`trackhook status`", () => {
     const lines = text.stdout.trimEnd().split("\n");
     expect(lines[0]).toMatch(/^events: [\d,]+ messages, [\d.]+ [KM]?B of 256 MB \(0%\), the oldest stored \S+ ago, kept 1h$/);
     expect(lines[1]).toMatch(/^dead-letter queue: [\d,]+ messages?, .* kept 14d$/);
-    expect(lines[3]).toMatch(/^DESTINATION +WAITING +IN PROGRESS +OLDEST WAITING +DEAD LETTERS +LAST ATTEMPT$/);
-    expect(lines.find((l) => l.startsWith("default/status-ok "))).toMatch(/^default\/status-ok +0 +0 +- +0 +\S+ ago: 200 in \d+ ms, http:\/\/127\.0\.0\.1:\d+\/status-ok$/);
-    expect(lines.find((l) => l.startsWith("default/status-fail "))).toMatch(/^default\/status-fail +0 +3 +\S+ +0 +\S+ ago: 503 in \d+ ms, /);
+    expect(lines[3]).toMatch(/^DESTINATION +WAITING +IN PROGRESS +OLDEST UNDELIVERED +DEAD LETTERS +LAST ATTEMPT$/);
+    expect(lines.find((l) => l.startsWith("default/status-ok "))).toMatch(/^default\/status-ok +0 +0 +- +0 +\S+ ago: 200 in \d+ ms http:\/\/127\.0\.0\.1:\d+\/status-ok$/);
+    expect(lines.find((l) => l.startsWith("default/status-fail "))).toMatch(/^default\/status-fail +0 +3 +\S+ +0 +\S+ ago: 503 in \d+ ms /);
+    expect(lines.find((l) => l.startsWith("default/status-two "))).toMatch(/ago: 200 in \d+ ms http:\/\/127\.0\.0\.1:\d+\/two-ok; 404 in \d+ ms http:\/\/127\.0\.0\.1:\d+\/two-refuse$/);
     expect(lines.find((l) => l.startsWith("default/status-refuse "))).toMatch(/^default\/status-refuse +no consumer +- +- +3 \(last \S+ ago\) +\S+ ago: 404 /);
     expect(lines.find((l) => l.startsWith("team-b/orders "))).toMatch(/^team-b\/orders +no consumer +- +- +1 \(last \S+ ago\) +-$/);
 
@@ -120,7 +151,7 @@ describe("`trackhook status`", () => {
     expect([json.status, json.stderr]).toEqual([0, ""]);
     const parsed = JSON.parse(json.stdout) as DeliveryStatus;
     expect(parsed.destinations.map((d) => d.destination)).toEqual(lines.slice(4).map((l) => l.split(" ")[0]));
-    expect(parsed.destinations.find((d) => d.destination === "default/status-fail")).toMatchObject({ inProgress: 3, lastAttempt: { status: 503 } });
+    expect(parsed.destinations.find((d) => d.destination === "default/status-fail")).toMatchObject({ inProgress: 3, lastAttempts: [{ status: 503 }] });
 
     const one = cli("status", "--destination", "status-fail");
     expect(one.stdout.trimEnd().split("\n").slice(4).map((l) => l.split(" ")[0])).toEqual(["default/status-fail"]);
@@ -134,7 +165,7 @@ describe("`trackhook status`", () => {
     const unknown = cli("status", "--destination", "nope");
     expect(unknown.status).toBe(0);
     expect(unknown.stdout).toMatch(/\ndefault\/nope +no consumer +- +- +0 +-\n$/);
-    expect(unknown.stderr).toMatch(/^nothing is known of default\/nope: is the name right\?/);
+    expect(unknown.stderr).toMatch(/^nothing is known of default\/nope: no consumer, dead letters or attempts\. Is the name right .*\? Or it is disabled, or no `dev` or `deliver` has started it yet\n$/);
     const both = cli("status", "--destination", "a", "--namespace", "b");
     expect([both.status, both.stderr]).toEqual([2, "trackhook: --destination and --namespace: give one (--destination takes <namespace>/<name>)\n"]);
     const bad = cli("status", "--namespace", "Team_B");

@@ -695,6 +695,11 @@ apiVersion: trackhook.io/v1alpha1
 kind: WebhookDestination
 metadata: { name: busy }
 spec: { sources: [website], urls: ["http://127.0.0.1:${port}/busy"] }
+---
+apiVersion: trackhook.io/v1alpha1
+kind: WebhookDestination
+metadata: { name: pair }
+spec: { sources: [website], urls: ["http://127.0.0.1:${port}/pair-a", "http://127.0.0.1:${port}/pair-b"] }
 `);
     const dev = await startDev(dir);
     try {
@@ -714,6 +719,10 @@ spec: { sources: [website], urls: ["http://127.0.0.1:${port}/busy"] }
       await line(/^\d\d:\d\d:\d\d {2}not accepted +default\/website {2}no_user_anon_id: neither userId nor anonymousId is set {2}\[act-2\]$/m);
       await line(/^\d\d:\d\d:\d\d {2}refused 401 +\/v1\/identify {2}invalid_write_key: Unknown or disabled write key$/m);
       await line(/^\d\d:\d\d:\d\d {2}stored +default\/website {2}track "Sneaky" userId u2\\u000a12:00:00 {2}delivered {2}forged\\u001b\[31m {2}\[act-3\]$/m);
+      // Attempts are stored a delivery turn's at a time, several records to a message (here both
+      // URLs of one round): each is a line (found by a review: only single-record messages made one).
+      await line(/^\d\d:\d\d:\d\d {2}delivered +default\/pair {2}200 in \d+ ms from http:\/\/127\.0\.0\.1:\d+\/pair-a {2}\[act-1\]$/m);
+      await line(/^\d\d:\d\d:\d\d {2}delivered +default\/pair {2}200 in \d+ ms from http:\/\/127\.0\.0\.1:\d+\/pair-b {2}\[act-1\]$/m);
       expect(dev.output.stderr).not.toContain("\u001b");
       expect(dev.output.stderr).not.toMatch(/^12:00:00/m);
     } finally {
