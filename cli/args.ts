@@ -1,5 +1,7 @@
 // Parsing of flag values shared by the commands.
+import { existsSync } from "node:fs";
 import { createServer } from "node:net";
+import { dirname } from "node:path";
 import { parseDuration } from "../schema/mod.ts";
 import { devLockPath, isRunning, readDevLock } from "./dev-lock.ts";
 
@@ -90,7 +92,13 @@ const NATS_SCHEMES = ["nats", "tls"];
  */
 export function natsUrl(values: { nats?: string | undefined }, { orDev = false }: { orDev?: boolean } = {}): string {
   const url = values.nats ?? process.env.TRACKHOOK_NATS_URL ?? (orDev ? devNatsUrl() : undefined);
-  if (!url) throw new UsageError(`--nats <url> is required (or set TRACKHOOK_NATS_URL${orDev ? "; or run it where `trackhook dev` runs" : ""})`);
+  if (!url) {
+    // A store left by an earlier `dev` here: the question is then whether it runs, not which flag.
+    if (orDev && existsSync(dirname(devLockPath()))) {
+      throw new UsageError("no `trackhook dev` is running in this directory (its store .trackhook/ is from an earlier run): start it (`npm run dev`), or give --nats <url> (or set TRACKHOOK_NATS_URL)");
+    }
+    throw new UsageError(`--nats <url> is required (or set TRACKHOOK_NATS_URL${orDev ? "; or run it where `trackhook dev` runs" : ""})`);
+  }
   for (const server of url.split(",")) {
     const scheme = /^([a-z][a-z0-9+.-]*):\/\//i.exec(server.trim())?.[1]?.toLowerCase();
     const shown = server.trim().replace(/\/\/[^/@]*@/, "//");

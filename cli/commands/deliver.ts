@@ -32,6 +32,8 @@ export async function startDelivery(args: {
   metrics?: DeliveryMetrics;
   sideStreams?: SideStreamSettings;
   proxy?: EgressProxy;
+  /** The config comes from --config files (DeliveryServiceDeps.configFromFiles). */
+  configFromFiles?: boolean;
 }): Promise<RunningDelivery> {
   if (args.proxy) {
     args.log.info({ proxy: redactProxyUrl(args.proxy.url), noProxy: args.proxy.noProxy }, "webhooks go through the egress proxy (those to the noProxy hosts directly)");
@@ -47,6 +49,7 @@ export async function startDelivery(args: {
     nc: args.nc, config: args.config, sender, log: args.log, metrics,
     ...(args.maxInFlight ? { maxInFlight: args.maxInFlight } : {}),
     ...(args.sideStreams ? { dlqStream: args.sideStreams, attemptsStream: args.sideStreams } : {}),
+    ...(args.configFromFiles ? { configFromFiles: true } : {}),
   });
   return {
     service,
@@ -165,7 +168,7 @@ ${configSourceHelp}
     const config = (running.config = await openConfig(files, nc, log, "destinations"));
     configMetrics(metrics.registry, config);
     waitingFor = "the events stream";
-    const delivery = (running.delivery = await startDelivery({ nc, config, log, maxInFlight, metrics, sideStreams, allowPrivateNetworks: Boolean(values["allow-private-networks"] as unknown), ...(proxy ? { proxy } : {}) }));
+    const delivery = (running.delivery = await startDelivery({ nc, config, log, maxInFlight, metrics, sideStreams, configFromFiles: from.kind !== "nats", allowPrivateNetworks: Boolean(values["allow-private-networks"] as unknown), ...(proxy ? { proxy } : {}) }));
     log.info({ address, destinations: delivery.service.destinations }, "delivery running (health, readiness and metrics on this address)");
   },
 };

@@ -68,7 +68,7 @@ export const devCommand: Command = {
         port,
       });
       // On a laptop the webhook receivers are usually local too.
-      delivery = await startDelivery({ nc, config, log, allowPrivateNetworks: true, metrics: deliveryMetrics, ...(proxy ? { proxy } : {}) });
+      delivery = await startDelivery({ nc, config, log, allowPrivateNetworks: true, metrics: deliveryMetrics, configFromFiles: true, ...(proxy ? { proxy } : {}) });
       if (!values.quiet) feed = await startActivityFeed(nc, (line) => process.stderr.write(line));
     } catch (err) {
       await ingest?.close();

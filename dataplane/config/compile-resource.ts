@@ -340,7 +340,8 @@ export function compileDestination(
  * enabling it again later does not replay the stream. The timestamp is checked: a --config file
  * may hold any text there. Without one, the time its file was last written stands in for it:
  * a Source added with it in the same edit is accepted by an ingest from then on, maybe before
- * delivery has read the file, and its first messages must not miss the new destination.
+ * delivery has read the file, and its first messages must not miss the new destination. (A file
+ * moved out and back keeps its time: delivery checks for attempt records before it uses it.)
  */
 function createdAt(
   { creationTimestamp }: { creationTimestamp?: string },

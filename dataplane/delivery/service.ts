@@ -6,7 +6,7 @@ import type { NatsConnection } from "@nats-io/transport-node";
 import type { CompiledConfig, CompiledDestination } from "../../schema/mod.ts";
 import type { ConfigProvider } from "../config/mod.ts";
 import type { Logger } from "../logging.ts";
-import { ATTEMPTS_STREAM, DLQ_STREAM, DLQ_SUBJECTS, EVENTS_STREAM, TurnBatch, attemptsStreamConfig, consumerName, dlqStreamConfig, dlqSubject, ensureStream, isNatsConnected, isStreamNotFound, isSlowJetStream, keptSettings, patiently, StreamGuard, streamReadiness, type Readiness, type SideStreamSettings, type StreamSettingChange } from "../nats/mod.ts";
+import { ATTEMPTS_STREAM, attemptsSubject, DLQ_STREAM, DLQ_SUBJECTS, EVENTS_STREAM, TurnBatch, attemptsStreamConfig, consumerName, dlqStreamConfig, dlqSubject, ensureStream, isNatsConnected, isStreamNotFound, isSlowJetStream, keptSettings, patiently, StreamGuard, streamReadiness, type Readiness, type SideStreamSettings, type StreamSettingChange } from "../nats/mod.ts";
 import { ensureDestinationConsumer, oldestWaitingAt, removeDestinationConsumers } from "./consumers.ts";
 import { deadLetterUndelivered } from "./undelivered.ts";
 import type { DeliveryBacklog, DeliveryBacklogs, DeliveryMetrics } from "./metrics.ts";
@@ -52,6 +52,11 @@ export interface DeliveryServiceDeps {
   deadLetterRetryMs?: number;
   /** The first wait before a destination that could not start is tried again. Default START_RETRY_MS. */
   startRetryMs?: number;
+  /**
+   * The config comes from `--config` files: a destination's createdAt is its file's time (or an
+   * exported creationTimestamp), which does not change when the file is moved out and back.
+   */
+  configFromFiles?: boolean;
 }
 
 /** A destination that could not start is tried again after this, doubling up to the maximum. */
@@ -316,7 +321,8 @@ export class DeliveryService {
         // startSeq counts only if the consumer has to be made (it was deleted): an existing one keeps
         // its place. Without createdAt (config files), one made now starts when it was first wanted.
         const start = last ? { startSeq: await this.#resumeFrom(last) } : { firstWanted: new Date(since).toISOString() };
-        this.#managed.add(await this.#ensureConsumer(key, destination, start));
+        const made = !last && (await this.#deliveredBefore(destination)) ? { ...destination, createdAt: undefined } : destination;
+        this.#managed.add(await this.#ensureConsumer(key, made, start));
         await this.#startWorker(key, destination);
         this.#pending.delete(key);
         this.#predecessors.delete(key);
@@ -392,6 +398,24 @@ export class DeliveryService {
     }, afterMs);
     timer.unref();
     this.#removals.set(name, timer);
+  }
+
+  /**
+   * Whether a --config destination's createdAt would start a consumer made now before messages it
+   * was already sent: it has attempt records, so it was delivered to before, was taken out of the
+   * config (its consumer removed a minute later), and is back with the same file time (found by a
+   * review: a file moved out and back in sent 300 delivered messages again). Like a destination
+   * enabled again, it then starts when this process first wanted it. The operator's config says
+   * this itself (status.inEffectSince).
+   */
+  async #deliveredBefore(destination: CompiledDestination): Promise<boolean> {
+    if (!this.#deps.configFromFiles || destination.createdAt === undefined) return false;
+    const subject = attemptsSubject(destination.namespace, destination.name);
+    const info = await this.#jsm.streams.info(ATTEMPTS_STREAM, { subjects_filter: subject }).catch((err: unknown) => {
+      if (isStreamNotFound(err)) return undefined;
+      throw err;
+    });
+    return (info?.state.subjects?.[subject] ?? 0) > 0;
   }
 
   /**

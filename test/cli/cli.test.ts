@@ -254,10 +254,12 @@ describe("trackhook dev after a crash or a closed terminal (found by a review: e
       child.kill("SIGTERM");
       await exited;
     }
-    // Once it has stopped, --nats is asked for again.
+    // Once it has stopped, it says so, and asks for --nats (found by a review: only the flag was asked for).
     const after = spawnSync(process.execPath, [CLI, "dead-letters", "--destination", "nobody"], { cwd: here, env, encoding: "utf8", timeout: 20_000 });
-    expect(after.status).toBe(2);
-    expect(after.stderr).toContain("--nats <url> is required");
+    expect([after.status, after.stderr]).toEqual([2, "trackhook: no `trackhook dev` is running in this directory (its store .trackhook/ is from an earlier run): start it (`npm run dev`), or give --nats <url> (or set TRACKHOOK_NATS_URL)\n"]);
+    // Where no dev ever ran, the flag.
+    const elsewhere = spawnSync(process.execPath, [CLI, "dead-letters", "--destination", "nobody"], { cwd: tempDir("elsewhere"), env, encoding: "utf8", timeout: 20_000 });
+    expect([elsewhere.status, elsewhere.stderr]).toEqual([2, "trackhook: --nats <url> is required (or set TRACKHOOK_NATS_URL; or run it where `trackhook dev` runs)\n"]);
   }, 40_000);
 
   it("SIGHUP (the terminal closed) stops dev and its nats-server cleanly", async () => {

@@ -6,7 +6,7 @@ import { createServer as createHttpsServer } from "node:https";
 import { createServer, type AddressInfo } from "node:net";
 import { describe, expect, it } from "vitest";
 import { readAttempts } from "../../dataplane/admin/mod.ts";
-import { ATTEMPTS_STREAM, DLQ_STREAM } from "../../dataplane/nats/mod.ts";
+import { ATTEMPTS_STREAM, DLQ_STREAM, EVENTS_STREAM, consumerName } from "../../dataplane/nats/mod.ts";
 import { RESERVED_WEBHOOK_HEADERS } from "../../schema/mod.ts";
 import { basic, post } from "../harness/ingest.ts";
 import { useDelivery, type DestinationSpec } from "../harness/delivery.ts";
@@ -319,6 +319,26 @@ describe("a new destination", () => {
     expect(ids("/oldnew")).toEqual(["after-1"]);
     expect(ids("/recent")).toEqual(["meanwhile-2", "after-2"]);
     expect(ids("/longago")).toEqual(["after-3"]);
+  });
+
+  it("from a --config file taken out and put back with the same file time (its consumer removed meanwhile), does not get again what it was delivered before (found by a review: a file moved out and back in sent 300 delivered messages again)", async () => {
+    const key = env.addSource("back");
+    const createdAt = new Date(Date.now() - 5 * 60_000).toISOString();
+    await env.setDestination("back", { sources: ["back"], urls: [env.receiver.url("/back")], createdAt });
+    await send(key, "/v1/track", { userId: "u1", event: "First", messageId: "back-1" });
+    await env.receiver.waitFor("/back", 1);
+    // The attempt record is stored with the worker's next turn.
+    await expect.poll(async () => (await env.nats.jsm.streams.info(ATTEMPTS_STREAM, { subjects_filter: "trackhook.attempts.default.back" })).state.subjects?.["trackhook.attempts.default.back"] ?? 0).toBe(1);
+    env.remove("WebhookDestination", "back");
+    // What `deliver --config` does a minute after a destination left.
+    await env.nats.jsm.consumers.delete(EVENTS_STREAM, consumerName("default", "back"));
+    await send(key, "/v1/track", { userId: "u1", event: "While out", messageId: "back-2" });
+    await env.setDestination("back", { sources: ["back"], urls: [env.receiver.url("/back")], createdAt });
+    await send(key, "/v1/track", { userId: "u1", event: "Back", messageId: "back-3" });
+    await env.receiver.waitFor("/back", 2);
+    await new Promise((r) => setTimeout(r, 500));
+    // As a destination enabled again: from when it came back, nothing delivered before sent again.
+    expect(env.receiver.requests("/back").map((r) => JSON.parse(r.body.toString()).messageId)).toEqual(["back-1", "back-3"]);
   });
 
   it("a config that differs only by createdAt (gone once the destination took effect) does not restart its worker", async () => {

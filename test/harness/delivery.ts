@@ -72,7 +72,8 @@ export function useDelivery(options: { retireAfterMs?: number } = {}): DeliveryH
     nats = await startNats();
     ingest = await startIngest(nats, { config, retireAfterMs: options.retireAfterMs });
     receiver = await startReceiver();
-    service = await DeliveryService.start({ nc: await nats.connect(), config, sender, log: createLogger({ level: "info", destination: { write: (line) => logLines.push(line) } }), metrics });
+    // The documents are compiled as `--config` files are.
+    service = await DeliveryService.start({ nc: await nats.connect(), config, sender, log: createLogger({ level: "info", destination: { write: (line) => logLines.push(line) } }), metrics, configFromFiles: true });
     nc = await nats.connect();
   });
   afterAll(async () => {
