@@ -200,8 +200,12 @@ async function* selectDeadLetters(js: JetStreamClient, selection: DeadLetterSele
  * admin commands use this to tell "nothing yet" from "no such destination".
  */
 export async function destinationConsumer(nc: NatsConnection, ref: DestinationRef): Promise<ConsumerInfo | undefined> {
+  return consumerOf(await jetstreamManager(nc), ref);
+}
+
+/** destinationConsumer, with a JetStreamManager the caller holds (each new one asks JetStream's API first). */
+export async function consumerOf(jsm: JetStreamManager, ref: DestinationRef): Promise<ConsumerInfo | undefined> {
   checkDestinationRef(ref);
-  const jsm = await jetstreamManager(nc);
   return jsm.consumers.info(EVENTS_STREAM, consumerName(ref.namespace, ref.destination)).catch((err: Error) => {
     if (isConsumerNotFound(err) || isStreamNotFound(err)) return undefined;
     throw err;

@@ -5,9 +5,10 @@
 import { jetstreamManager, type ConsumerInfo, type JetStreamManager, type StreamInfo } from "@nats-io/jetstream";
 import type { NatsConnection } from "@nats-io/transport-node";
 import { oldestWaitingAt, type AttemptRecord } from "../delivery/mod.ts";
-import { ATTEMPTS_STREAM, DLQ_STREAM, DLQ_SUBJECTS, EVENTS_STREAM, attemptsSubject, consumerName, dlqSubject, isConsumerNotFound, isStreamNotFound, parseConsumerName } from "../nats/mod.ts";
+import { ATTEMPTS_STREAM, DLQ_STREAM, DLQ_SUBJECTS, EVENTS_STREAM, attemptsSubject, dlqSubject, isStreamNotFound, parseConsumerName, parseDlqSubject } from "../nats/mod.ts";
 import { attemptRecordsIn } from "./attempts.ts";
-import { checkDestinationRef, checkName, type DestinationRef } from "./names.ts";
+import { consumerOf } from "./dead-letters.ts";
+import { checkName } from "./names.ts";
 
 /** Which destinations: all of them, a namespace's, or one. */
 export type StatusSelection = { namespace?: undefined } | { namespace: string; destination?: string };
@@ -84,14 +85,14 @@ export async function readStatus(nc: NatsConnection, selection: StatusSelection 
   const [events, dlq] = await Promise.all([streamInfo(jsm, EVENTS_STREAM), streamInfo(jsm, DLQ_STREAM, dlqFilter)]);
   const deadLetters = new Map<string, number>();
   for (const [subject, count] of Object.entries(dlq?.state.subjects ?? {})) {
-    const ref = destinationOfDlqSubject(subject);
+    const ref = parseDlqSubject(subject);
     if (ref) deadLetters.set(`${ref.namespace}/${ref.destination}`, count);
   }
 
   const consumers = new Map<string, ConsumerInfo>();
   if (events) {
     if (selection.namespace !== undefined && selection.destination !== undefined) {
-      const info = await consumerInfo(jsm, { namespace: selection.namespace, destination: selection.destination });
+      const info = await consumerOf(jsm, { namespace: selection.namespace, destination: selection.destination });
       if (info) consumers.set(`${selection.namespace}/${selection.destination}`, info);
     } else {
       for await (const info of jsm.consumers.list(EVENTS_STREAM)) {
@@ -123,7 +124,7 @@ async function destinationStatus(jsm: JetStreamManager, key: string, listed: Con
   // between two pulls (they expire every few seconds). A second look tells them apart.
   if (info && info.num_waiting === 0 && info.num_pending > 0 && info.num_ack_pending === 0) {
     await new Promise((resolve) => setTimeout(resolve, SECOND_LOOK_MS));
-    info = (await consumerInfo(jsm, { namespace, destination })) ?? info;
+    info = (await consumerOf(jsm, { namespace, destination })) ?? info;
   }
   const [oldest, lastDeadLetter, lastRecords] = await Promise.all([
     info && info.num_pending + info.num_ack_pending > 0 ? oldestWaitingAt(jsm, info) : undefined,
@@ -181,14 +182,6 @@ async function streamInfo(jsm: JetStreamManager, stream: string, subjectsFilter?
   }
 }
 
-async function consumerInfo(jsm: JetStreamManager, ref: DestinationRef): Promise<ConsumerInfo | undefined> {
-  checkDestinationRef(ref);
-  return jsm.consumers.info(EVENTS_STREAM, consumerName(ref.namespace, ref.destination)).catch((err: unknown) => {
-    if (isConsumerNotFound(err) || isStreamNotFound(err)) return undefined;
-    throw err;
-  });
-}
-
 /** The last message on `subject`; undefined when there is none (or no stream yet). */
 async function lastMessage(jsm: JetStreamManager, stream: string, subject: string) {
   try {
@@ -199,8 +192,3 @@ async function lastMessage(jsm: JetStreamManager, stream: string, subject: strin
   }
 }
 
-/** `trackhook.dlq.<namespace>.<destination>` */
-function destinationOfDlqSubject(subject: string): DestinationRef | undefined {
-  const parts = subject.split(".");
-  return parts.length === 4 && parts[0] === "trackhook" && parts[1] === "dlq" ? { namespace: parts[2]!, destination: parts[3]! } : undefined;
-}

@@ -56,6 +56,12 @@ export function dlqSubject(namespace: string, destination: string): string {
   return `trackhook.dlq.${namespace}.${destination}`;
 }
 
+/** The destination of a subject made by dlqSubject(); undefined for any other subject. */
+export function parseDlqSubject(subject: string): { namespace: string; destination: string } | undefined {
+  const [prefix, kind, namespace, destination, ...rest] = subject.split(".");
+  return prefix === "trackhook" && kind === "dlq" && namespace && destination && rest.length === 0 ? { namespace, destination } : undefined;
+}
+
 export function attemptsSubject(namespace: string, destination: string): string {
   return `trackhook.attempts.${namespace}.${destination}`;
 }
