@@ -4,15 +4,19 @@
 // only what went wrong, and at most once per 10 s per kind.
 import { jetstream, type JsMsg } from "@nats-io/jetstream";
 import type { NatsConnection } from "@nats-io/transport-node";
+import type { ConfigReload } from "../dataplane/config/mod.ts";
 import type { IngestActivity } from "../dataplane/ingest/mod.ts";
 import { parseJson } from "../dataplane/json.ts";
-import { ATTEMPTS_STREAM, ATTEMPTS_SUBJECTS, DLQ_STREAM, DLQ_SUBJECTS, EVENTS_STREAM, EVENTS_SUBJECTS, followStream } from "../dataplane/nats/mod.ts";
+import { ATTEMPTS_STREAM, ATTEMPTS_SUBJECTS, DLQ_STREAM, DLQ_SUBJECTS, EVENTS_STREAM, EVENTS_SUBJECTS, followStream, parseDlqSubject } from "../dataplane/nats/mod.ts";
+import type { CompiledConfig, CompiledDestination, CompiledSource } from "../schema/mod.ts";
 import type { AttemptRecord } from "../dataplane/delivery/mod.ts";
 import { attemptRecordsIn, deadLetterOf } from "../dataplane/admin/mod.ts";
 
 export interface ActivityFeed {
   /** Hears what ingest did not store (startIngest's `activity`). */
   readonly ingest: IngestActivity;
+  /** Hears what a reload of the config files came to (FileConfigProvider.onReload). */
+  configReloaded(path: string, reload: ConfigReload): void;
   close(): Promise<void>;
 }
 
@@ -43,8 +47,13 @@ export async function startActivityFeed(nc: NatsConnection, write: Write, now: (
   });
   // A delivery turn's records share a message, a line each.
   await watch(ATTEMPTS_STREAM, ATTEMPTS_SUBJECTS, (m) => {
-    for (const record of attemptRecordsIn(m.string())) {
-      const [what, tail] = ATTEMPT_WORDS[record.outcome];
+    const records = attemptRecordsIn(m.string());
+    // A round's records are written together, so the URL that delivered it is in the same message
+    // (or, rarely, the next one: records are cut into messages of RECORDS_PER_MESSAGE).
+    const round = (r: AttemptRecord) => `${r.destination} ${r.messageId} ${r.attempt}`;
+    const delivered = new Set(records.filter((r) => r.outcome === "delivered").map(round));
+    for (const record of records) {
+      const [what, tail] = record.outcome === "retry" && delivered.has(round(record)) ? ["failed", ", delivered by another URL"] : ATTEMPT_WORDS[record.outcome];
       const answer = record.status !== undefined ? String(record.status) : (record.error ?? "no answer");
       const retried = record.attempt > 1 ? `, attempt ${record.attempt}` : "";
       const detail = record.detail ? ` (${record.detail})` : "";
@@ -52,7 +61,7 @@ export async function startActivityFeed(nc: NatsConnection, write: Write, now: (
     }
   });
   await watch(DLQ_STREAM, DLQ_SUBJECTS, (m) => {
-    const [, , namespace, destination] = m.subject.split(".");
+    const { namespace, destination } = parseDlqSubject(m.subject) ?? { namespace: "?", destination: "?" };
     const letter = deadLetterOf(m, parseJson(m.string()) as { messageId?: unknown });
     const last = letter.lastStatus ?? letter.lastError;
     const name = `${namespace}/${destination}`;
@@ -63,6 +72,15 @@ export async function startActivityFeed(nc: NatsConnection, write: Write, now: (
     ingest: {
       notAccepted: ({ source, reason, detail, messageId }) => say("not accepted", source, `${reason}: ${detail}${messageId !== undefined ? `  [${messageId}]` : ""}`),
       refused: ({ route, status, code, message }) => say(`refused ${status}`, route, `${code}: ${message}`),
+    },
+    configReloaded: (path, reload) => {
+      if (reload.outcome === "refused") say("config refused", path, `the previous config stays: ${reload.problems.join("; ")}`);
+      else {
+        // A file's time changes with every save, and the destinations read from it with it: what
+        // the reader cares for is what a source or webhook does.
+        const changes = reload.outcome === "applied" ? configChanges(reload.previous, reload.next) : [];
+        say("config", path, changes.length > 0 ? `reloaded: ${changes.join("; ")}` : `${reload.outcome === "valid-again" || reload.recovered ? "valid again" : "reloaded"}: nothing a source or webhook does changed`);
+      }
     },
     close: async () => {
       stop.abort();
@@ -78,6 +96,47 @@ const ATTEMPT_WORDS: Record<AttemptRecord["outcome"], [string, string]> = {
   retry: ["failed", ", retryable"],
   permanent: ["failed", ", not retried"],
 };
+
+/** What each changed field is called in the YAML (fields not listed are not the user's to see). */
+const SOURCE_FIELDS: Partial<Record<keyof CompiledSource, string>> = {
+  writeKeySha256: "write key", additionalWriteKeys: "additional write keys", displayName: "displayName", rateLimit: "rateLimit",
+};
+const DESTINATION_FIELDS: Partial<Record<keyof CompiledDestination, string>> = {
+  sources: "sources", urls: "urls", headers: "headers", sharedSecret: "shared secret", additionalSharedSecrets: "additional shared secrets",
+  timeoutMs: "timeout", retryWindowMs: "retryWindow", maxInFlight: "maxInFlight", standardWebhooks: "standardWebhooks",
+};
+const STOPPED = "nothing more is sent to it; what it has not been sent is kept a minute, in case it comes back";
+
+/**
+ * "webhook default/orders added", "source default/website changed (write key)": what a reload
+ * changed, named as in the YAML and without a secret's value; none when only what no source or
+ * webhook acts on changed (a file's time).
+ */
+export function configChanges(previous: CompiledConfig, next: CompiledConfig): string[] {
+  const changes = [
+    ...changesOf("source", previous.sources, next.sources, SOURCE_FIELDS, "its write keys are refused (401) now"),
+    ...changesOf("webhook", previous.destinations, next.destinations, DESTINATION_FIELDS, STOPPED),
+  ];
+  return changes;
+}
+
+function changesOf<T extends CompiledSource | CompiledDestination>(kind: string, before: T[], after: T[], fields: Partial<Record<keyof T, string>>, stopped: string): string[] {
+  const key = (r: T) => `${r.namespace}/${r.name}`;
+  const was = new Map(before.map((r) => [key(r), r]));
+  const is = new Map(after.map((r) => [key(r), r]));
+  const changes: string[] = [];
+  for (const [name, r] of is) {
+    const old = was.get(name);
+    if (!old) changes.push(`${kind} ${name} added${r.enabled ? "" : ", disabled"}`);
+    else if (old.enabled !== r.enabled) changes.push(`${kind} ${name} ${r.enabled ? "enabled" : `disabled: ${stopped}`}`);
+    else {
+      const changed = (Object.keys(fields) as Array<keyof T>).filter((field) => JSON.stringify(old[field]) !== JSON.stringify(r[field]));
+      if (changed.length > 0) changes.push(`${kind} ${name} changed (${changed.map((field) => fields[field]).join(", ")})`);
+    }
+  }
+  for (const [name, old] of was) if (!is.has(name)) changes.push(`${kind} ${name} removed${old.enabled ? `: ${stopped}` : ""}`);
+  return changes;
+}
 
 /** `track "Signed Up" userId u1 [id]`: what tells one message from the next at a glance. */
 export function describeMessage(message: Record<string, unknown>): string {

@@ -69,7 +69,10 @@ export const devCommand: Command = {
       });
       // On a laptop the webhook receivers are usually local too.
       delivery = await startDelivery({ nc, config, log, allowPrivateNetworks: true, metrics: deliveryMetrics, configFromFiles: true, ...(proxy ? { proxy } : {}) });
-      if (!values.quiet) feed = await startActivityFeed(nc, (line) => process.stderr.write(line));
+      if (!values.quiet) {
+        feed = await startActivityFeed(nc, (line) => process.stderr.write(line));
+        config.onReload((reload) => feed?.configReloaded(values.config!, reload));
+      }
     } catch (err) {
       await ingest?.close();
       await delivery?.close();

@@ -15,6 +15,6 @@ export {
   type SecretLookup,
   type SourceRef,
 } from "./compile-resource.ts";
-export { ConfigHolder, FileConfigProvider, loadConfigFile, staticConfig, type ConfigLoading, type ConfigProvider } from "./provider.ts";
+export { ConfigHolder, FileConfigProvider, loadConfigFile, staticConfig, type ConfigLoading, type ConfigProvider, type ConfigReload } from "./provider.ts";
 export { configMetrics } from "./metrics.ts";
 export { CONFIG_BUCKET, ConfigWriter, KvConfigProvider, destinationKey, ensureConfigBucket, parseConfigKey, sourceKey, type ConfigBucketOptions, type ConfigPart } from "./kv.ts";

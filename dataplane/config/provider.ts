@@ -72,6 +72,15 @@ export class ConfigHolder implements ConfigProvider {
   close(): void {}
 }
 
+/** What a reload of `--config` came to, for those who tell a person (dev's activity lines). */
+export type ConfigReload =
+  /** `recovered`: the reload before it was refused. */
+  | { readonly outcome: "applied"; readonly previous: CompiledConfig; readonly next: CompiledConfig; readonly recovered: boolean }
+  /** The previous config stays in force. */
+  | { readonly outcome: "refused"; readonly problems: readonly string[] }
+  /** Fixed back to the config in force after a refused reload: nothing changes. */
+  | { readonly outcome: "valid-again" };
+
 /**
  * Loads `--config` and reloads it whenever a file changes. A broken edit is logged and the last
  * good config stays in force, so a typo never takes a running ingest down.
@@ -94,6 +103,7 @@ export class FileConfigProvider extends ConfigHolder {
   #dirId: string | undefined;
   /** Each config file as last parsed: a reload parses only the files whose text changed. */
   readonly #parsed: ParsedFiles;
+  readonly #reloadListeners = new Set<(reload: ConfigReload) => void>();
 
   constructor(path: string, log: Logger, debounceMs = 200, settleMs = 1_000, pollMs = 2_000) {
     const parsed: ParsedFiles = new Map();
@@ -141,6 +151,16 @@ export class FileConfigProvider extends ConfigHolder {
   #signature: string;
   readonly #poll: NodeJS.Timeout;
 
+  /** Hears every reload's outcome (applied ones reach subscribe()'s listeners too); returns an unsubscribe function. */
+  onReload(listener: (reload: ConfigReload) => void): () => void {
+    this.#reloadListeners.add(listener);
+    return () => this.#reloadListeners.delete(listener);
+  }
+
+  #tell(reload: ConfigReload): void {
+    for (const listener of this.#reloadListeners) listener(reload);
+  }
+
   /** @param settled a second read, `settleMs` after the first that found a change. */
   reload(settled = false): void {
     // What this reload reads: the poll then fires only for a change made after it, not once more
@@ -177,26 +197,32 @@ export class FileConfigProvider extends ConfigHolder {
       this.log.error({ path: this.path, problems }, "config reload failed; keeping the previous config");
       this.#failing = true;
       this.noteLoad("rejected");
+      this.#tell({ outcome: "refused", problems });
       return;
     }
     if (next.sources.length + next.destinations.length === 0 && current.sources.length + current.destinations.length > 0) {
       // Empty still at the second read: every Source (401 for every SDK) and destination (its
       // consumer, backlog and all) would go. Refused, said and counted.
-      this.log.error({ path: this.path }, "the config now holds no Source and no WebhookDestination; keeping the previous config (to run with none, stop the process)");
+      this.log.error({ path: this.path }, EMPTY_REFUSED);
       this.#failing = true;
       this.noteLoad("rejected");
+      this.#tell({ outcome: "refused", problems: [EMPTY_REFUSED] });
       return;
     }
     const recovered = this.#failing;
     this.#failing = false;
     if (unchanged) {
       // Fixed back to what is running: say so, or the last word in the log stays the error.
-      if (recovered) this.log.info({ path: this.path }, "config valid again; unchanged from the config in use");
+      if (recovered) {
+        this.log.info({ path: this.path }, "config valid again; unchanged from the config in use");
+        this.#tell({ outcome: "valid-again" });
+      }
       this.noteLoad("unchanged");
       return;
     }
     this.log.info({ path: this.path, sources: next.sources.length, destinations: next.destinations.length }, "config reloaded");
     this.set(next);
+    this.#tell({ outcome: "applied", previous: current, next, recovered });
   }
 
   override close(): void {
@@ -206,6 +232,8 @@ export class FileConfigProvider extends ConfigHolder {
     this.#watcher.close();
   }
 }
+
+const EMPTY_REFUSED = "the config now holds no Source and no WebhookDestination; keeping the previous config (to run with none, stop the process)";
 
 /** A change is applied at the latest after this many settle periods of files that keep changing. */
 const MAX_SETTLE_ROUNDS = 10;
