@@ -1,5 +1,6 @@
 // `trackhook dev`'s activity lines: one short human line on stderr per message stored, per
-// delivery attempt, per dead letter, and per message or request ingest did not take. On a laptop
+// delivery attempt, per dead letter, per message or request ingest did not take, per webhook URL
+// paused or answering again, and per reload of the config. On a laptop
 // the question is "did my event arrive, and what did my receiver answer?"; the JSON log says
 // only what went wrong, and at most once per 10 s per kind.
 import { jetstream, type JsMsg } from "@nats-io/jetstream";
@@ -9,12 +10,14 @@ import type { IngestActivity } from "../dataplane/ingest/mod.ts";
 import { parseJson } from "../dataplane/json.ts";
 import { ATTEMPTS_STREAM, ATTEMPTS_SUBJECTS, DLQ_STREAM, DLQ_SUBJECTS, EVENTS_STREAM, EVENTS_SUBJECTS, followStream, parseDlqSubject } from "../dataplane/nats/mod.ts";
 import type { CompiledConfig, CompiledDestination, CompiledSource } from "../schema/mod.ts";
-import type { AttemptRecord } from "../dataplane/delivery/mod.ts";
+import type { AttemptRecord, DeliveryActivity } from "../dataplane/delivery/mod.ts";
 import { attemptRecordsIn, deadLetterOf } from "../dataplane/admin/mod.ts";
 
 export interface ActivityFeed {
   /** Hears what ingest did not store (startIngest's `activity`). */
   readonly ingest: IngestActivity;
+  /** Hears a URL's pauses (startDelivery's `activity`). */
+  readonly delivery: DeliveryActivity;
   /** Hears what a reload of the config files came to (FileConfigProvider.onReload). */
   configReloaded(path: string, reload: ConfigReload): void;
   close(): Promise<void>;
@@ -72,6 +75,13 @@ export async function startActivityFeed(nc: NatsConnection, write: Write, now: (
     ingest: {
       notAccepted: ({ source, reason, detail, messageId }) => say("not accepted", source, `${reason}: ${detail}${messageId !== undefined ? `  [${messageId}]` : ""}`),
       refused: ({ route, status, code, message }) => say(`refused ${status}`, route, `${code}: ${message}`),
+    },
+    delivery: {
+      urlPaused: ({ destination, url, reason, forMs, error }) => say("paused", destination, `${url}: ${
+        reason === "retry_after" ? `it asked to wait (Retry-After): nothing is sent to it for ${seconds(forMs)}`
+          : `no answer${error ? ` (${error})` : ""}: nothing is sent to it for ${seconds(forMs)}, then one message tries it`
+      }`),
+      urlResumed: ({ destination, url }) => say("resumed", destination, `${url}: answers again; messages are sent to it again`),
     },
     configReloaded: (path, reload) => {
       if (reload.outcome === "refused") say("config refused", path, `the previous config stays: ${reload.problems.join("; ")}`);
@@ -162,6 +172,12 @@ export function describeMessage(message: Record<string, unknown>): string {
  */
 function escapeControls(text: string): string {
   return text.replace(/[\p{Cc}\u2028\u2029\u202a-\u202e\u2066-\u2069]/gu, (c) => `\\u${c.charCodeAt(0).toString(16).padStart(4, "0")}`);
+}
+
+/** "5s", "1m", "1m30s" */
+function seconds(ms: number): string {
+  const s = Math.max(1, Math.round(ms / 1000));
+  return s < 60 ? `${s}s` : `${Math.floor(s / 60)}m${s % 60 ? `${s % 60}s` : ""}`;
 }
 
 /** HH:MM:SS in local time: the terminal's reader compares it with their own clock. */

@@ -4,7 +4,7 @@ import type { CompiledConfig } from "../../schema/mod.ts";
 import { configFrom, configSourceFlags, configSourceHelp, openConfig, openConfigFiles } from "./config-source.ts";
 import {
   DEFAULT_PROCESS_MAX_IN_FLIGHT, DeliveryMetrics, DeliveryService, InvalidEgressProxyError, WebhookSender, egressProxy, redactProxyUrl, redactUrl, urlReachesOnlyPrivate,
-  type EgressProxy,
+  type DeliveryActivity, type EgressProxy,
 } from "../../dataplane/delivery/mod.ts";
 import { createLogger, type Logger } from "../../dataplane/logging.ts";
 import { DEFAULT_SIDE_STREAM, connectNats, natsConnectedGauge, type SideStreamSettings } from "../../dataplane/nats/mod.ts";
@@ -34,6 +34,7 @@ export async function startDelivery(args: {
   proxy?: EgressProxy;
   /** The config comes from --config files (DeliveryServiceDeps.configFromFiles). */
   configFromFiles?: boolean;
+  activity?: DeliveryActivity;
 }): Promise<RunningDelivery> {
   if (args.proxy) {
     args.log.info({ proxy: redactProxyUrl(args.proxy.url), noProxy: args.proxy.noProxy }, "webhooks go through the egress proxy (those to the noProxy hosts directly)");
@@ -50,6 +51,7 @@ export async function startDelivery(args: {
     ...(args.maxInFlight ? { maxInFlight: args.maxInFlight } : {}),
     ...(args.sideStreams ? { dlqStream: args.sideStreams, attemptsStream: args.sideStreams } : {}),
     ...(args.configFromFiles ? { configFromFiles: true } : {}),
+    ...(args.activity ? { activity: args.activity } : {}),
   });
   return {
     service,

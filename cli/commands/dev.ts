@@ -8,7 +8,7 @@ import { LocalNatsServer, connectNats } from "../../dataplane/nats/mod.ts";
 import { UsageError, integerFlag, natsUrl as natsUrlFlag } from "../args.ts";
 import { devLockPath, formatDevLock, isRunning as isAlive, readDevLock } from "../dev-lock.ts";
 import { onShutdown } from "../shutdown.ts";
-import { DeliveryMetrics } from "../../dataplane/delivery/mod.ts";
+import { DeliveryMetrics, type DeliveryActivity } from "../../dataplane/delivery/mod.ts";
 import type { IngestActivity } from "../../dataplane/ingest/mod.ts";
 import { startActivityFeed, type ActivityFeed } from "../dev-activity.ts";
 import { EGRESS_PROXY_HELP, egressProxyFlags, egressProxyOf, startDelivery, type RunningDelivery } from "./deliver.ts";
@@ -25,7 +25,8 @@ export const devCommand: Command = {
   --config <file|dir>        Source, WebhookDestination and Secret YAML documents (reloaded on change)
   --data-dir <dir>           where the started nats-server keeps its store (default .trackhook/)
   --quiet                    no activity lines on stderr (one per message stored, delivery attempt,
-                             dead letter, message not accepted, request refused); the JSON log stays${ingestFlagsHelp}${EGRESS_PROXY_HELP}`,
+                             dead letter, message not accepted, request refused, webhook URL paused
+                             or answering again, config reload); the JSON log stays${ingestFlagsHelp}${EGRESS_PROXY_HELP}`,
   flags: { ...ingestFlags, ...egressProxyFlags, config: { type: "string" }, nats: { type: "string" }, "data-dir": { type: "string" }, quiet: { type: "boolean" } },
   async run(values) {
     if (!values.config) throw new UsageError("--config <file|dir> is required");
@@ -59,6 +60,7 @@ export const devCommand: Command = {
     let feed: ActivityFeed | undefined;
     // The feed watches streams that ingest and delivery create, so it starts after them.
     const activity: IngestActivity = { notAccepted: (e) => feed?.ingest.notAccepted(e), refused: (e) => feed?.ingest.refused(e) };
+    const deliveryActivity: DeliveryActivity = { urlPaused: (e) => feed?.delivery.urlPaused(e), urlResumed: (e) => feed?.delivery.urlResumed(e) };
     // One /metrics for both: process metrics come from the ingest's registry only.
     const deliveryMetrics = new DeliveryMetrics({ defaultMetrics: false });
     try {
@@ -68,7 +70,7 @@ export const devCommand: Command = {
         port,
       });
       // On a laptop the webhook receivers are usually local too.
-      delivery = await startDelivery({ nc, config, log, allowPrivateNetworks: true, metrics: deliveryMetrics, configFromFiles: true, ...(proxy ? { proxy } : {}) });
+      delivery = await startDelivery({ nc, config, log, allowPrivateNetworks: true, metrics: deliveryMetrics, configFromFiles: true, activity: deliveryActivity, ...(proxy ? { proxy } : {}) });
       if (!values.quiet) {
         feed = await startActivityFeed(nc, (line) => process.stderr.write(line));
         config.onReload((reload) => feed?.configReloaded(values.config!, reload));

@@ -8,7 +8,7 @@ export { WebhookSender, type SenderOptions, type SendRequest, type SendResult } 
 export { egressProxy, redactProxyUrl, InvalidEgressProxyError, type EgressProxy } from "./egress-proxy.ts";
 export { DeliveryService, DEFAULT_PROCESS_MAX_IN_FLIGHT, type DeliveryServiceDeps } from "./service.ts";
 export { DeliverySlots, SlotShare } from "./limit.ts";
-export { DestinationWorker, DELIVERY_ID_HEADER, redactUrl, retryWindowInForceMs, type DestinationWorkerDeps, type AttemptRecord, type WebhookSending } from "./worker.ts";
+export { DestinationWorker, DELIVERY_ID_HEADER, redactUrl, retryWindowInForceMs, type DestinationWorkerDeps, type AttemptRecord, type DeliveryActivity, type WebhookSending } from "./worker.ts";
 export { DeliveryMetrics } from "./metrics.ts";
 export { ensureDestinationConsumer, removeDestinationConsumers, destinationConsumerConfig, ackWaitMs, oldestWaitingAt, type ConsumerMade, type SourcesRemoved } from "./consumers.ts";
 export { deadLetterUndelivered, type UndeliveredMoved } from "./undelivered.ts";

@@ -11,7 +11,7 @@ import { ensureDestinationConsumer, oldestWaitingAt, removeDestinationConsumers 
 import { deadLetterUndelivered } from "./undelivered.ts";
 import type { DeliveryBacklog, DeliveryBacklogs, DeliveryMetrics } from "./metrics.ts";
 import { KeyedLogInterval, type StreamUse } from "../telemetry/mod.ts";
-import { DestinationWorker, changeOf, pullAhead, type WebhookSending } from "./worker.ts";
+import { DestinationWorker, changeOf, pullAhead, type DeliveryActivity, type WebhookSending } from "./worker.ts";
 import type { ConsumerPosition } from "./consumer-watch.ts";
 import { DeliverySlots } from "./limit.ts";
 
@@ -27,6 +27,8 @@ const BACKLOG_HOLD_MS = 10 * 60_000;
 export const DEFAULT_PROCESS_MAX_IN_FLIGHT = 1000;
 
 export interface DeliveryServiceDeps {
+  /** Hears URL pauses begin and end (dev's activity lines). */
+  activity?: DeliveryActivity;
   nc: NatsConnection;
   config: ConfigProvider;
   sender: WebhookSending;
@@ -470,6 +472,7 @@ export class DeliveryService {
       onConsumerLost: (last) => this.#recover(key, worker, last),
       ...(this.#deps.consumerCheckMs ? { consumerCheckMs: this.#deps.consumerCheckMs } : {}),
       ...(this.#deps.deadLetterRetryMs ? { deadLetterRetryMs: this.#deps.deadLetterRetryMs } : {}),
+      ...(this.#deps.activity ? { activity: this.#deps.activity } : {}),
     });
     await worker.start().catch((err: unknown) => {
       share.close();

@@ -156,6 +156,19 @@ export interface DestinationWorkerDeps {
   jsm?: JetStreamManager;
   /** Hears (once) that the consumer is gone from under this worker. */
   onConsumerLost?: (last: ConsumerPosition | undefined) => void;
+  /** Hears each URL's pause begin and end, as the log says them (dev's activity lines). */
+  activity?: DeliveryActivity;
+}
+
+/**
+ * What a watcher hears of a destination's URL pauses: the silence after a URL's failures is a
+ * pause, not a stuck delivery, and it ends with a probe. Attempts, dead letters and deliveries
+ * are in the streams.
+ */
+export interface DeliveryActivity {
+  /** `error`: what the URL's last attempt got, when it got no answer. */
+  urlPaused(event: { destination: string; url: string; reason: "unreachable" | "retry_after"; forMs: number; error?: string }): void;
+  urlResumed(event: { destination: string; url: string }): void;
 }
 
 /**
@@ -256,6 +269,7 @@ export class DestinationWorker {
   readonly #js: JetStreamClient;
   readonly #sender: WebhookSending;
   readonly #log: Logger;
+  readonly #activity: DeliveryActivity | undefined;
   readonly #metrics: DeliveryMetrics;
   readonly #label: string;
   /** The events stream's max_age: when a message not yet acked is gone for good. */
@@ -318,6 +332,7 @@ export class DestinationWorker {
     this.#redactedUrls = new Map(destination.urls.map((url) => [url, redactUrl(url)]));
     this.#signingKeys = destinationKeys(destination);
     this.#log = deps.log.child({ destination: this.#label });
+    this.#activity = deps.activity;
     this.#deadLetterRetryMs = deps.deadLetterRetryMs ?? DEAD_LETTER_RETRY_MS;
     this.#watchWith = deps.jsm && deps.onConsumerLost ? { jsm: deps.jsm, lost: deps.onConsumerLost, checkMs: deps.consumerCheckMs } : undefined;
   }
@@ -696,6 +711,7 @@ export class DestinationWorker {
         if (held === undefined) continue;
         // What "not answering" was: a timeout, a refused connection, a certificate failing verification...
         const error = "error" in r.outcome ? r.outcome.error : undefined;
+        this.#activity?.urlPaused({ destination: this.#label, url: this.#shownUrl(r.url), reason: change.reason, forMs: change.forMs, ...(error ? { error } : {}) });
         this.#log.warn(
           { url: this.#shownUrl(r.url), reason: change.reason, pauseMs: change.forMs, ...(error ? { error } : {}), ...(held > 0 ? { morePausesSinceLastLine: held } : {}) },
           change.reason === "retry_after" ? PAUSE_LINES.retry_after
@@ -704,6 +720,7 @@ export class DestinationWorker {
             : PAUSE_LINES.unreachable,
         );
       } else if (change?.kind === "resumed") {
+        this.#activity?.urlResumed({ destination: this.#label, url: this.#shownUrl(r.url) });
         this.#log.info({ url: this.#shownUrl(r.url) }, "webhook URL answers again: messages are sent to it again");
       }
     }

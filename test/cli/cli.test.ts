@@ -676,7 +676,10 @@ describe("trackhook dev's activity lines", () => {
   it("say what became of each message: stored, delivered, failed, dead-lettered, not accepted, refused", async () => {
     const receiver = createServer((req, res) => {
       req.resume();
-      req.on("end", () => res.writeHead(req.url === "/gone" ? 404 : req.url === "/busy" || req.url === "/pair-b" ? 503 : 200).end("ok"));
+      req.on("end", () => {
+        if (req.url === "/wait") res.writeHead(429, { "retry-after": "30" }).end();
+        else res.writeHead(req.url === "/gone" ? 404 : req.url === "/busy" || req.url === "/pair-b" ? 503 : 200).end("ok");
+      });
     });
     await new Promise<void>((resolve) => receiver.listen(0, "127.0.0.1", resolve));
     const port = (receiver.address() as AddressInfo).port;
@@ -702,6 +705,11 @@ apiVersion: trackhook.io/v1alpha1
 kind: WebhookDestination
 metadata: { name: pair }
 spec: { sources: [website], urls: ["http://127.0.0.1:${port}/pair-a", "http://127.0.0.1:${port}/pair-b"] }
+---
+apiVersion: trackhook.io/v1alpha1
+kind: WebhookDestination
+metadata: { name: waits }
+spec: { sources: [website], urls: ["http://127.0.0.1:${port}/wait"] }
 `);
     const dev = await startDev(dir);
     try {
@@ -726,8 +734,40 @@ spec: { sources: [website], urls: ["http://127.0.0.1:${port}/pair-a", "http://12
       // The other URL's failure is not retried once one URL delivered the message.
       await line(/^\d\d:\d\d:\d\d {2}delivered +default\/pair {2}200 in \d+ ms from http:\/\/127\.0\.0\.1:\d+\/pair-a {2}\[act-1\]$/m);
       await line(/^\d\d:\d\d:\d\d {2}failed +default\/pair {2}503 in \d+ ms from http:\/\/127\.0\.0\.1:\d+\/pair-b {2}\[act-1, delivered by another URL\]$/m);
+      await line(/^\d\d:\d\d:\d\d {2}paused +default\/waits {2}http:\/\/127\.0\.0\.1:\d+\/wait: it asked to wait \(Retry-After\): nothing is sent to it for 30s$/m);
       expect(dev.output.stderr).not.toContain("\u001b");
       expect(dev.output.stderr).not.toMatch(/^12:00:00/m);
+    } finally {
+      expect(await dev.stop()).toBe(0);
+      receiver.close();
+      rmSync(dir, { recursive: true, force: true });
+    }
+  });
+
+  it("say when a URL that does not answer is paused, and when it answers again", async () => {
+    // A port nothing listens on, for now.
+    const probe = createServer();
+    await new Promise<void>((resolve) => probe.listen(0, "127.0.0.1", resolve));
+    const port = (probe.address() as AddressInfo).port;
+    await new Promise((resolve) => probe.close(resolve));
+    const dir = tempDir("pause");
+    writeFileSync(join(dir, "config.yaml"), `${readFileSync(join(root, "examples", "dev.yaml"), "utf8")}
+---
+apiVersion: trackhook.io/v1alpha1
+kind: WebhookDestination
+metadata: { name: down }
+spec: { sources: [website], urls: ["http://127.0.0.1:${port}/hook"] }
+`);
+    const dev = await startDev(dir);
+    const receiver = createServer((req, res) => req.resume().on("end", () => res.writeHead(200).end()));
+    try {
+      const auth = { headers: { authorization: basic("dev-write-key") } };
+      // Five attempts without an answer open the URL's breaker.
+      for (let i = 1; i <= 5; i++) expect((await post(`${dev.url}/v1/track`, { userId: "u1", event: "Down", messageId: `down-${i}` }, auth)).status).toBe(200);
+      const line = (pattern: RegExp) => expect.poll(() => dev.output.stderr, { timeout: 30_000, interval: 200 }).toMatch(pattern);
+      await line(new RegExp(`^\\d\\d:\\d\\d:\\d\\d {2}paused +default/down {2}http://127\\.0\\.0\\.1:${port}/hook: no answer \\(connection_refused\\): nothing is sent to it for 5s, then one message tries it$`, "m"));
+      await new Promise<void>((resolve) => receiver.listen(port, "127.0.0.1", resolve));
+      await line(new RegExp(`^\\d\\d:\\d\\d:\\d\\d {2}resumed +default/down {2}http://127\\.0\\.0\\.1:${port}/hook: answers again; messages are sent to it again$`, "m"));
     } finally {
       expect(await dev.stop()).toBe(0);
       receiver.close();
