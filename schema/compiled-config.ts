@@ -55,8 +55,9 @@ export const CompiledDestination = Type.Object(
     createdAt: Type.Optional(Type.String()),
     /**
      * Since when the destination has been enabled without a break (the operator's
-     * status.deliveringSince): a consumer made again for it starts at the events stream's
-     * beginning when the stream is younger than this (a NATS store lost, a move to another NATS).
+     * status.deliveringSince; for a `--config` file, when the file was last written): a consumer
+     * made for it starts at the events stream's beginning when the stream is younger than this (a
+     * NATS store lost, a move to another NATS, a first deliver started after the ingest).
      */
     deliveringSince: Type.Optional(Type.String()),
   },

@@ -58,7 +58,7 @@ export type ConsumerMade =
   | { from: "stream-start"; streamCreated: string; pending: number };
 
 const FROM_STREAM_START =
-  "the destination's consumer was missing and the events stream is younger than the destination (a NATS store lost, or a move to another NATS): made from the stream's first message, so nothing stored since is skipped (what was delivered before may arrive again, with the same messageId)";
+  "the destination's consumer was missing and the events stream is younger than the destination (a first deliver started after the ingest, a NATS store lost, or a move to another NATS): made from the stream's first message, so nothing stored since is skipped (what was delivered before may arrive again, with the same messageId)";
 
 /**
  * Where a consumer made again for a destination enabled without a break starts, when its
@@ -90,6 +90,8 @@ export async function ensureDestinationConsumer(
     startSeq?: number;
     /** When this process first wanted the consumer: where one made without createdAt starts (rather than now). */
     firstWanted?: string;
+    /** The destination as a consumer made now should start (asked only when it must be made). */
+    madeAs?: (destination: CompiledDestination) => Promise<CompiledDestination>;
     /** Told when this call made the consumer (not another process), and where it starts. */
     onCreated?: (made: ConsumerMade) => void;
     /** Where a consumer made from the stream's start is said (by whichever process made it). */
@@ -100,10 +102,11 @@ export async function ensureDestinationConsumer(
     dropUndelivered?: boolean;
   } = {},
 ): Promise<string> {
-  const base = destinationConsumerConfig(options.firstWanted && !destination.createdAt ? { ...destination, createdAt: options.firstWanted } : destination);
-  const config: typeof base = options.startSeq === undefined
-    ? base
-    : { ...base, deliver_policy: DeliverPolicy.StartSequence, opt_start_seq: options.startSeq, opt_start_time: undefined };
+  const configOf = (d: CompiledDestination) => {
+    const base = destinationConsumerConfig(options.firstWanted && !d.createdAt ? { ...d, createdAt: options.firstWanted } : d);
+    return options.startSeq === undefined ? base : { ...base, deliver_policy: DeliverPolicy.StartSequence, opt_start_seq: options.startSeq, opt_start_time: undefined };
+  };
+  const config = configOf(destination);
   const info = () =>
     jsm.consumers.info(EVENTS_STREAM, config.durable_name).catch((err: Error) => {
       if (isConsumerNotFound(err)) return undefined;
@@ -111,9 +114,11 @@ export async function ensureDestinationConsumer(
     });
   let existing = await info();
   if (!existing) {
-    const streamCreated = options.startSeq === undefined ? await streamYoungerThanDestination(jsm, destination) : undefined;
+    const target = options.madeAs ? await options.madeAs(destination) : destination;
+    const streamCreated = options.startSeq === undefined ? await streamYoungerThanDestination(jsm, target) : undefined;
+    const toMake = configOf(target);
     try {
-      const made = await jsm.consumers.add(EVENTS_STREAM, streamCreated ? { ...config, deliver_policy: DeliverPolicy.All, opt_start_time: undefined } : config);
+      const made = await jsm.consumers.add(EVENTS_STREAM, streamCreated ? { ...toMake, deliver_policy: DeliverPolicy.All, opt_start_time: undefined } : toMake);
       if (streamCreated) {
         const { namespace, name, deliveringSince } = destination;
         options.log?.warn({ destination: `${namespace}/${name}`, streamCreated, deliveringSince, pending: made.num_pending }, FROM_STREAM_START);

@@ -322,9 +322,10 @@ export class DeliveryService {
         const last = this.#predecessors.get(key)?.lastPosition;
         // startSeq counts only if the consumer has to be made (it was deleted): an existing one keeps
         // its place. Without createdAt (config files), one made now starts when it was first wanted.
-        const start = last ? { startSeq: await this.#resumeFrom(last) } : { firstWanted: new Date(since).toISOString() };
-        const made = !last && (await this.#deliveredBefore(destination)) ? { ...destination, createdAt: undefined } : destination;
-        this.#managed.add(await this.#ensureConsumer(key, made, start));
+        const start = last
+          ? { startSeq: await this.#resumeFrom(last) }
+          : { firstWanted: new Date(since).toISOString(), madeAs: (d: CompiledDestination) => this.#unlessDeliveredBefore(d) };
+        this.#managed.add(await this.#ensureConsumer(key, destination, start));
         await this.#startWorker(key, destination);
         this.#pending.delete(key);
         this.#predecessors.delete(key);
@@ -403,19 +404,22 @@ export class DeliveryService {
   }
 
   /**
-   * Whether a --config destination's createdAt would start a consumer made now before messages it
-   * was already sent: it has attempt records, so it was delivered to before, was taken out of the
-   * config (its consumer removed a minute later), and is back with the same file time (found by a
-   * review: a file moved out and back in sent 300 delivered messages again). Like a destination
-   * enabled again, it then starts when this process first wanted it. The operator's config says
-   * this itself (status.inEffectSince).
+   * A --config destination whose consumer must be made, as it should start. Its file time
+   * (createdAt, deliveringSince) would start it before messages it was already sent when it has
+   * attempt records: it was delivered to before, was taken out of the config (its consumer
+   * removed a minute later), and is back with the same file time (found by a review: a file moved
+   * out and back in sent 300 delivered messages again). Like a destination enabled again, it then
+   * starts when this process first wanted it. The operator's config says this itself
+   * (status.inEffectSince). Asked only when the consumer is missing: one request per destination
+   * at each start would be a thousand for a thousand destinations.
    */
-  async #deliveredBefore(destination: CompiledDestination): Promise<boolean> {
-    if (!this.#deps.configFromFiles || destination.createdAt === undefined) return false;
-    return hasMessagesOn(this.#jsm, ATTEMPTS_STREAM, attemptsSubject(destination.namespace, destination.name)).catch((err: unknown) => {
+  async #unlessDeliveredBefore(destination: CompiledDestination): Promise<CompiledDestination> {
+    if (!this.#deps.configFromFiles || (destination.createdAt === undefined && destination.deliveringSince === undefined)) return destination;
+    const delivered = await hasMessagesOn(this.#jsm, ATTEMPTS_STREAM, attemptsSubject(destination.namespace, destination.name)).catch((err: unknown) => {
       if (isStreamNotFound(err)) return false;
       throw err;
     });
+    return delivered ? { ...destination, createdAt: undefined, deliveringSince: undefined } : destination;
   }
 
   /**
@@ -424,7 +428,11 @@ export class DeliveryService {
    * filter kept as it was (they are still read and delivered; a stopped destination would be
    * worse) and tried again every minute.
    */
-  async #ensureConsumer(key: string, destination: CompiledDestination, options: { startSeq?: number; firstWanted?: string } = {}): Promise<string> {
+  async #ensureConsumer(
+    key: string,
+    destination: CompiledDestination,
+    options: { startSeq?: number; firstWanted?: string; madeAs?: (destination: CompiledDestination) => Promise<CompiledDestination> } = {},
+  ): Promise<string> {
     const { log } = this.#deps;
     return ensureDestinationConsumer(this.#jsm, destination, {
       ...options,

@@ -2,7 +2,7 @@
 // address is refused (no request sent, dead-lettered, recorded as private_address_refused); with
 // it the message is delivered. Health, readiness and metrics are served, and SIGTERM drains.
 import { spawn, spawnSync } from "node:child_process";
-import { writeFileSync } from "node:fs";
+import { utimesSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
@@ -50,8 +50,14 @@ afterAll(async () => {
   await nats?.stop();
 });
 
-async function runDeliver(extra: string[], body: (ops: string, output: () => string) => Promise<void>, env: Record<string, string> = {}): Promise<number | null> {
-  const child = spawn(process.execPath, [join(root, "cli/main.ts"), "deliver", "--config", configDir, "--nats", nats.server.url, "--host", "127.0.0.1", "--port", "0", ...extra], { cwd: root, env: { ...process.env, ...env } });
+async function runDeliver(
+  extra: string[],
+  body: (ops: string, output: () => string) => Promise<void>,
+  env: Record<string, string> = {},
+  on: { nats: NatsHarness; configDir: string } = { nats, configDir },
+): Promise<number | null> {
+  const args = ["deliver", "--config", on.configDir, "--nats", on.nats.server.url, "--host", "127.0.0.1", "--port", "0", ...extra];
+  const child = spawn(process.execPath, [join(root, "cli/main.ts"), ...args], { cwd: root, env: { ...process.env, ...env } });
   let output = "";
   child.stdout.on("data", (c: Buffer) => (output += c.toString()));
   child.stderr.on("data", (c: Buffer) => (output += c.toString()));
@@ -169,6 +175,35 @@ describe("trackhook deliver", () => {
     } finally {
       child.kill("SIGTERM");
       await new Promise((resolve) => child.once("exit", resolve));
+    }
+  });
+});
+
+describe("trackhook deliver started after the ingest", () => {
+  it("on a fresh NATS, with a config file written long before, delivers what the ingest accepted before delivery made the consumer (found by a VM install review: never delivered)", async () => {
+    const fresh = await startNats();
+    const dir = tempDir("deliver-late");
+    const file = join(dir, "config.yaml");
+    writeFileSync(file, yaml(receiver.url("/late")));
+    // Deployed an hour ago, as a config management run or a VM image leaves it.
+    const hourAgo = new Date(Date.now() - 3_600_000);
+    utimesSync(file, hourAgo, hourAgo);
+    const early = await startIngest(fresh, { config: configFromYaml(yaml(receiver.url("/late"))) });
+    try {
+      for (const id of ["late-1", "late-2", "late-3"]) {
+        const res = await post(`${early.url}/v1/track`, { userId: "u1", event: "Before delivery", messageId: id }, { headers: { authorization: basic("cli-key") } });
+        expect(res.status).toBe(200);
+      }
+      const code = await runDeliver(["--allow-private-networks"], async (_ops, output) => {
+        const ids = await until(async () => receiver.requests("/late").map((r) => JSON.parse(r.body.toString()).messageId as string), (got) => got.length >= 3);
+        expect(ids.sort()).toEqual(["late-1", "late-2", "late-3"]);
+        // Said, with how many it found waiting, by whichever process made the consumer.
+        expect(output()).toMatch(/"pending":3.*a first deliver started after the ingest/);
+      }, {}, { nats: fresh, configDir: dir });
+      expect(code).toBe(0);
+    } finally {
+      await early.close();
+      await fresh.stop();
     }
   });
 });
