@@ -24,7 +24,7 @@ export function natsFailureMessage(err: unknown): string | undefined {
   if (denied) {
     // A user limited to inboxes of its own prefix (a team's admin user) must be told which.
     const inbox = /Subscription to "_INBOX\./.test(denied.message) ? "; if this user has inboxes of its own, set TRACKHOOK_NATS_INBOX_PREFIX to their prefix" : "";
-    return `the NATS user may not do this: ${denied.message} (docs/nats-permissions.conf has the permissions of each component, and of a team's admin user${inbox})`;
+    return `the NATS user may not do this: ${denied.message} (docs/nats-permissions.conf has the permissions of each component, of the installation's admin user and of a team's${inbox})`;
   }
   const noResponders = chain.find((e) => e.name === "NoResponders");
   // Nobody behind JetStream's API: also what a server just restarted says until its JetStream is

@@ -644,7 +644,7 @@ spec: { sources: [website], urls: ["https://hooks.example.com/in"] }
     const server = await natsServer(["-c", conf]);
     try {
       const res = spawnSync(process.execPath, [CLI, "dead-letters", "--destination", "default/hook", "--nats", server.url], { cwd: root, encoding: "utf8", timeout: 20_000, env: { ...process.env, TRACKHOOK_NATS_USER: "viewer", TRACKHOOK_NATS_PASSWORD: "pw" } });
-      expect(res.stderr).toBe(`trackhook: the NATS user may not do this: Permissions Violation for Publish to "$JS.API.INFO" (docs/nats-permissions.conf has the permissions of each component, and of a team's admin user)\n`);
+      expect(res.stderr).toBe(`trackhook: the NATS user may not do this: Permissions Violation for Publish to "$JS.API.INFO" (docs/nats-permissions.conf has the permissions of each component, of the installation's admin user and of a team's)\n`);
       expect(res.status).toBe(2);
     } finally {
       server.stop();

@@ -7,8 +7,8 @@
 // ones (`$JS.ACK.<domain>.<account hash>.<stream>...`) that the feature flag js_ack_fc_v2 turns on
 // since 2.14 and that NATS means to make the default.
 import { createHmac } from "node:crypto";
-import { spawnSync } from "node:child_process";
-import { readFileSync, rmSync, writeFileSync } from "node:fs";
+import { spawn, spawnSync } from "node:child_process";
+import { mkdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { jetstream, jetstreamManager } from "@nats-io/jetstream";
 import { Kvm } from "@nats-io/kv";
@@ -26,7 +26,7 @@ import { repoRoot } from "../harness/control-plane.ts";
 import { tempDir } from "../harness/temp.ts";
 
 const log = createLogger({ level: "silent" });
-const PASSWORDS = { ingest: "ingest-pw", delivery: "delivery-pw", operator: "operator-pw" } as const;
+const PASSWORDS = { ingest: "ingest-pw", delivery: "delivery-pw", operator: "operator-pw", admin: "admin-pw" } as const;
 const TEAM_PASSWORD = "team-a-pw";
 const deadLetterHeaders = (reason: string) => {
   const h = headers();
@@ -41,7 +41,7 @@ describe.each([
   let store: string;
   let receiver: Receiver;
   const connections: NatsConnection[] = [];
-  const as = async (component: keyof typeof PASSWORDS) => {
+  const as = async (component: keyof typeof INBOX_PREFIX) => {
     // With the component's own inbox prefix, as connectNats makes it.
     const nc = await connect({ servers: server.url, user: `trackhook-${component}`, pass: PASSWORDS[component], inboxPrefix: INBOX_PREFIX[component], noAsyncTraces: true });
     connections.push(nc);
@@ -53,16 +53,13 @@ describe.each([
 
   beforeAll(async () => {
     for (const [component, password] of Object.entries(PASSWORDS)) process.env[`TRACKHOOK_${component.toUpperCase()}_PASSWORD`] = password;
+    process.env.TRACKHOOK_TEAM_A_PASSWORD = TEAM_PASSWORD;
     store = tempDir("nats-perms");
-    // The documented file as it is, plus the server settings of this run (an include would need
-    // the file beside it: nats-server reads includes relative to the including file).
+    // The documented file included as its comment says (nats-server reads includes relative to
+    // the including file), with the team's admin user uncommented as its comment says.
+    writeFileSync(join(store, "nats-permissions.conf"), withTeamAdmin(readFileSync(join(repoRoot, "docs", "nats-permissions.conf"), "utf8")));
     const config = join(store, "nats.conf");
-    // A team's admin user with the documented example block, as its comment says to add one.
-    const documented = readFileSync(join(repoRoot, "docs", "nats-permissions.conf"), "utf8");
-    const operatorUser = "{ user: trackhook-operator, password: $TRACKHOOK_OPERATOR_PASSWORD, permissions: $TRACKHOOK_OPERATOR }";
-    if (!documented.includes(operatorUser)) throw new Error("docs/nats-permissions.conf: the operator's user line changed; update this test");
-    const withTeam = documented.replace(operatorUser, `${operatorUser}\n    { user: team-a, password: ${TEAM_PASSWORD}, permissions: $TRACKHOOK_TEAM_A_ADMIN }`);
-    writeFileSync(config, `${withTeam}\n${serverSettings}\n`);
+    writeFileSync(config, `include ./nats-permissions.conf\n${serverSettings}\n`);
     server = await LocalNatsServer.start({ storeDir: store, binary: process.env.TRACKHOOK_TEST_NATS_SERVER || undefined, args: ["-c", config] });
     receiver = await startReceiver();
     destination = {
@@ -79,6 +76,18 @@ describe.each([
   });
 
   describe("docs/nats-permissions.conf", () => {
+    it("is a valid include as shipped (found by a review: a block no user named made nats-server refuse it)", () => {
+      const dir = tempDir("nats-perms-as-shipped");
+      try {
+        writeFileSync(join(dir, "nats-permissions.conf"), readFileSync(join(repoRoot, "docs", "nats-permissions.conf")));
+        writeFileSync(join(dir, "nats.conf"), "port: -1\ninclude ./nats-permissions.conf\n");
+        const checked = spawnSync(server.binary, ["-t", "-c", join(dir, "nats.conf")], { encoding: "utf8", timeout: 10_000 });
+        expect([checked.status, checked.stderr + checked.stdout]).toEqual([0, expect.stringContaining("is valid")]);
+      } finally {
+        rmSync(dir, { recursive: true, force: true });
+      }
+    });
+
     it("lets each component do its work with its own user, end to end", async () => {
       // The operator: the bucket and its entries.
       const writer = new ConfigWriter(await ensureConfigBucket(await as("operator")));
@@ -206,6 +215,52 @@ describe.each([
       expect(noPrefix.stderr).toContain("set TRACKHOOK_NATS_INBOX_PREFIX");
     });
 
+    it("lets the installation's admin user (TRACKHOOK_ADMIN) run every admin command: status, tail, dead-letters, attempts, replay, delete-user", async () => {
+      // On the destination crm of the first test, whose consumer replay needs.
+      const deliveryNc = await as("delivery");
+      const djsm = await jetstreamManager(deliveryNc);
+      await ensureStream(djsm, dlqStreamConfig({ maxBytes: 64 * 1024 ** 2, replicas: 1 }));
+      await ensureStream(djsm, attemptsStreamConfig({ maxBytes: 64 * 1024 ** 2, replicas: 1 }));
+      await jetstream(deliveryNc).publish("trackhook.dlq.default.crm", JSON.stringify({ type: "track", event: "E", userId: "u-admin", messageId: "dead-admin" }), { headers: deadLetterHeaders("retry_window_exhausted") });
+      const adminEnv = { ...process.env, TRACKHOOK_NATS_USER: "trackhook-admin", TRACKHOOK_NATS_PASSWORD: PASSWORDS.admin, TRACKHOOK_NATS_INBOX_PREFIX: "_INBOX_trackhook_admin" };
+      const cli = (...args: string[]) => spawnSync(process.execPath, [join(repoRoot, "cli", "main.ts"), ...args, "--nats", server.url], { encoding: "utf8", timeout: 20_000, env: adminEnv });
+      const ok = (result: ReturnType<typeof cli>) => expect([result.status, result.stderr]).toEqual([0, expect.not.stringContaining("Permissions Violation")]);
+      const status = cli("status", "--json");
+      ok(status);
+      expect(JSON.parse(status.stdout)).toMatchObject({ destinations: expect.arrayContaining([expect.objectContaining({ destination: "default/crm" })]) });
+      const letters = cli("dead-letters", "--destination", "default/crm");
+      ok(letters);
+      expect(letters.stdout).toContain("dead-admin");
+      ok(cli("attempts", "--destination", "default/crm"));
+      const replayed = cli("replay", "--destination", "default/crm", "--json");
+      ok(replayed);
+      expect(JSON.parse(replayed.stdout)).toMatchObject({ destination: "default/crm", replayed: 1 });
+      const configDir = join(store, "admin-config");
+      mkdirSync(configDir, { recursive: true });
+      writeFileSync(join(configDir, "config.yaml"), [
+        "apiVersion: v1\nkind: Secret\nmetadata: { name: keys }\nstringData: { writeKey: admin-key }",
+        "apiVersion: trackhook.io/v1alpha1\nkind: Source\nmetadata: { name: web }\nspec: { writeKeySecretRef: { name: keys, key: writeKey } }",
+        `apiVersion: trackhook.io/v1alpha1\nkind: WebhookDestination\nmetadata: { name: crm }\nspec: { sources: [web], urls: ["${receiver.url("/crm")}"] }`,
+      ].join("\n---\n"));
+      const deleted = cli("delete-user", "--config", configDir, "--source", "default/web", "--user-id", "u-admin", "--json");
+      ok(deleted);
+      expect(JSON.parse(deleted.stdout)).toMatchObject({ source: "default/web", stored: 1 });
+      // tail, until Ctrl-C: it prints what is stored, the delete notification just sent included.
+      const tail = spawn(process.execPath, [join(repoRoot, "cli", "main.ts"), "tail", "--source", "default/web", "--since", "1h", "--nats", server.url], { env: adminEnv });
+      let printed = "";
+      let said = "";
+      tail.stdout.on("data", (c: Buffer) => (printed += c.toString()));
+      tail.stderr.on("data", (c: Buffer) => (said += c.toString()));
+      const exited = new Promise<number | null>((resolve) => tail.on("exit", (code) => resolve(code)));
+      try {
+        await expect.poll(() => printed, { timeout: 10_000 }).toContain('"type":"delete"');
+        tail.kill("SIGINT");
+        expect([await exited, said]).toEqual([0, expect.not.stringContaining("Permissions Violation")]);
+      } finally {
+        tail.kill("SIGKILL");
+      }
+    });
+
     it("keeps delivery from storing events, and ingest from writing the config or storing a delete notification", async () => {
       const delivery = jetstream(await as("delivery"), { timeout: 2000 });
       await expect(delivery.publish("trackhook.events.default.web.track", "{}")).rejects.toThrow(/Permissions Violation/);
@@ -216,3 +271,14 @@ describe.each([
     });
   });
 });
+
+/** The shipped file with its team-admin example uncommented, as the file's comment says to do. */
+function withTeamAdmin(shipped: string): string {
+  const lines = shipped.split("\n");
+  const start = lines.indexOf("# TRACKHOOK_TEAM_A_ADMIN = {");
+  const end = lines.indexOf("# }", start);
+  const user = lines.findIndex((line) => line.trim().startsWith("# { user: team-a,"));
+  if (start < 0 || end < 0 || user < 0) throw new Error("docs/nats-permissions.conf: the team admin example changed; update this test");
+  for (const i of [...Array.from({ length: end - start + 1 }, (_, k) => start + k), user]) lines[i] = lines[i]!.replace("# ", "");
+  return lines.join("\n");
+}
