@@ -90,19 +90,32 @@ export async function connectNats({ servers, name, log, component }: ConnectOpti
   assertNoCredentialsInUrl(servers);
   const auth = natsAuthOptions(process.env, servers); // a missing creds file fails here, before waiting on NATS
   log.info({ servers, auth: describeAuth(auth) }, "connecting to NATS (waiting until it answers)");
-  // Said again while it does not answer, so a wrong URL is not mistaken for a slow start.
+  const options = {
+    ...auth,
+    servers: servers.split(",").map((s) => s.trim()),
+    name,
+    ...(component ? { inboxPrefix: INBOX_PREFIX[component] } : {}),
+  };
+  // Said again while it does not answer, with why, so a wrong URL or an untrusted certificate is
+  // not mistaken for a slow start.
   const started = Date.now();
-  const waiting = setInterval(
-    () => log.warn({ servers, waitedSeconds: Math.round((Date.now() - started) / 1000) }, "NATS does not answer yet; still trying (is the URL right?)"),
-    WAITING_LOG_INTERVAL_MS,
-  );
+  let stillWaiting = true;
+  let probing = false;
+  const waiting = setInterval(() => {
+    if (probing) return;
+    probing = true;
+    void whyNotConnecting(options).then((why) => {
+      probing = false;
+      if (!stillWaiting) return;
+      const fields = { servers, waitedSeconds: Math.round((Date.now() - started) / 1000), ...(why ? { err: why.message } : {}) };
+      if (why?.tls) log.error(fields, UNTRUSTED_CERTIFICATE);
+      else log.warn(fields, "NATS does not answer yet; still trying (is the URL right?)");
+    });
+  }, WAITING_LOG_INTERVAL_MS);
   let nc: NatsConnection;
   try {
     nc = await connect({
-      ...auth,
-      servers: servers.split(",").map((s) => s.trim()),
-      name,
-      ...(component ? { inboxPrefix: INBOX_PREFIX[component] } : {}),
+      ...options,
       maxReconnectAttempts: -1,
       // Pods may start before NATS does; keep trying instead of exiting.
       waitOnFirstConnect: true,
@@ -125,6 +138,7 @@ export async function connectNats({ servers, name, log, component }: ConnectOpti
     throw err;
   } finally {
     clearInterval(waiting);
+    stillWaiting = false;
   }
   try {
     checkServerVersion(nc.info?.version, servers, log);
@@ -142,6 +156,29 @@ export async function connectNats({ servers, name, log, component }: ConnectOpti
     }
   })();
   return nc;
+}
+
+const UNTRUSTED_CERTIFICATE =
+  "NATS's TLS certificate is not trusted; still trying (set TRACKHOOK_NATS_CA to the PEM file of the CA that signed it, or fix the server's certificate)";
+
+/** Node's codes for a certificate that does not verify (unknown CA, self-signed, expired, another name). */
+const CERTIFICATE_CODE = /CERT|SELF_SIGNED|UNABLE_TO_VERIFY|ERR_TLS_|ERR_SSL_/;
+
+/**
+ * Why no connection can be made now, from one attempt with the same settings: nats.js's wait for
+ * the first connection keeps its errors to itself, and a review's ingest said only "does not
+ * answer yet" for ever against a NATS whose certificate it did not trust. Undefined: it connects.
+ */
+async function whyNotConnecting(options: Parameters<typeof connect>[0]): Promise<{ message: string; tls: boolean } | undefined> {
+  try {
+    const probe = await connect({ ...options, name: `${options?.name ?? "trackhook"} (probe)`, waitOnFirstConnect: false, maxReconnectAttempts: 0, reconnect: false, timeout: CONNECT_TIMEOUT_MS, noAsyncTraces: true });
+    await probe.close();
+    return undefined;
+  } catch (err) {
+    const { code, message } = err as Error & { code?: unknown };
+    const named = typeof code === "string" ? code : undefined;
+    return { message: named && !message.includes(named) ? `${named}: ${message}` : message, tls: named !== undefined && CERTIFICATE_CODE.test(named) };
+  }
 }
 
 /**

@@ -14,6 +14,7 @@ import { LocalNatsServer, ensureStream, eventsStreamConfig, findNatsServer } fro
 import { basic, post } from "../harness/ingest.ts";
 import { freePort, freePorts } from "../harness/ports.ts";
 import { tempDir } from "../harness/temp.ts";
+import { selfSignedCert } from "../harness/tls.ts";
 
 const root = fileURLToPath(new URL("../..", import.meta.url));
 const CLI = join(root, "cli", "main.ts");
@@ -348,7 +349,11 @@ const natsServersOn = (dataDir: string) =>
 
 /** A child `trackhook` whose output (pino lines on stdout, messages on stderr) a test can wait on. */
 function spawnCli(...args: string[]) {
-  const child = spawn(process.execPath, [CLI, ...args], { cwd: root });
+  return spawnCliWithEnv({}, ...args);
+}
+
+function spawnCliWithEnv(env: Record<string, string>, ...args: string[]) {
+  const child = spawn(process.execPath, [CLI, ...args], { cwd: root, env: { ...process.env, ...env } });
   let output = "";
   child.stdout.on("data", (c: Buffer) => (output += c.toString()));
   child.stderr.on("data", (c: Buffer) => (output += c.toString()));
@@ -483,6 +488,31 @@ describe("trackhook and a NATS that comes and goes", () => {
       await server?.stop();
     }
   }, 60_000);
+
+  it("ingest against a NATS whose TLS certificate it does not trust says so while it waits, with the error (found by a VM install review: it said only 'does not answer yet'), and connects with TRACKHOOK_NATS_CA", async () => {
+    const dir = tempDir("nats-tls");
+    const { key, cert } = selfSignedCert();
+    writeFileSync(join(dir, "cert.pem"), cert);
+    writeFileSync(join(dir, "key.pem"), key);
+    const server = await LocalNatsServer.start({ storeDir: dir, args: ["--tls", "--tlscert", join(dir, "cert.pem"), "--tlskey", join(dir, "key.pem")] });
+    const start = (env: Record<string, string>, port: number) =>
+      spawnCliWithEnv(env, "ingest", "--config", "examples/", "--nats", `tls://127.0.0.1:${server.port}`, "--port", String(port), "--host", "127.0.0.1");
+    try {
+      const untrusting = start({}, await freePort());
+      try {
+        await untrusting.waitFor(/"level":50,.*"err":"DEPTH_ZERO_SELF_SIGNED_CERT: self-signed certificate.*"msg":"NATS's TLS certificate is not trusted; still trying \(set TRACKHOOK_NATS_CA/, 15_000);
+      } finally {
+        untrusting.child.kill("SIGKILL");
+      }
+      const trusting = start({ TRACKHOOK_NATS_CA: join(dir, "cert.pem") }, await freePort());
+      await trusting.waitFor(/"msg":"ingest listening"/, 15_000);
+      expect(trusting.output()).not.toContain("not trusted");
+      trusting.child.kill("SIGTERM");
+      expect(await trusting.exited).toBe(0);
+    } finally {
+      await server.stop();
+    }
+  });
 
   it("ingest makes the events stream again when it is lost (deleted, or NATS lost its store), saying what was lost (regression: 503 to everything until restarted)", async () => {
     await withOwnIngest({}, async ({ nc, running }) => {
