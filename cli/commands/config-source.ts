@@ -30,8 +30,8 @@ export function configFrom(values: { config?: string | undefined; "config-from"?
 }
 
 /** Files are read before anything connects, so invalid config fails at once (exit 2). */
-export function openConfigFiles(from: ConfigFrom, log: Logger): ConfigProvider | undefined {
-  return from.kind === "file" ? new FileConfigProvider(from.path, log) : undefined;
+export function openConfigFiles(from: ConfigFrom, log: Logger, part: ConfigPart): ConfigProvider | undefined {
+  return from.kind === "file" ? new FileConfigProvider(from.path, log, { part }) : undefined;
 }
 
 /**

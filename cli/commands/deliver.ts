@@ -146,7 +146,7 @@ ${configSourceHelp}
     };
     const proxy = egressProxyOf(values);
     const log = createLogger({ level: values["log-level"], name: "deliver" });
-    const files = openConfigFiles(from, log); // invalid config fails here, before connecting
+    const files = openConfigFiles(from, log, "destinations"); // invalid config fails here, before connecting
     // Health first: a pod waiting for NATS or the config bucket is alive, just not ready yet.
     const metrics = new DeliveryMetrics();
     // Filled in as start-up proceeds; the probes and the shutdown read what is there.

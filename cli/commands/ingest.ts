@@ -80,7 +80,7 @@ export const ingestCommand: Command = {
     const stream = streamSettings(values);
     const options = ingestOptions(values);
     const port = integerFlag("port", values.port ?? "8080", 0, 65535); // before waiting on NATS
-    const files = openConfigFiles(from, log); // invalid config fails here, before connecting
+    const files = openConfigFiles(from, log, "sources"); // invalid config fails here, before connecting
     const host = values.host ?? (await anyAddress());
     // Health first, as deliver and the operator do: a pod waiting for NATS or the config bucket
     // is alive (no restart loop however long the wait), not ready, and says what it waits for.

@@ -19,6 +19,14 @@ import type { RawDocument } from "./load.ts";
 
 export const DEFAULT_NAMESPACE = "default";
 
+/**
+ * The part of the config a component follows. Ingest needs the Sources (write key digests) only
+ * and delivery the destinations (with their shared secrets) only: with one key filter each, NATS
+ * permissions can keep the internet-facing ingest from ever reading a shared secret
+ * (docs/nats-permissions.conf); from files, each needs only its part's Secrets.
+ */
+export type ConfigPart = "all" | "sources" | "destinations";
+
 interface Located<T> {
   origin: string;
   doc: T;
@@ -26,7 +34,12 @@ interface Located<T> {
   modifiedAt?: number;
 }
 
-export function compileConfig(documents: RawDocument[]): CompiledConfig {
+/**
+ * Every document is checked against its schema; only `part`'s resources are compiled, with their
+ * Secrets: a delivery's copy of the files needs no write keys, an ingest's no shared secrets (the
+ * other part is empty, as the bucket's part is to a component that follows only its own).
+ */
+export function compileConfig(documents: RawDocument[], part: ConfigPart = "all"): CompiledConfig {
   const problems: string[] = [];
   const sources: Located<SourceDocument>[] = [];
   const destinations: Located<WebhookDestinationDocument>[] = [];
@@ -76,7 +89,7 @@ export function compileConfig(documents: RawDocument[]): CompiledConfig {
 
   const compiledSources: CompiledSource[] = [];
   const digests = new Map<string, string>();
-  for (const { origin, doc, namespace } of sources) {
+  for (const { origin, doc, namespace } of part === "destinations" ? [] : sources) {
     const label = `${origin} (Source ${doc.metadata.name})`;
     const result = compileSource(namespace, doc, lookup);
     // A file is read whole before anything changes: a key that cannot be read is an error here,
@@ -94,7 +107,7 @@ export function compileConfig(documents: RawDocument[]): CompiledConfig {
   }
 
   const compiledDestinations: CompiledDestination[] = [];
-  for (const { origin, doc, namespace, modifiedAt } of destinations) {
+  for (const { origin, doc, namespace, modifiedAt } of part === "sources" ? [] : destinations) {
     const label = `${origin} (WebhookDestination ${doc.metadata.name})`;
     const inNamespace = sources.filter((s) => s.namespace === namespace).map((s) => s.doc.metadata);
     const result = compileDestination(namespace, doc, inNamespace, lookup, modifiedAt !== undefined ? { fileModifiedAt: modifiedAt } : {});

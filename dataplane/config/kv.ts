@@ -14,6 +14,7 @@ import {
 } from "../../schema/mod.ts";
 import type { Logger } from "../logging.ts";
 import { hasMessagesOn } from "../nats/mod.ts";
+import type { ConfigPart } from "./compile.ts";
 import { ConfigHolder } from "./provider.ts";
 
 export const CONFIG_BUCKET = "trackhook-config";
@@ -80,13 +81,6 @@ export class ConfigWriter {
   }
 }
 
-/**
- * The part of the bucket a component follows. Ingest needs the Sources (write key digests) only
- * and delivery the destinations (with their shared secrets) only: with one key filter each, NATS
- * permissions can keep the internet-facing ingest from ever reading a shared secret
- * (docs/nats-permissions.conf).
- */
-export type ConfigPart = "all" | "sources" | "destinations";
 const PART_KEYS: Record<ConfigPart, string> = { all: ">", sources: "source.>", destinations: "destination.>" };
 
 /**

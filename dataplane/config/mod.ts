@@ -1,6 +1,6 @@
 export { ConfigError } from "./errors.ts";
 export { loadDocuments, configFiles, type RawDocument } from "./load.ts";
-export { compileConfig, DEFAULT_NAMESPACE } from "./compile.ts";
+export { compileConfig, DEFAULT_NAMESPACE, type ConfigPart } from "./compile.ts";
 export {
   compileDestination,
   compileSource,
@@ -17,4 +17,4 @@ export {
 } from "./compile-resource.ts";
 export { ConfigHolder, FileConfigProvider, loadConfigFile, staticConfig, type ConfigLoading, type ConfigProvider, type ConfigReload } from "./provider.ts";
 export { configMetrics } from "./metrics.ts";
-export { CONFIG_BUCKET, ConfigWriter, KvConfigProvider, destinationKey, ensureConfigBucket, parseConfigKey, sourceKey, type ConfigBucketOptions, type ConfigPart } from "./kv.ts";
+export { CONFIG_BUCKET, ConfigWriter, KvConfigProvider, destinationKey, ensureConfigBucket, parseConfigKey, sourceKey, type ConfigBucketOptions } from "./kv.ts";

@@ -4,7 +4,7 @@ import { watch, type FSWatcher, statSync } from "node:fs";
 import { basename, dirname } from "node:path";
 import type { CompiledConfig } from "../../schema/mod.ts";
 import type { Logger } from "../logging.ts";
-import { compileConfig } from "./compile.ts";
+import { compileConfig, type ConfigPart } from "./compile.ts";
 import { ConfigError } from "./errors.ts";
 import { configFiles, loadDocuments, type ParsedFiles } from "./load.ts";
 
@@ -25,8 +25,8 @@ export interface ConfigLoading {
   loadedAt: number;
 }
 
-export function loadConfigFile(path: string, parsed?: ParsedFiles): CompiledConfig {
-  return compileConfig(loadDocuments(path, parsed));
+export function loadConfigFile(path: string, parsed?: ParsedFiles, part: ConfigPart = "all"): CompiledConfig {
+  return compileConfig(loadDocuments(path, parsed), part);
 }
 
 /** A config that never changes (tests, one-shot commands). */
@@ -105,9 +105,17 @@ export class FileConfigProvider extends ConfigHolder {
   readonly #parsed: ParsedFiles;
   readonly #reloadListeners = new Set<(reload: ConfigReload) => void>();
 
-  constructor(path: string, log: Logger, debounceMs = 200, settleMs = 1_000, pollMs = 2_000) {
+  /** The part of the files this process runs on (see compileConfig). */
+  readonly #part: ConfigPart;
+
+  constructor(
+    path: string,
+    log: Logger,
+    { part = "all", debounceMs = 200, settleMs = 1_000, pollMs = 2_000 }: { part?: ConfigPart; debounceMs?: number; settleMs?: number; pollMs?: number } = {},
+  ) {
     const parsed: ParsedFiles = new Map();
-    super(loadConfigFile(path, parsed)); // throws ConfigError: invalid config fails at start
+    super(loadConfigFile(path, parsed, part)); // throws ConfigError: invalid config fails at start
+    this.#part = part;
     this.#parsed = parsed;
     this.path = path;
     this.log = log;
@@ -170,7 +178,7 @@ export class FileConfigProvider extends ConfigHolder {
     let next: CompiledConfig | undefined;
     let problems: string[] = [];
     try {
-      next = loadConfigFile(this.path, this.#parsed);
+      next = loadConfigFile(this.path, this.#parsed, this.#part);
     } catch (err) {
       problems = err instanceof ConfigError ? err.problems : [String(err)];
     }

@@ -111,6 +111,27 @@ spec:
     expect(withStamp!.createdAt).toBe(stamped);
   });
 
+  it("compiles only the part a component runs on, with that part's Secrets: delivery's copy needs no write keys, ingest's no shared secrets (found by a VM install review)", () => {
+    // Neither the Source's write key Secret nor the destination's shared secret is in the files.
+    const dir = configDir({ "a.yaml": [source("web", "keys", "writeKey"), destination("crm", "\n  sharedSecretRef: { name: signing, key: secret }")].join("---\n") });
+    expect(problemsOf(dir)).toEqual([
+      expect.stringMatching(/Source web\): spec.writeKeySecretRef: Secret default\/keys does not exist$/),
+      expect.stringMatching(/WebhookDestination crm\): spec.sharedSecretRef: Secret default\/signing does not exist$/),
+    ]);
+    expect(() => loadConfigFile(dir, undefined, "destinations")).toThrow(/sharedSecretRef/);
+    expect(() => loadConfigFile(dir, undefined, "sources")).toThrow(/writeKeySecretRef/);
+    const withSecret = configDir({ "a.yaml": [secret("signing", "secret", "s3cret"), source("web", "keys", "writeKey"), destination("crm", "\n  sharedSecretRef: { name: signing, key: secret }")].join("---\n") });
+    const forDelivery = loadConfigFile(withSecret, undefined, "destinations");
+    expect(forDelivery.sources).toEqual([]);
+    expect(forDelivery.destinations).toMatchObject([{ name: "crm", sources: ["web"], sharedSecret: "s3cret" }]);
+    const withKey = configDir({ "a.yaml": [secret("keys", "writeKey", "k1"), source("web", "keys", "writeKey"), destination("crm", "\n  sharedSecretRef: { name: signing, key: secret }")].join("---\n") });
+    const forIngest = loadConfigFile(withKey, undefined, "sources");
+    expect(forIngest).toEqual({ sources: [expect.objectContaining({ name: "web", writeKeySha256: sha256Hex("k1") })], destinations: [] });
+    // The other part is still checked against its schema, and a destination still names Sources that exist.
+    expect(() => loadConfigFile(configDir({ "a.yaml": [secret("keys", "writeKey", "k1"), source("web", "keys", "writeKey"), destination("crm", "\n  timeout: soon")].join("---\n") }), undefined, "sources")).toThrow(/spec.timeout/);
+    expect(() => loadConfigFile(configDir({ "a.yaml": destination("crm") }), undefined, "destinations")).toThrow(/spec.sources\[0\]: no Source "web" in namespace default/);
+  });
+
   it("names the file, document and field of a schema violation", () => {
     const dir = configDir({ "bad.yaml": [secret("k", "writeKey", "x"), source("web", "k", "writeKey", ", enabled: maybe")].join("---\n") });
     const [problem] = problemsOf(dir);

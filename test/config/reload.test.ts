@@ -50,7 +50,7 @@ async function eventually(check: () => Promise<boolean>, timeoutMs = 5000): Prom
 
 beforeAll(async () => {
   save(doc({ web: "key-one" }));
-  provider = new FileConfigProvider(file, createLogger({ level: "silent" }), 50);
+  provider = new FileConfigProvider(file, createLogger({ level: "silent" }), { debounceMs: 50 });
   nats = await startNats();
   ingest = await startIngest(nats, { config: provider });
 });
@@ -152,7 +152,7 @@ describe("the log of a file config", () => {
     };
     write(doc({ web: "key-one" }));
     const lines: Array<{ msg: string }> = [];
-    const watched = new FileConfigProvider(path, createLogger({ level: "info", destination: { write: (line: string) => lines.push(JSON.parse(line) as { msg: string }) } }), 20);
+    const watched = new FileConfigProvider(path, createLogger({ level: "info", destination: { write: (line: string) => lines.push(JSON.parse(line) as { msg: string }) } }), { debounceMs: 20 });
     try {
       write("not: [valid");
       await eventually(async () => lines.some((l) => l.msg.startsWith("config reload failed")));
@@ -174,7 +174,7 @@ describe("the log of a file config", () => {
       renameSync(`${path}.tmp`, path);
     };
     write(doc({ web: "key-one" }));
-    const watched = new FileConfigProvider(path, createLogger({ level: "silent" }), 20);
+    const watched = new FileConfigProvider(path, createLogger({ level: "silent" }), { debounceMs: 20 });
     const registry = new Registry();
     configMetrics(registry, watched);
     const sample = async (name: string) => (await registry.getSingleMetric(name)!.get()).values[0]?.value;
@@ -213,8 +213,8 @@ describe("config files behind symlinks (found by a review: an edit of a linked f
     writeFileSync(join(outside, "linked.yaml"), doc({ linked: "linked-key-one" }));
     symlinkSync(join(outside, "linked.yaml"), join(mount, "linked.yaml"));
 
-    const files = new FileConfigProvider(mount, createLogger({ level: "silent" }), 50, 100, 200);
-    const single = new FileConfigProvider(join(mount, "cm.yaml"), createLogger({ level: "silent" }), 50, 100, 200);
+    const files = new FileConfigProvider(mount, createLogger({ level: "silent" }), { debounceMs: 50, settleMs: 100, pollMs: 200 });
+    const single = new FileConfigProvider(join(mount, "cm.yaml"), createLogger({ level: "silent" }), { debounceMs: 50, settleMs: 100, pollMs: 200 });
     const keyOf = (p: FileConfigProvider, name: string) => p.current().sources.find((s) => s.name === name)?.writeKeySha256;
     try {
       expect([keyOf(files, "cm"), keyOf(files, "linked"), keyOf(single, "cm")]).toEqual([sha256Hex("cm-key-one"), sha256Hex("linked-key-one"), sha256Hex("cm-key-one")]);
@@ -243,7 +243,7 @@ describe("a config directory replaced (found by a config churn review: its watch
     writeFileSync(join(configDir, "sources.yaml"), doc({ web: "key-a" }));
     // The poll every 2 s: a change the watch sees is in force in ~0.15 s, one only the poll sees in up to ~2.2 s.
     const created = Date.now();
-    const watched = new FileConfigProvider(configDir, createLogger({ level: "silent" }), 50, 100, 2_000);
+    const watched = new FileConfigProvider(configDir, createLogger({ level: "silent" }), { debounceMs: 50, settleMs: 100, pollMs: 2_000 });
     const key = () => watched.current().sources.find((s) => s.name === "web")?.writeKeySha256;
     try {
       rmSync(configDir, { recursive: true });
@@ -270,7 +270,7 @@ describe("the settle read of a --config change", () => {
     writeFileSync(path, doc({ web: "key-one" }));
     // Watch, poll and settle timers all far off: this test drives the reads itself, so what it
     // checks does not depend on when the watcher fires.
-    const watched = new FileConfigProvider(path, createLogger({ level: "silent" }), 600_000, 600_000, 600_000);
+    const watched = new FileConfigProvider(path, createLogger({ level: "silent" }), { debounceMs: 600_000, settleMs: 600_000, pollMs: 600_000 });
     const applied: string[] = [];
     watched.subscribe((config) => applied.push(config.sources[0]!.writeKeySha256));
     try {
