@@ -65,6 +65,8 @@ export interface DeliveryServiceDeps {
 const START_RETRY_MS = 1_000;
 const STREAM_CHECK_MS = 30_000;
 const UNDELIVERED_MOVED = "a destination no longer enabled had delete notifications (user erasures) or replayed dead letters not yet delivered: moved to the dead-letter queue (`trackhook dead-letters`; `trackhook replay` once it is enabled again)";
+const KEPT_FOR_OTHERS =
+  "destinations no longer enabled here are still delivered by another delivery process on this NATS (its config still has them): their consumers are kept, and removed by the last process whose config drops them";
 const SOURCE_REMOVED_MOVED = "sources left a destination's spec.sources with delete notifications (user erasures) not yet delivered: moved to the dead-letter queue, reason source_removed (`trackhook dead-letters`; `trackhook replay` to send them); the sources' other messages not yet delivered are not sent";
 const START_RETRY_MAX_MS = 30_000;
 const SOURCE_REMOVED_NOT_MOVED = "sources left a destination's spec.sources, but their undelivered delete notifications (user erasures) could not be moved to the dead-letter queue: those sources are still read and delivered until it takes them (make room: `trackhook dead-letters`, `trackhook replay`, or raise its limits); tried again every minute";
@@ -554,11 +556,23 @@ export class DeliveryService {
     return Math.min(last.ackFloor + 1, state.last_seq + 1);
   }
 
-  async #removeConsumers(names: string[]): Promise<void> {
-    if (names.length === 0) return;
+  async #removeConsumers(wanted: string[]): Promise<void> {
+    if (wanted.length === 0) return;
     // What each still had to deliver goes with it: said, so a destination disabled past the grace
     // by mistake is seen to have lost messages (they stay in the events stream until max_age).
-    const infos = await Promise.all(names.map((name) => this.#jsm.consumers.info(EVENTS_STREAM, name).catch(() => undefined)));
+    const read = await Promise.all(wanted.map((name) => this.#jsm.consumers.info(EVENTS_STREAM, name).catch(() => undefined)));
+    // A consumer still pulled from (this process's pulls ended with its worker, and NATS drops
+    // those of a client gone) is another process's: deliver --config on several machines, each
+    // with its own copy of the files, one of them changed first. Removing it under the others
+    // made them make it again, from now, sending messages twice and skipping others (found by a
+    // review of a VM install). The last process to drop it removes it.
+    const pulled = (i: number) => (read[i]?.num_waiting ?? 0) > 0;
+    const kept = wanted.filter((_, i) => pulled(i));
+    for (const name of kept) this.#managed.delete(name);
+    if (kept.length > 0) this.#deps.log.warn({ consumers: kept }, KEPT_FOR_OTHERS);
+    const names = wanted.filter((_, i) => !pulled(i));
+    const infos = read.filter((_, i) => !pulled(i));
+    if (names.length === 0) return;
     const undelivered: Record<string, number | "unknown"> = Object.fromEntries(names.map((name, i) => [name, infos[i] ? infos[i].num_pending + infos[i].num_ack_pending : "unknown"]));
     const js = jetstream(this.#deps.nc);
     for (const [i, name] of names.entries()) {

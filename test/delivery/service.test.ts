@@ -123,6 +123,30 @@ describe("delivery service", () => {
     }
   });
 
+  it("keeps a removed destination's consumer that another process still delivers from, and the last process to drop it removes it (found by a VM install review: removed under the other, which sent messages twice)", async () => {
+    const { log, lines } = capturedLog("warn");
+    const both = () => new ConfigHolder(configOf([{ name: "shared", url: receiver.url("/shared") }]));
+    const first = both();
+    const second = both();
+    const a = await start(first, { consumerRemovalGraceMs: 300, log });
+    const b = await start(second, { consumerRemovalGraceMs: 300 });
+    const publish = publishTo("shared");
+    try {
+      first.set({ sources: [], destinations: [] }); // one machine's copy of the files changed first
+      await expect.poll(() => lines.some((l) => l.includes("still delivered by another delivery process")), { timeout: 5_000 }).toBe(true);
+      expect(JSON.parse(lines.find((l) => l.includes("still delivered by another delivery process"))!)).toMatchObject({ consumers: ["dest_default_shared"] });
+      expect(await consumers()).toContain("dest_default_shared");
+      await publish("shared-1");
+      await receiver.waitFor("/shared", 1);
+      second.set({ sources: [], destinations: [] }); // and then the other's
+      await expect.poll(consumers, { timeout: 5_000 }).not.toContain("dest_default_shared");
+      expect(lines.filter((l) => l.includes("removed consumers"))).toEqual([]);
+    } finally {
+      await a.stop();
+      await b.stop();
+    }
+  });
+
   it("keeps a removed destination's consumer, and the messages it still had to deliver, for a grace period (regression: a config file caught empty for a second lost the backlog)", async () => {
     const config = new ConfigHolder(configOf([{ name: "gamma", url: receiver.url("/gamma") }]));
     // A grace well beyond the steps below, which must all happen within it (a slow machine).
