@@ -181,7 +181,8 @@ export async function buildIngestApp(deps: IngestAppDeps, input: IngestOptionsIn
     else if (error.code !== "rate_limited") {
       // (A rate-limited request is logged by its route, with the source.)
       const held = state.repeatedLines.pass(`answer ${error.code}`);
-      if (held !== undefined) request.log.info({ reqId: request.id, code: error.code, route: request.routeOptions.url, moreLikeThisSinceLastLine: held }, error.message);
+      // The client's address (after trusted proxies) finds the SDK sending with a wrong key.
+      if (held !== undefined) request.log.info({ reqId: request.id, code: error.code, route: request.routeOptions.url, ip: request.ip, moreLikeThisSinceLastLine: held }, error.message);
     }
     state.activity?.refused({ route: request.routeOptions.url ?? request.url.split("?")[0]!, status: error.statusCode, code: error.code, message: error.message });
     if (error.retryAfter) reply.header("retry-after", String(error.retryAfter));
