@@ -4,6 +4,7 @@ import { watch, type FSWatcher, statSync } from "node:fs";
 import { basename, dirname } from "node:path";
 import type { CompiledConfig } from "../../schema/mod.ts";
 import type { Logger } from "../logging.ts";
+import { configChanges } from "./changes.ts";
 import { compileConfig, type ConfigPart } from "./compile.ts";
 import { ConfigError } from "./errors.ts";
 import { configFiles, loadDocuments, type ParsedFiles } from "./load.ts";
@@ -228,7 +229,7 @@ export class FileConfigProvider extends ConfigHolder {
       this.noteLoad("unchanged");
       return;
     }
-    this.log.info({ path: this.path, sources: next.sources.length, destinations: next.destinations.length }, "config reloaded");
+    this.log.info({ path: this.path, sources: next.sources.length, destinations: next.destinations.length, changes: configChanges(current, next) }, "config reloaded");
     this.set(next);
     this.#tell({ outcome: "applied", previous: current, next, recovered });
   }

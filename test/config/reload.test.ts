@@ -166,6 +166,23 @@ describe("the log of a file config", () => {
     }
   });
 
+  it("says what a reload changed, by name and field, never a value (found by a VM install review: only counts)", async () => {
+    const own = tempDir("reload-changes");
+    const path = join(own, "sources.yaml");
+    writeFileSync(path, doc({ web: "key-one" }));
+    const lines: Array<Record<string, unknown>> = [];
+    const watched = new FileConfigProvider(path, createLogger({ level: "info", destination: { write: (line: string) => lines.push(JSON.parse(line) as Record<string, unknown>) } }), { debounceMs: 20 });
+    try {
+      writeFileSync(`${path}.tmp`, doc({ web: "key-two", app: "key-three" }));
+      renameSync(`${path}.tmp`, path);
+      await eventually(async () => lines.some((l) => l.msg === "config reloaded"));
+      expect(lines.find((l) => l.msg === "config reloaded")).toMatchObject({ sources: 2, changes: ["source default/web changed (write key)", "source default/app added"] });
+      expect(JSON.stringify(lines)).not.toMatch(/key-(two|three)/);
+    } finally {
+      watched.close();
+    }
+  });
+
   it("counts a refused reload in a metric, and when the config in force was last read valid (found by a review: only the log said so)", async () => {
     const own = tempDir("reload-metric");
     const path = join(own, "sources.yaml");

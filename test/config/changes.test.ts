@@ -1,6 +1,7 @@
-// The words of dev's config lines (the lines themselves are tested through `dev` in cli.test.ts).
+// The words of what a reload changed: dev's config lines (tested through `dev` in cli.test.ts) and
+// the `config reloaded` log line (reload.test.ts).
 import { describe, expect, it } from "vitest";
-import { configChanges } from "../../cli/dev-activity.ts";
+import { configChanges } from "../../dataplane/config/mod.ts";
 import type { CompiledConfig, CompiledDestination, CompiledSource } from "../../schema/mod.ts";
 
 const source = (name: string, more: Partial<CompiledSource> = {}): CompiledSource => ({ namespace: "default", name, enabled: true, writeKeySha256: "a".repeat(64), ...more });
@@ -34,7 +35,8 @@ describe("configChanges", () => {
   });
 
   it("says nothing of what no source or webhook acts on (a file's time), nor of a removed one that was disabled", () => {
-    expect(configChanges(config([source("web")], [webhook("a", { createdAt: "2026-11-24T10:00:00.000Z" })]), config([source("web")], [webhook("a", { createdAt: "2026-11-24T11:00:00.000Z" })]))).toEqual([]);
+    const at = (time: string) => ({ createdAt: time, deliveringSince: time });
+    expect(configChanges(config([source("web")], [webhook("a", at("2026-11-24T10:00:00.000Z"))]), config([source("web")], [webhook("a", at("2026-11-24T11:00:00.000Z"))]))).toEqual([]);
     expect(configChanges(config([], [webhook("off", { enabled: false })]), config([], []))).toEqual(["webhook default/off removed"]);
   });
 });
