@@ -2,6 +2,8 @@
 // belong in files and environment variables a Secret fills, never on a command line that `ps`
 // shows or in a URL that ends up in logs.
 import { readFileSync } from "node:fs";
+import { isIP } from "node:net";
+import { checkServerIdentity, type PeerCertificate } from "node:tls";
 import { credsAuthenticator, type ConnectionOptions } from "@nats-io/transport-node";
 
 export class NatsAuthError extends Error {
@@ -48,12 +50,40 @@ export function natsAuthOptions(env: NodeJS.ProcessEnv = process.env, servers = 
   const key = get(NATS_AUTH_ENV.key);
   if (Boolean(cert) !== Boolean(key)) throw new NatsAuthError(`${NATS_AUTH_ENV.cert} and ${NATS_AUTH_ENV.key} go together`);
   if (ca || cert || servers.split(",").some((server) => /^tls:\/\//i.test(server.trim()))) {
+    const identity = identityCheckFor(servers);
     options.tls = {
       ...(ca ? { ca: readable(ca, NATS_AUTH_ENV.ca).toString() } : {}),
       ...(cert && key ? { cert: readable(cert, NATS_AUTH_ENV.cert).toString(), key: readable(key, NATS_AUTH_ENV.key).toString() } : {}),
+      // nats.js hands Node's TLS everything in `tls`; its type does not list this one.
+      ...(identity ? ({ checkServerIdentity: identity } as object) : {}),
     };
   }
   return options;
+}
+
+/**
+ * nats.js gives Node no server name when it dials a server by IP address, and Node then checks
+ * the certificate against "localhost" (nats-io/nats.js#303): a certificate for the address was
+ * refused, and one for localhost accepted for any address (found by a review of a VM install).
+ * With addresses among the servers, a certificate Node would check against "localhost" must be
+ * valid for one of the servers given (localhost only if it is one of them).
+ */
+function identityCheckFor(servers: string): ((host: string, cert: PeerCertificate) => Error | undefined) | undefined {
+  const hosts = servers.split(",").map((server) => hostOf(server.trim())).filter((host) => host !== undefined);
+  const addresses = hosts.filter((host) => isIP(host) !== 0);
+  if (addresses.length === 0) return undefined;
+  return (host, cert) => {
+    if (host !== "localhost") return checkServerIdentity(host, cert);
+    const candidates = hosts.includes("localhost") ? ["localhost", ...addresses] : addresses;
+    const errors = candidates.map((candidate) => checkServerIdentity(candidate, cert));
+    return errors.includes(undefined) ? undefined : errors[candidates.indexOf(addresses[0]!)];
+  };
+}
+
+/** The host of a NATS URL (with or without a scheme), an IPv6 address without its brackets. */
+function hostOf(server: string): string | undefined {
+  const url = URL.parse(server.includes("://") ? server : `nats://${server}`);
+  return url ? url.hostname.replace(/^\[(.*)\]$/, "$1") : undefined;
 }
 
 function readable(path: string, variable: string): Buffer {

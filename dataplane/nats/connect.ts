@@ -108,7 +108,7 @@ export async function connectNats({ servers, name, log, component }: ConnectOpti
       probing = false;
       if (!stillWaiting) return;
       const fields = { servers, waitedSeconds: Math.round((Date.now() - started) / 1000), ...(why ? { err: why.message } : {}) };
-      if (why?.tls) log.error(fields, UNTRUSTED_CERTIFICATE);
+      if (why?.tls) log.error(fields, why.tls === "name" ? CERTIFICATE_FOR_ANOTHER_NAME : UNTRUSTED_CERTIFICATE);
       else log.warn(fields, "NATS does not answer yet; still trying (is the URL right?)");
     });
   }, WAITING_LOG_INTERVAL_MS);
@@ -161,15 +161,19 @@ export async function connectNats({ servers, name, log, component }: ConnectOpti
 const UNTRUSTED_CERTIFICATE =
   "NATS's TLS certificate is not trusted; still trying (set TRACKHOOK_NATS_CA to the PEM file of the CA that signed it, or fix the server's certificate)";
 
-/** Node's codes for a certificate that does not verify (unknown CA, self-signed, expired, another name). */
+const CERTIFICATE_FOR_ANOTHER_NAME =
+  "NATS's TLS certificate is not valid for the name or address in the URL; still trying (use a name or address the certificate lists, in --nats or TRACKHOOK_NATS_URL)";
+
+/** Node's codes for a certificate that does not verify (unknown CA, self-signed, expired), and for one of another name. */
 const CERTIFICATE_CODE = /CERT|SELF_SIGNED|UNABLE_TO_VERIFY|ERR_TLS_|ERR_SSL_/;
+const OTHER_NAME_CODE = "ERR_TLS_CERT_ALTNAME_INVALID";
 
 /**
  * Why no connection can be made now, from one attempt with the same settings: nats.js's wait for
  * the first connection keeps its errors to itself, and a review's ingest said only "does not
  * answer yet" for ever against a NATS whose certificate it did not trust. Undefined: it connects.
  */
-async function whyNotConnecting(options: Parameters<typeof connect>[0]): Promise<{ message: string; tls: boolean } | undefined> {
+async function whyNotConnecting(options: Parameters<typeof connect>[0]): Promise<{ message: string; tls?: "untrusted" | "name" } | undefined> {
   try {
     const probe = await connect({ ...options, name: `${options?.name ?? "trackhook"} (probe)`, waitOnFirstConnect: false, maxReconnectAttempts: 0, reconnect: false, timeout: CONNECT_TIMEOUT_MS, noAsyncTraces: true });
     await probe.close();
@@ -177,7 +181,8 @@ async function whyNotConnecting(options: Parameters<typeof connect>[0]): Promise
   } catch (err) {
     const { code, message } = err as Error & { code?: unknown };
     const named = typeof code === "string" ? code : undefined;
-    return { message: named && !message.includes(named) ? `${named}: ${message}` : message, tls: named !== undefined && CERTIFICATE_CODE.test(named) };
+    const tls = named === OTHER_NAME_CODE ? "name" : named !== undefined && CERTIFICATE_CODE.test(named) ? "untrusted" : undefined;
+    return { message: named && !message.includes(named) ? `${named}: ${message}` : message, ...(tls ? { tls } : {}) };
   }
 }
 

@@ -489,24 +489,28 @@ describe("trackhook and a NATS that comes and goes", () => {
     }
   }, 60_000);
 
-  it("ingest against a NATS whose TLS certificate it does not trust says so while it waits, with the error (found by a VM install review: it said only 'does not answer yet'), and connects with TRACKHOOK_NATS_CA", async () => {
+  it("ingest against a NATS whose TLS certificate it does not trust, or that is for another name, says so while it waits, with the error (found by a VM install review: it said only 'does not answer yet'), and connects with TRACKHOOK_NATS_CA and the certificate's name", async () => {
     const dir = tempDir("nats-tls");
-    const { key, cert } = selfSignedCert();
+    const { key, cert } = selfSignedCert("DNS:localhost");
     writeFileSync(join(dir, "cert.pem"), cert);
     writeFileSync(join(dir, "key.pem"), key);
     const server = await LocalNatsServer.start({ storeDir: dir, args: ["--tls", "--tlscert", join(dir, "cert.pem"), "--tlskey", join(dir, "key.pem")] });
-    const start = (env: Record<string, string>, port: number) =>
-      spawnCliWithEnv(env, "ingest", "--config", "examples/", "--nats", `tls://127.0.0.1:${server.port}`, "--port", String(port), "--host", "127.0.0.1");
+    const start = async (env: Record<string, string>, host: string) =>
+      spawnCliWithEnv(env, "ingest", "--config", "examples/", "--nats", `tls://${host}:${server.port}`, "--port", String(await freePort()), "--host", "127.0.0.1");
+    const trust = { TRACKHOOK_NATS_CA: join(dir, "cert.pem") };
     try {
-      const untrusting = start({}, await freePort());
+      const untrusting = await start({}, "localhost");
+      const byAddress = await start(trust, "127.0.0.1");
       try {
         await untrusting.waitFor(/"level":50,.*"err":"DEPTH_ZERO_SELF_SIGNED_CERT: self-signed certificate.*"msg":"NATS's TLS certificate is not trusted; still trying \(set TRACKHOOK_NATS_CA/, 15_000);
+        await byAddress.waitFor(/"level":50,.*"err":"ERR_TLS_CERT_ALTNAME_INVALID: .*127\.0\.0\.1 is not in the cert's list.*"msg":"NATS's TLS certificate is not valid for the name or address in the URL/, 15_000);
       } finally {
         untrusting.child.kill("SIGKILL");
+        byAddress.child.kill("SIGKILL");
       }
-      const trusting = start({ TRACKHOOK_NATS_CA: join(dir, "cert.pem") }, await freePort());
+      const trusting = await start(trust, "localhost");
       await trusting.waitFor(/"msg":"ingest listening"/, 15_000);
-      expect(trusting.output()).not.toContain("not trusted");
+      expect(trusting.output()).not.toMatch(/certificate is not/);
       trusting.child.kill("SIGTERM");
       expect(await trusting.exited).toBe(0);
     } finally {

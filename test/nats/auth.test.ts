@@ -1,13 +1,14 @@
 // NATS credentials and TLS come from the environment (a Secret in a cluster), never from a URL
 // or a flag; a server that requires them is reachable with them and refuses without them.
 import { spawnSync } from "node:child_process";
-import { rmSync } from "node:fs";
+import { rmSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { connect } from "@nats-io/transport-node";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { LocalNatsServer, NatsAuthError, assertNoCredentialsInUrl, natsAuthOptions } from "../../dataplane/nats/mod.ts";
 import { tempDir } from "../harness/temp.ts";
+import { selfSignedCert } from "../harness/tls.ts";
 
 const root = fileURLToPath(new URL("../..", import.meta.url));
 let server: LocalNatsServer;
@@ -63,5 +64,34 @@ describe("NATS credentials from the environment", () => {
     expect(natsAuthOptions({ TRACKHOOK_NATS_TOKEN: "tok" })).toEqual({ token: "tok" });
     expect(() => assertNoCredentialsInUrl("nats://a:4222, nats://u:p@b:4222")).toThrow(NatsAuthError);
     expect(() => assertNoCredentialsInUrl("nats://a:4222,tls://b:4222")).not.toThrow();
+  });
+});
+
+describe("TLS to a server given by its IP address (found by a VM install review: nats.js has Node check the name localhost)", () => {
+  /** A nats-server with TLS, its certificate valid for `subjectAltName` only, and that certificate as the CA file. */
+  async function tlsServer(subjectAltName: string) {
+    const dir = tempDir("nats-tls-ip");
+    const { key, cert } = selfSignedCert(subjectAltName);
+    writeFileSync(join(dir, "cert.pem"), cert);
+    writeFileSync(join(dir, "key.pem"), key);
+    const tls = await LocalNatsServer.start({ storeDir: dir, args: ["--tls", "--tlscert", join(dir, "cert.pem"), "--tlskey", join(dir, "key.pem")] });
+    return { tls, ca: join(dir, "cert.pem"), dir };
+  }
+  const tryConnect = (servers: string, ca: string) => connect({ ...natsAuthOptions({ TRACKHOOK_NATS_CA: ca }, servers), servers: servers.split(","), timeout: 3_000 });
+
+  it("connects when the certificate names the address, and refuses one that names only localhost", async () => {
+    const forAddress = await tlsServer("IP:127.0.0.1");
+    const forLocalhost = await tlsServer("DNS:localhost");
+    try {
+      await (await tryConnect(`tls://127.0.0.1:${forAddress.tls.port}`, forAddress.ca)).close();
+      await expect(tryConnect(`tls://127.0.0.1:${forLocalhost.tls.port}`, forLocalhost.ca)).rejects.toThrow(/127\.0\.0\.1 is not in the cert's list/);
+      // Named localhost, it is valid for localhost.
+      await (await tryConnect(`tls://localhost:${forLocalhost.tls.port}`, forLocalhost.ca)).close();
+    } finally {
+      for (const { tls, dir } of [forAddress, forLocalhost]) {
+        await tls.stop();
+        rmSync(dir, { recursive: true, force: true });
+      }
+    }
   });
 });
