@@ -2,7 +2,7 @@
 // notification per user to the webhooks of a source, through the normal delivery path.
 import { randomUUID } from "node:crypto";
 import { jetstream, jetstreamManager } from "@nats-io/jetstream";
-import { loadConfigFile } from "../../dataplane/config/mod.ts";
+import { DEFAULT_NAMESPACE, compileConfig, loadDocuments, type RawDocument } from "../../dataplane/config/mod.ts";
 import { hasEnabledDestination, longestRetryMs, publishDeleteNotifications } from "../../dataplane/deletion/mod.ts";
 import { purgeDeadLettersOf } from "../../dataplane/admin/mod.ts";
 import { EVENTS_STREAM, streamLastSeq } from "../../dataplane/nats/mod.ts";
@@ -50,8 +50,10 @@ export const deleteUserCommand: Command = {
     const json = Boolean(values.json as unknown);
     const source = `${namespace}/${name}`; // as --json names it
     const url = natsUrl(values, { orDev: true });
-    const config = loadConfigFile(values.config);
-    if (!config.sources.some((s) => s.namespace === namespace && s.name === name)) {
+    // The destinations, and the Sources by name: delivery's files, which hold no write key, will do.
+    const documents = loadDocuments(values.config);
+    const config = compileConfig(documents, "destinations");
+    if (!documents.some((doc) => isSource(doc, namespace, name))) {
       throw new UsageError(`no Source ${namespace}/${name} in ${values.config}`);
     }
     const nc = await connectAdmin(url, "trackhook-delete-user");
@@ -111,3 +113,8 @@ export const deleteUserCommand: Command = {
     }
   },
 };
+
+function isSource({ body }: RawDocument, namespace: string, name: string): boolean {
+  const { kind, metadata } = (body ?? {}) as { kind?: unknown; metadata?: { name?: unknown; namespace?: unknown } };
+  return kind === "Source" && metadata?.name === name && (metadata.namespace ?? DEFAULT_NAMESPACE) === namespace;
+}

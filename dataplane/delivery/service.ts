@@ -65,6 +65,8 @@ export interface DeliveryServiceDeps {
 const START_RETRY_MS = 1_000;
 const STREAM_CHECK_MS = 30_000;
 const UNDELIVERED_MOVED = "a destination no longer enabled had delete notifications (user erasures) or replayed dead letters not yet delivered: moved to the dead-letter queue (`trackhook dead-letters`; `trackhook replay` once it is enabled again)";
+const MADE_AGAIN =
+  "the destination's consumer was missing though it was delivered to before (its files dropped it for over a minute, here or on another delivery machine, or a `nats consumer rm`): made from now; what was stored while it had none is not sent to it";
 const KEPT_FOR_OTHERS =
   "destinations no longer enabled here are still delivered by another delivery process on this NATS (its config still has them): their consumers are kept, and removed by the last process whose config drops them";
 const SOURCE_REMOVED_MOVED = "sources left a destination's spec.sources with delete notifications (user erasures) not yet delivered: moved to the dead-letter queue, reason source_removed (`trackhook dead-letters`; `trackhook replay` to send them); the sources' other messages not yet delivered are not sent";
@@ -131,6 +133,8 @@ export class DeliveryService {
   /** Makes the dead-letter and attempt streams again if they go missing. */
   #guard: StreamGuard | undefined;
   #maxAgeTimer: NodeJS.Timeout | undefined;
+  /** The destinations in the files when this process started, if nothing was delivered on this NATS before (see #asMadeNow). */
+  readonly #inFilesAtFirstDelivery = new Set<string>();
 
   private constructor(deps: DeliveryServiceDeps, jsm: JetStreamManager) {
     this.#deps = deps;
@@ -160,6 +164,9 @@ export class DeliveryService {
     }
     const events = await waitForEventsStream(jsm, deps.log);
     const service = new DeliveryService(deps, jsm);
+    if (deps.configFromFiles && (await patiently("reading what was delivered before", () => firstDeliveryOn(jsm, events), deps.log))) {
+      for (const d of deps.config.current().destinations) service.#inFilesAtFirstDelivery.add(`${d.namespace}/${d.name}`);
+    }
     service.#guard = new StreamGuard(deps.nc, jsm, sideStreams.map((s) => s.config), deps.log);
     if (events.config.max_age > 0) service.#streamMaxAgeMs = events.config.max_age / 1e6;
     service.#maxAgeTimer = setInterval(() => void service.#readStreamMaxAge(), deps.streamCheckMs ?? STREAM_CHECK_MS).unref();
@@ -326,7 +333,7 @@ export class DeliveryService {
         // its place. Without createdAt (config files), one made now starts when it was first wanted.
         const start = last
           ? { startSeq: await this.#resumeFrom(last) }
-          : { firstWanted: new Date(since).toISOString(), madeAs: (d: CompiledDestination) => this.#unlessDeliveredBefore(d) };
+          : { firstWanted: new Date(since).toISOString(), madeAs: (d: CompiledDestination) => this.#asMadeNow(d) };
         this.#managed.add(await this.#ensureConsumer(key, destination, start));
         await this.#startWorker(key, destination);
         this.#pending.delete(key);
@@ -406,22 +413,32 @@ export class DeliveryService {
   }
 
   /**
-   * A --config destination whose consumer must be made, as it should start. Its file time
-   * (createdAt, deliveringSince) would start it before messages it was already sent when it has
-   * attempt records: it was delivered to before, was taken out of the config (its consumer
-   * removed a minute later), and is back with the same file time (found by a review: a file moved
-   * out and back in sent 300 delivered messages again). Like a destination enabled again, it then
-   * starts when this process first wanted it. The operator's config says this itself
-   * (status.inEffectSince). Asked only when the consumer is missing: one request per destination
-   * at each start would be a thousand for a thousand destinations.
+   * A --config destination whose consumer must be made, as it should start. Its file's time
+   * (createdAt when recent; deliveringSince, which reads an events stream younger than it from its
+   * first message) counts only when it says when the destination came:
+   * - not when the destination has attempt records: it was delivered to before, was taken out of
+   *   the config (its consumer removed a minute later), and is back with the same file time (found
+   *   by a review: a file moved out and back in sent 300 delivered messages again). Like a
+   *   destination enabled again, it then starts when this process first wanted it. The operator's
+   *   config says this itself (status.inEffectSince);
+   * - deliveringSince only for the destinations in the files at the first delivery on this NATS
+   *   (what ingest stored before delivery first ran is for them). Later, a new destination's file
+   *   may carry an old time (`cp -p`, rsync, tar, an image's COPY), which sent a review's new
+   *   receiver the whole stream.
+   * Asked only when the consumer is missing: one request per destination at each start would be a
+   * thousand for a thousand destinations.
    */
-  async #unlessDeliveredBefore(destination: CompiledDestination): Promise<CompiledDestination> {
+  async #asMadeNow(destination: CompiledDestination): Promise<CompiledDestination> {
     if (!this.#deps.configFromFiles || (destination.createdAt === undefined && destination.deliveringSince === undefined)) return destination;
     const delivered = await hasMessagesOn(this.#jsm, ATTEMPTS_STREAM, attemptsSubject(destination.namespace, destination.name)).catch((err: unknown) => {
       if (isStreamNotFound(err)) return false;
       throw err;
     });
-    return delivered ? { ...destination, createdAt: undefined, deliveringSince: undefined } : destination;
+    if (delivered) {
+      this.#deps.log.warn({ destination: `${destination.namespace}/${destination.name}` }, MADE_AGAIN);
+      return { ...destination, createdAt: undefined, deliveringSince: undefined };
+    }
+    return this.#inFilesAtFirstDelivery.has(`${destination.namespace}/${destination.name}`) ? destination : { ...destination, deliveringSince: undefined };
   }
 
   /**
@@ -631,6 +648,17 @@ export class DeliveryService {
     await Promise.all(this.#draining.values());
     this.#turn.flush();
   }
+}
+
+/**
+ * Whether no delivery has happened on this NATS yet: the events stream has no consumer (no
+ * destination's, nor a `tail`) and no attempt was recorded. Read from stream information, which
+ * delivery's NATS user may read (it may not list consumers).
+ */
+async function firstDeliveryOn(jsm: JetStreamManager, events: StreamInfo): Promise<boolean> {
+  if (events.state.consumer_count > 0) return false;
+  const attempts = await jsm.streams.info(ATTEMPTS_STREAM);
+  return attempts.state.messages === 0;
 }
 
 async function waitForEventsStream(jsm: JetStreamManager, log: Logger): Promise<StreamInfo> {

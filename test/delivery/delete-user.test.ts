@@ -15,17 +15,12 @@ const root = fileURLToPath(new URL("../..", import.meta.url));
 const CLI = join(root, "cli", "main.ts");
 const env = useDelivery();
 
-/** The documents `--config` reads: Sources `shop` (with a webhook) and `quiet` (without). */
-function configFile(): string {
+/** The documents `--config` reads: Sources `shop` (with a webhook) and `quiet` (without); without their write keys, as a delivery machine holds them. */
+function configFile({ withKeys = true } = {}): string {
   const dir = tempDir("delete-user");
   writeFileSync(
     join(dir, "config.yaml"),
-    `apiVersion: v1
-kind: Secret
-metadata: { name: keys }
-stringData: { shop: key-shop, quiet: key-quiet }
----
-apiVersion: trackhook.io/v1alpha1
+    `${withKeys ? "apiVersion: v1\nkind: Secret\nmetadata: { name: keys }\nstringData: { shop: key-shop, quiet: key-quiet }\n---\n" : ""}apiVersion: trackhook.io/v1alpha1
 kind: Source
 metadata: { name: shop }
 spec: { writeKeySecretRef: { name: keys, key: shop } }
@@ -51,7 +46,8 @@ describe("trackhook delete-user", () => {
   it("sends one delete notification per user, once per request id", async () => {
     env.addSource("shop");
     await env.setDestination("hook", { sources: ["shop"], urls: [env.receiver.url("/deletes")] });
-    const config = configFile();
+    // A delivery machine's files, without the write keys (found by a VM install review: refused for them).
+    const config = configFile({ withKeys: false });
 
     const first = deleteUser(config, "--source", "shop", "--user-id", "u-1", "--user-id", "u-2", "--request-id", "req-1");
     expect(first.stderr).toBe("request req-1 (to finish it if this run fails: --request-id req-1)\n");
@@ -143,5 +139,6 @@ spec: { sources: [purge-src], urls: ["${env.receiver.url("/purge")}"] }
     const none = deleteUser(config, "--source", "shop");
     expect(none.status).toBe(2);
     expect(none.stderr).toContain("--user-id <id> is required");
+    expect(deleteUser(configFile({ withKeys: false }), "--source", "nope", "--user-id", "u-1").stderr).toContain("no Source default/nope in");
   });
 });

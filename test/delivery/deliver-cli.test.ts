@@ -2,7 +2,7 @@
 // address is refused (no request sent, dead-lettered, recorded as private_address_refused); with
 // it the message is delivered. Health, readiness and metrics are served, and SIGTERM drains.
 import { spawn, spawnSync } from "node:child_process";
-import { utimesSync, writeFileSync } from "node:fs";
+import { renameSync, utimesSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
@@ -200,6 +200,19 @@ describe("trackhook deliver started after the ingest", () => {
         expect(ids.sort()).toEqual(["late-1", "late-2", "late-3"]);
         // Said, with how many it found waiting, by whichever process made the consumer.
         expect(output()).toMatch(/"pending":3.*a first deliver started after the ingest/);
+
+        // Once delivery has run, a destination added with a file as old (`cp -p`, rsync, tar)
+        // gets what is stored from when it is read, not the whole stream (found by a review).
+        const legacy = join(dir, ".legacy.yaml.tmp");
+        writeFileSync(legacy, `apiVersion: trackhook.io/v1alpha1\nkind: WebhookDestination\nmetadata: { name: legacy }\nspec: { sources: [app], urls: ["${receiver.url("/legacy")}"] }\n`);
+        utimesSync(legacy, hourAgo, hourAgo);
+        renameSync(legacy, join(dir, "legacy.yaml"));
+        await until(async () => output(), (text) => text.includes('"changes":["webhook default/legacy added"]'));
+        const res = await post(`${early.url}/v1/track`, { userId: "u1", event: "After legacy", messageId: "late-4" }, { headers: { authorization: basic("cli-key") } });
+        expect(res.status).toBe(200);
+        await until(async () => receiver.requests("/legacy").length, (n) => n >= 1);
+        await new Promise((r) => setTimeout(r, 300));
+        expect(receiver.requests("/legacy").map((r) => JSON.parse(r.body.toString()).messageId)).toEqual(["late-4"]);
       }, {}, { nats: fresh, configDir: dir });
       expect(code).toBe(0);
     } finally {

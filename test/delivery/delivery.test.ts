@@ -339,6 +339,8 @@ describe("a new destination", () => {
     await new Promise((r) => setTimeout(r, 500));
     // As a destination enabled again: from when it came back, nothing delivered before sent again.
     expect(env.receiver.requests("/back").map((r) => JSON.parse(r.body.toString()).messageId)).toEqual(["back-1", "back-3"]);
+    // And said: back-2, stored while it had no consumer, is not sent to it.
+    expect(env.logs()).toContainEqual(expect.objectContaining({ level: 40, destination: "default/back", msg: expect.stringContaining("the destination's consumer was missing though it was delivered to before") }));
   });
 
   it("a config that differs only by createdAt (gone once the destination took effect) does not restart its worker", async () => {
