@@ -22,7 +22,8 @@ const [major = 0, minor = 0] = process.versions.node.split(".").map(Number);
 if (major < 22 || (major === 22 && minor < 19)) {
   process.stderr.write(
     `trackhook: needs Node.js 22.19 or newer; this is ${process.version}.\n` +
-      "In this repository, `npm run setup` installs Node 24 into .tools/bin: export PATH=\"$PWD/.tools/bin:$PATH\"\n",
+      "Install Node.js 24 (nodejs.org, or your distribution's nodejs package). In a checkout of trackhook's repository,\n" +
+      "`npm run setup` installs it into .tools/bin: export PATH=\"$PWD/.tools/bin:$PATH\"\n",
   );
   process.exit(2);
 }

@@ -229,7 +229,9 @@ export class FileConfigProvider extends ConfigHolder {
       this.noteLoad("unchanged");
       return;
     }
-    this.log.info({ path: this.path, sources: next.sources.length, destinations: next.destinations.length, changes: configChanges(current, next) }, "config reloaded");
+    // Only the part this process compiles is counted: "sources: 0" from delivery read as unread Sources.
+    const counts = { ...(this.#part !== "destinations" ? { sources: next.sources.length } : {}), ...(this.#part !== "sources" ? { destinations: next.destinations.length } : {}) };
+    this.log.info({ path: this.path, ...counts, changes: configChanges(current, next) }, "config reloaded");
     this.set(next);
     this.#tell({ outcome: "applied", previous: current, next, recovered });
   }

@@ -12,7 +12,7 @@ export interface BatchDefaults {
 export interface EnrichContext {
   receivedAt: Date;
   /** The caller's address (after trusted proxies); asked for only when context.direct is true. */
-  ip: () => string;
+  ip: () => string | undefined;
   batch?: BatchDefaults;
 }
 
@@ -110,7 +110,10 @@ export function enrich(message: Record<string, unknown>, type: MessageType, ctx:
   const library = context.library;
   if (!isObject(library)) context.library = { ...UNKNOWN_LIBRARY };
   else if (typeof library.name !== "string") context.library = { ...library, name: UNKNOWN_LIBRARY.name, ...(library.version === undefined ? { version: UNKNOWN_LIBRARY.version } : {}) };
-  if (typeof context.ip !== "string" && (context.direct === true || sentFromDevice(context))) context.ip = ctx.ip();
+  if (typeof context.ip !== "string" && (context.direct === true || sentFromDevice(context))) {
+    const ip = ctx.ip();
+    if (ip !== undefined) context.ip = ip;
+  }
 
   // Clock-skew correction as Segment does it: timestamp = receivedAt - (sentAt - originalTimestamp).
   // The item's own sentAt, else the batch's; and originalTimestamp, else timestamp: one that is

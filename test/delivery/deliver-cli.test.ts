@@ -208,6 +208,8 @@ describe("trackhook deliver started after the ingest", () => {
         utimesSync(legacy, hourAgo, hourAgo);
         renameSync(legacy, join(dir, "legacy.yaml"));
         await until(async () => output(), (text) => text.includes('"changes":["webhook default/legacy added"]'));
+        // Delivery counts what it compiles: the destinations (found by a review: "sources: 0" read as unread Sources).
+        expect(output()).toMatch(/"destinations":2,"changes":\["webhook default\/legacy added"\],"msg":"config reloaded"/);
         const res = await post(`${early.url}/v1/track`, { userId: "u1", event: "After legacy", messageId: "late-4" }, { headers: { authorization: basic("cli-key") } });
         expect(res.status).toBe(200);
         await until(async () => receiver.requests("/legacy").length, (n) => n >= 1);

@@ -207,6 +207,9 @@ describe("generated and defaulted fields", () => {
   it("believes X-Forwarded-For only as far as the trusted proxies: an address the client put before them is not its IP (found by a mutation audit: trusting any proxy passed every test)", async () => {
     const [m] = await sendAndRead("/v1/track", { userId: "u1", event: "Spoofed", messageId: uniqueId(), context: { direct: true } }, { "x-forwarded-for": "1.2.3.4, 203.0.113.7" });
     expect(m!.context.ip).toBe("203.0.113.7");
+    // What a trusted proxy passed on that is no address is not stored as one (found by a review).
+    const [garbled] = await sendAndRead("/v1/track", { userId: "u1", event: "Garbled", messageId: uniqueId(), context: { direct: true } }, { "x-forwarded-for": "garbage" });
+    expect(garbled!.context).not.toHaveProperty("ip");
   });
 
   it("sets context.ip for events from a browser or a mobile app, as Segment does for client-side events, but not for a server's", async () => {

@@ -1,4 +1,5 @@
 // The Tracking API: single-message endpoints, their browser aliases, and the batch endpoints.
+import { isIP } from "node:net";
 import type { Readable } from "node:stream";
 import type { FastifyInstance, FastifyRequest } from "fastify";
 import { describeErrors, validateBatchBody, type MessageType } from "../../../schema/mod.ts";
@@ -235,8 +236,10 @@ function tooDeep(items: unknown[], batch: BatchDefaults | undefined): { items: S
 
 /**
  * The client's address as SDKs and Segment write it: an IPv4 client of a dual-stack listener
- * (ingest listens on "::") is seen as "::ffff:203.0.113.7", stored as "203.0.113.7".
+ * (ingest listens on "::") is seen as "::ffff:203.0.113.7", stored as "203.0.113.7". None when a
+ * trusted proxy's X-Forwarded-For held no address there (found by a review: "garbage" was stored).
  */
-export function clientIp(ip: string): string {
-  return ip.length <= 22 && /^::ffff:\d{1,3}(?:\.\d{1,3}){3}$/i.test(ip) ? ip.slice(7) : ip;
+export function clientIp(ip: string): string | undefined {
+  const address = ip.length <= 22 && /^::ffff:\d{1,3}(?:\.\d{1,3}){3}$/i.test(ip) ? ip.slice(7) : ip;
+  return isIP(address) !== 0 ? address : undefined;
 }
