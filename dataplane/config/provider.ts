@@ -27,7 +27,18 @@ export interface ConfigLoading {
 }
 
 export function loadConfigFile(path: string, parsed?: ParsedFiles, part: ConfigPart = "all"): CompiledConfig {
-  return compileConfig(loadDocuments(path, parsed), part);
+  return readConfigFiles(path, parsed, part).config;
+}
+
+/**
+ * The config of `part`, and whether the files hold any Source or WebhookDestination at all (a
+ * delivery's part is empty of Sources even when they are there: found by a review, the last
+ * destination taken out of delivery's files was refused as "the config now holds no Source").
+ */
+function readConfigFiles(path: string, parsed: ParsedFiles | undefined, part: ConfigPart): { config: CompiledConfig; holdsResources: boolean } {
+  const documents = loadDocuments(path, parsed);
+  const holdsResources = documents.some(({ body }) => ["Source", "WebhookDestination"].includes((body as { kind?: unknown } | null)?.kind as string));
+  return { config: compileConfig(documents, part), holdsResources };
 }
 
 /** A config that never changes (tests, one-shot commands). */
@@ -108,6 +119,8 @@ export class FileConfigProvider extends ConfigHolder {
 
   /** The part of the files this process runs on (see compileConfig). */
   readonly #part: ConfigPart;
+  /** The files in force hold a Source or a WebhookDestination (of any part). */
+  #holdsResources: boolean;
 
   constructor(
     path: string,
@@ -115,7 +128,9 @@ export class FileConfigProvider extends ConfigHolder {
     { part = "all", debounceMs = 200, settleMs = 1_000, pollMs = 2_000 }: { part?: ConfigPart; debounceMs?: number; settleMs?: number; pollMs?: number } = {},
   ) {
     const parsed: ParsedFiles = new Map();
-    super(loadConfigFile(path, parsed, part)); // throws ConfigError: invalid config fails at start
+    const first = readConfigFiles(path, parsed, part); // throws ConfigError: invalid config fails at start
+    super(first.config);
+    this.#holdsResources = first.holdsResources;
     this.#part = part;
     this.#parsed = parsed;
     this.path = path;
@@ -177,9 +192,10 @@ export class FileConfigProvider extends ConfigHolder {
     const signature = (this.#signature = filesSignature(this.path));
     clearTimeout(this.#settling);
     let next: CompiledConfig | undefined;
+    let holdsResources = false;
     let problems: string[] = [];
     try {
-      next = loadConfigFile(this.path, this.#parsed, this.#part);
+      ({ config: next, holdsResources } = readConfigFiles(this.path, this.#parsed, this.#part));
     } catch (err) {
       problems = err instanceof ConfigError ? err.problems : [String(err)];
     }
@@ -209,7 +225,7 @@ export class FileConfigProvider extends ConfigHolder {
       this.#tell({ outcome: "refused", problems });
       return;
     }
-    if (next.sources.length + next.destinations.length === 0 && current.sources.length + current.destinations.length > 0) {
+    if (!holdsResources && this.#holdsResources) {
       // Empty still at the second read: every Source (401 for every SDK) and destination (its
       // consumer, backlog and all) would go. Refused, said and counted.
       this.log.error({ path: this.path }, EMPTY_REFUSED);
@@ -218,6 +234,7 @@ export class FileConfigProvider extends ConfigHolder {
       this.#tell({ outcome: "refused", problems: [EMPTY_REFUSED] });
       return;
     }
+    this.#holdsResources = holdsResources;
     const recovered = this.#failing;
     this.#failing = false;
     if (unchanged) {

@@ -1,6 +1,6 @@
 // Config changes take effect without a restart: a new Source starts working, a rotated key
 // replaces the old one, and a broken edit keeps the last good config.
-import { renameSync, writeFileSync } from "node:fs";
+import { renameSync, rmSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { Registry } from "prom-client";
@@ -178,6 +178,28 @@ describe("the log of a file config", () => {
       await eventually(async () => lines.some((l) => l.msg === "config reloaded"));
       expect(lines.find((l) => l.msg === "config reloaded")).toMatchObject({ sources: 2, changes: ["source default/web changed (write key)", "source default/app added"] });
       expect(JSON.stringify(lines)).not.toMatch(/key-(two|three)/);
+    } finally {
+      watched.close();
+    }
+  });
+
+  it("delivery's files may lose their last destination while they hold Sources (found by a review: refused as 'the config now holds no Source and no WebhookDestination')", async () => {
+    const own = tempDir("reload-last-destination");
+    const source = "apiVersion: trackhook.io/v1alpha1\nkind: Source\nmetadata: { name: web }\nspec: { writeKeySecretRef: { name: keys, key: writeKey } }\n";
+    writeFileSync(join(own, "sources.yaml"), source);
+    writeFileSync(join(own, "x.yaml"), "apiVersion: trackhook.io/v1alpha1\nkind: WebhookDestination\nmetadata: { name: x }\nspec: { sources: [web], urls: [\"https://hooks.example.com/x\"] }\n");
+    const watched = new FileConfigProvider(own, createLogger({ level: "silent" }), { part: "destinations", debounceMs: 20, settleMs: 100 });
+    try {
+      expect(watched.current().destinations.map((d) => d.name)).toEqual(["x"]);
+      rmSync(join(own, "x.yaml"));
+      await eventually(async () => watched.current().destinations.length === 0);
+      // Emptied for real, Sources and all, it is refused as before.
+      writeFileSync(join(own, "x.yaml"), "apiVersion: trackhook.io/v1alpha1\nkind: WebhookDestination\nmetadata: { name: x }\nspec: { sources: [web], urls: [\"https://hooks.example.com/x\"] }\n");
+      await eventually(async () => watched.current().destinations.length === 1);
+      writeFileSync(join(own, "sources.yaml"), "");
+      writeFileSync(join(own, "x.yaml"), "");
+      await new Promise((r) => setTimeout(r, 600));
+      expect(watched.current().destinations.map((d) => d.name)).toEqual(["x"]);
     } finally {
       watched.close();
     }
