@@ -55,9 +55,9 @@ export const CompiledDestination = Type.Object(
     createdAt: Type.Optional(Type.String()),
     /**
      * Since when the destination has been enabled without a break (the operator's
-     * status.deliveringSince; for a `--config` file, when the file was last written): a consumer
-     * made for it starts at the events stream's beginning when the stream is younger than this (a
-     * NATS store lost, a move to another NATS, a first deliver started after the ingest).
+     * status.deliveringSince): a consumer made again for it starts at the events stream's
+     * beginning when the stream is younger than this (a NATS store lost, a move to another NATS).
+     * A `--config` destination has none: delivery knows when it is the first on a NATS.
      */
     deliveringSince: Type.Optional(Type.String()),
   },

@@ -325,7 +325,7 @@ export function compileDestination(
       maxInFlight: spec.maxInFlight ?? 100,
       standardWebhooks: spec.standardWebhooks ?? false,
       ...createdAt(doc.metadata, origin === "operator" ? ((doc as { status?: { inEffectSince?: string } }).status ?? {}) : undefined, now, fileModifiedAt),
-      ...(origin === "operator" ? deliveringSince((doc as { status?: { deliveringSince?: string } }).status) : fileWritten(fileModifiedAt)),
+      ...(origin === "operator" ? deliveringSince((doc as { status?: { deliveringSince?: string } }).status) : {}),
     },
   };
 }
@@ -360,17 +360,6 @@ function createdAt(
 function deliveringSince(status: { deliveringSince?: string } | undefined): { deliveringSince?: string } {
   const since = status?.deliveringSince !== undefined ? Date.parse(status.deliveringSince) : NaN;
   return Number.isNaN(since) ? {} : { deliveringSince: new Date(since).toISOString() };
-}
-
-/**
- * A `--config` destination has been in its file, as it is, since the file was last written (an
- * edit that enables it again writes the file): when the events stream is younger than that, all
- * of it arrived while the destination was wanted. Without this, what an ingest accepted before
- * the first `deliver` made the consumer (a fresh NATS, deliver started after ingest) was never
- * delivered once the file was over FILE_NEW_DESTINATION_MS old (found by a review of a VM install).
- */
-function fileWritten(fileModifiedAt: number | undefined): { deliveringSince?: string } {
-  return fileModifiedAt === undefined || !Number.isFinite(fileModifiedAt) ? {} : { deliveringSince: new Date(Math.floor(fileModifiedAt)).toISOString() };
 }
 
 /** How long after its creationTimestamp a `--config` destination still counts as new. */

@@ -58,7 +58,16 @@ export type ConsumerMade =
   | { from: "stream-start"; streamCreated: string; pending: number };
 
 const FROM_STREAM_START =
-  "the destination's consumer was missing and the events stream is younger than the destination (a first deliver started after the ingest, a NATS store lost, or a move to another NATS): made from the stream's first message, so nothing stored since is skipped (what was delivered before may arrive again, with the same messageId)";
+  "the destination's consumer was missing and the events stream is younger than the destination, or nothing was delivered on this NATS yet (a first deliver started after the ingest, a NATS store lost, or a move to another NATS): made from the stream's first message, so nothing stored since is skipped (what was delivered before may arrive again, with the same messageId)";
+
+/**
+ * How a consumer made now starts, when the caller knows more than the destination says:
+ * `wholeStream`, from the events stream's first message (everything in it is the destination's).
+ */
+export interface ConsumerToMake {
+  destination: CompiledDestination;
+  wholeStream?: boolean;
+}
 
 /**
  * Where a consumer made again for a destination enabled without a break starts, when its
@@ -90,8 +99,8 @@ export async function ensureDestinationConsumer(
     startSeq?: number;
     /** When this process first wanted the consumer: where one made without createdAt starts (rather than now). */
     firstWanted?: string;
-    /** The destination as a consumer made now should start (asked only when it must be made). */
-    madeAs?: (destination: CompiledDestination) => Promise<CompiledDestination>;
+    /** How a consumer made now should start (asked only when it must be made). */
+    madeAs?: (destination: CompiledDestination) => Promise<ConsumerToMake>;
     /** Told when this call made the consumer (not another process), and where it starts. */
     onCreated?: (made: ConsumerMade) => void;
     /** Where a consumer made from the stream's start is said (by whichever process made it). */
@@ -114,8 +123,10 @@ export async function ensureDestinationConsumer(
     });
   let existing = await info();
   if (!existing) {
-    const target = options.madeAs ? await options.madeAs(destination) : destination;
-    const streamCreated = options.startSeq === undefined ? await streamYoungerThanDestination(jsm, target) : undefined;
+    const { destination: target, wholeStream } = options.madeAs ? await options.madeAs(destination) : { destination };
+    const streamCreated = options.startSeq !== undefined
+      ? undefined
+      : wholeStream ? (await jsm.streams.info(EVENTS_STREAM)).created : await streamYoungerThanDestination(jsm, target);
     const toMake = configOf(target);
     try {
       const made = await jsm.consumers.add(EVENTS_STREAM, streamCreated ? { ...toMake, deliver_policy: DeliverPolicy.All, opt_start_time: undefined } : toMake);

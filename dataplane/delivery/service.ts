@@ -6,8 +6,8 @@ import type { NatsConnection } from "@nats-io/transport-node";
 import type { CompiledConfig, CompiledDestination } from "../../schema/mod.ts";
 import type { ConfigProvider } from "../config/mod.ts";
 import type { Logger } from "../logging.ts";
-import { ATTEMPTS_STREAM, attemptsSubject, DLQ_STREAM, DLQ_SUBJECTS, EVENTS_STREAM, TurnBatch, attemptsStreamConfig, consumerName, dlqStreamConfig, dlqSubject, ensureStream, hasMessagesOn, isNatsConnected, isStreamNotFound, isSlowJetStream, keptSettings, patiently, StreamGuard, streamReadiness, type Readiness, type SideStreamSettings, type StreamSettingChange } from "../nats/mod.ts";
-import { ensureDestinationConsumer, oldestWaitingAt, removeDestinationConsumers } from "./consumers.ts";
+import { ATTEMPTS_STREAM, attemptsSubject, DLQ_STREAM, DLQ_SUBJECTS, EVENTS_STREAM, TurnBatch, attemptsStreamConfig, consumerName, dlqStreamConfig, dlqSubject, ensureStream, hasMessagesOn, isConsumerNotFound, isNatsConnected, isStreamNotFound, isSlowJetStream, keptSettings, patiently, StreamGuard, streamReadiness, type Readiness, type SideStreamSettings, type StreamSettingChange } from "../nats/mod.ts";
+import { ensureDestinationConsumer, oldestWaitingAt, removeDestinationConsumers, type ConsumerToMake } from "./consumers.ts";
 import { deadLetterUndelivered } from "./undelivered.ts";
 import type { DeliveryBacklog, DeliveryBacklogs, DeliveryMetrics } from "./metrics.ts";
 import { KeyedLogInterval, type StreamUse } from "../telemetry/mod.ts";
@@ -133,6 +133,8 @@ export class DeliveryService {
   /** Makes the dead-letter and attempt streams again if they go missing. */
   #guard: StreamGuard | undefined;
   #maxAgeTimer: NodeJS.Timeout | undefined;
+  /** When this process's worker of a consumer (by name) last finished: what the consumer did after, another process did. */
+  readonly #drainedAt = new Map<string, number>();
   /** The destinations in the files when this process started, if nothing was delivered on this NATS before (see #asMadeNow). */
   readonly #inFilesAtFirstDelivery = new Set<string>();
 
@@ -164,8 +166,9 @@ export class DeliveryService {
     }
     const events = await waitForEventsStream(jsm, deps.log);
     const service = new DeliveryService(deps, jsm);
-    if (deps.configFromFiles && (await patiently("reading what was delivered before", () => firstDeliveryOn(jsm, events), deps.log))) {
-      for (const d of deps.config.current().destinations) service.#inFilesAtFirstDelivery.add(`${d.namespace}/${d.name}`);
+    const inFiles = deps.config.current().destinations.filter((d) => d.enabled);
+    if (deps.configFromFiles && (await patiently("reading what was delivered before", () => firstDeliveryOn(jsm, inFiles), deps.log))) {
+      for (const d of inFiles) service.#inFilesAtFirstDelivery.add(`${d.namespace}/${d.name}`);
     }
     service.#guard = new StreamGuard(deps.nc, jsm, sideStreams.map((s) => s.config), deps.log);
     if (events.config.max_age > 0) service.#streamMaxAgeMs = events.config.max_age / 1e6;
@@ -331,9 +334,19 @@ export class DeliveryService {
         const last = this.#predecessors.get(key)?.lastPosition;
         // startSeq counts only if the consumer has to be made (it was deleted): an existing one keeps
         // its place. Without createdAt (config files), one made now starts when it was first wanted.
+        let madeAgain = false;
         const start = last
           ? { startSeq: await this.#resumeFrom(last) }
-          : { firstWanted: new Date(since).toISOString(), madeAs: (d: CompiledDestination) => this.#asMadeNow(d) };
+          : {
+            firstWanted: new Date(since).toISOString(),
+            madeAs: async (d: CompiledDestination) => {
+              const made = await this.#asMadeNow(d);
+              madeAgain = made.deliveredBefore === true;
+              return made;
+            },
+            // Said by the process that made it (not one that lost the race, nor at each retry).
+            onCreated: () => void (madeAgain && log.warn({ destination: key }, MADE_AGAIN)),
+          };
         this.#managed.add(await this.#ensureConsumer(key, destination, start));
         await this.#startWorker(key, destination);
         this.#pending.delete(key);
@@ -379,6 +392,7 @@ export class DeliveryService {
       .stop()
       .catch((err: unknown) => void this.#deps.log.warn({ err: (err as Error).message, destination: key }, "a stopped destination's in-flight deliveries did not finish cleanly"))
       .finally(() => {
+        this.#drainedAt.set(consumerName(worker.destination.namespace, worker.destination.name), Date.now());
         if (this.#draining.get(key) === drained) this.#draining.delete(key);
       });
     this.#draining.set(key, drained);
@@ -413,32 +427,28 @@ export class DeliveryService {
   }
 
   /**
-   * A --config destination whose consumer must be made, as it should start. Its file's time
-   * (createdAt when recent; deliveringSince, which reads an events stream younger than it from its
-   * first message) counts only when it says when the destination came:
-   * - not when the destination has attempt records: it was delivered to before, was taken out of
-   *   the config (its consumer removed a minute later), and is back with the same file time (found
-   *   by a review: a file moved out and back in sent 300 delivered messages again). Like a
-   *   destination enabled again, it then starts when this process first wanted it. The operator's
+   * How a --config destination's consumer made now starts:
+   * - from when this process first wanted it, ignoring its file's time, when it has attempt
+   *   records: it was delivered to before, was taken out of the config (its consumer removed a
+   *   minute later), and is back with the same file time (found by a review: a file moved out and
+   *   back in sent 300 delivered messages again). Like a destination enabled again. The operator's
    *   config says this itself (status.inEffectSince);
-   * - deliveringSince only for the destinations in the files at the first delivery on this NATS
-   *   (what ingest stored before delivery first ran is for them). Later, a new destination's file
-   *   may carry an old time (`cp -p`, rsync, tar, an image's COPY), which sent a review's new
-   *   receiver the whole stream.
+   * - from the events stream's first message for the destinations in the files at the first
+   *   delivery on this NATS: what ingest accepted before delivery first ran is theirs, whenever
+   *   their files were written (found by a VM install review: skipped);
+   * - else as the destination says (createdAt, a recent file's time).
    * Asked only when the consumer is missing: one request per destination at each start would be a
    * thousand for a thousand destinations.
    */
-  async #asMadeNow(destination: CompiledDestination): Promise<CompiledDestination> {
-    if (!this.#deps.configFromFiles || (destination.createdAt === undefined && destination.deliveringSince === undefined)) return destination;
+  async #asMadeNow(destination: CompiledDestination): Promise<ConsumerToMake & { deliveredBefore?: boolean }> {
+    if (!this.#deps.configFromFiles) return { destination };
     const delivered = await hasMessagesOn(this.#jsm, ATTEMPTS_STREAM, attemptsSubject(destination.namespace, destination.name)).catch((err: unknown) => {
       if (isStreamNotFound(err)) return false;
       throw err;
     });
-    if (delivered) {
-      this.#deps.log.warn({ destination: `${destination.namespace}/${destination.name}` }, MADE_AGAIN);
-      return { ...destination, createdAt: undefined, deliveringSince: undefined };
-    }
-    return this.#inFilesAtFirstDelivery.has(`${destination.namespace}/${destination.name}`) ? destination : { ...destination, deliveringSince: undefined };
+    if (delivered) return { destination: { ...destination, createdAt: undefined }, deliveredBefore: true };
+    if (this.#inFilesAtFirstDelivery.has(`${destination.namespace}/${destination.name}`)) return { destination: { ...destination, createdAt: undefined }, wholeStream: true };
+    return { destination };
   }
 
   /**
@@ -450,7 +460,7 @@ export class DeliveryService {
   async #ensureConsumer(
     key: string,
     destination: CompiledDestination,
-    options: { startSeq?: number; firstWanted?: string; madeAs?: (destination: CompiledDestination) => Promise<CompiledDestination> } = {},
+    options: Pick<Parameters<typeof ensureDestinationConsumer>[2] & object, "startSeq" | "firstWanted" | "madeAs" | "onCreated"> = {},
   ): Promise<string> {
     const { log } = this.#deps;
     return ensureDestinationConsumer(this.#jsm, destination, {
@@ -578,12 +588,15 @@ export class DeliveryService {
     // What each still had to deliver goes with it: said, so a destination disabled past the grace
     // by mistake is seen to have lost messages (they stay in the events stream until max_age).
     const read = await Promise.all(wanted.map((name) => this.#jsm.consumers.info(EVENTS_STREAM, name).catch(() => undefined)));
-    // A consumer still pulled from (this process's pulls ended with its worker, and NATS drops
-    // those of a client gone) is another process's: deliver --config on several machines, each
+    // A consumer still in use is another process's: deliver --config on several machines, each
     // with its own copy of the files, one of them changed first. Removing it under the others
     // made them make it again, from now, sending messages twice and skipping others (found by a
-    // review of a VM install). The last process to drop it removes it.
-    const pulled = (i: number) => (read[i]?.num_waiting ?? 0) > 0;
+    // review of a VM install). In use: pulled from (this process's pulls ended with its worker,
+    // and NATS drops those of a client gone), or, for a process busy with a backlog that sends
+    // its next pull only once it has room (found by a review: removed under it all the same),
+    // delivering or acking since this process's worker finished. The last process to drop it
+    // removes it.
+    const pulled = (i: number) => (read[i]?.num_waiting ?? 0) > 0 || activeSince(read[i], this.#drainedAt.get(wanted[i]!));
     const kept = wanted.filter((_, i) => pulled(i));
     for (const name of kept) this.#managed.delete(name);
     if (kept.length > 0) this.#deps.log.warn({ consumers: kept }, KEPT_FOR_OTHERS);
@@ -651,14 +664,35 @@ export class DeliveryService {
 }
 
 /**
- * Whether no delivery has happened on this NATS yet: the events stream has no consumer (no
- * destination's, nor a `tail`) and no attempt was recorded. Read from stream information, which
- * delivery's NATS user may read (it may not list consumers).
+ * Whether the consumer delivered or had an ack since `sinceMs` (this host's clock; the server's
+ * times are moved by the difference its `ts` shows, and a margin allows for what is left of it).
  */
-async function firstDeliveryOn(jsm: JetStreamManager, events: StreamInfo): Promise<boolean> {
-  if (events.state.consumer_count > 0) return false;
+function activeSince(info: ConsumerInfo | undefined, sinceMs: number | undefined): boolean {
+  if (!info || sinceMs === undefined || info.ts === undefined) return false;
+  const serverAhead = Date.parse(info.ts) - Date.now();
+  const last = Math.max(Date.parse(String(info.delivered.last_active ?? "")) || 0, Date.parse(String(info.ack_floor.last_active ?? "")) || 0);
+  return last - serverAhead > sinceMs + ACTIVITY_MARGIN_MS;
+}
+
+/** Clock and request time allowed between this process and the server when judging activity. */
+const ACTIVITY_MARGIN_MS = 2_000;
+
+/**
+ * Whether no delivery has happened on this NATS yet: no attempt was recorded, and none of the
+ * destinations has a consumer. (Asked by name: delivery's NATS user may not list consumers, and
+ * the stream's consumer count includes a `tail` someone runs meanwhile.)
+ */
+async function firstDeliveryOn(jsm: JetStreamManager, destinations: CompiledDestination[]): Promise<boolean> {
   const attempts = await jsm.streams.info(ATTEMPTS_STREAM);
-  return attempts.state.messages === 0;
+  if (attempts.state.messages > 0) return false;
+  for (const { namespace, name } of destinations) {
+    const exists = await jsm.consumers.info(EVENTS_STREAM, consumerName(namespace, name)).then(() => true, (err: unknown) => {
+      if (isConsumerNotFound(err)) return false;
+      throw err;
+    });
+    if (exists) return false;
+  }
+  return true;
 }
 
 async function waitForEventsStream(jsm: JetStreamManager, log: Logger): Promise<StreamInfo> {

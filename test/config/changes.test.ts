@@ -35,7 +35,7 @@ describe("configChanges", () => {
   });
 
   it("says nothing of what no source or webhook acts on (a file's time), nor of a removed one that was disabled", () => {
-    const at = (time: string) => ({ createdAt: time, deliveringSince: time });
+    const at = (time: string) => ({ createdAt: time });
     expect(configChanges(config([source("web")], [webhook("a", at("2026-11-24T10:00:00.000Z"))]), config([source("web")], [webhook("a", at("2026-11-24T11:00:00.000Z"))]))).toEqual([]);
     expect(configChanges(config([], [webhook("off", { enabled: false })]), config([], []))).toEqual(["webhook default/off removed"]);
   });

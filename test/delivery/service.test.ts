@@ -147,6 +147,34 @@ describe("delivery service", () => {
     }
   });
 
+  it("keeps it too while the other process, busy with a backlog, has no pull waiting (found by a review: removed under it, 54 messages sent twice)", async () => {
+    const { log, lines } = capturedLog("warn");
+    receiver.on("/busy", (_req: unknown, _n: number, res: ServerResponse) => void setTimeout(() => res.writeHead(200).end("ok"), 20));
+    const both = () => new ConfigHolder(configOf([{ name: "busy", url: receiver.url("/busy") }]));
+    const first = both();
+    const a = await start(first, { consumerRemovalGraceMs: 3_000, log });
+    // Two slots for a destination whose consumer lets 100 out: its next pull waits for room.
+    const b = await start(both(), { maxInFlight: 2 });
+    const publish = publishTo("busy");
+    try {
+      first.set({ sources: [], destinations: [] });
+      await expect.poll(() => a.destinations).toEqual([]);
+      // More than a pull takes, and 5 s of work for b alone: its pulls are all answered, and its
+      // next waits for room while a's grace ends.
+      await Promise.all(Array.from({ length: 500 }, (_, i) => publish(`busy-${i}`)));
+      await expect.poll(() => lines.some((l) => l.includes("still delivered by another delivery process")), { timeout: 8_000 }).toBe(true);
+      expect(await consumers()).toContain("dest_default_busy");
+      await receiver.waitFor("/busy", 500);
+      await new Promise((r) => setTimeout(r, 300));
+      const ids = receiver.requests("/busy").map((r) => JSON.parse(r.body.toString()).messageId as string);
+      expect(new Set(ids).size).toBe(500);
+      expect(ids).toHaveLength(500); // none twice
+    } finally {
+      await a.stop();
+      await b.stop();
+    }
+  });
+
   it("keeps a removed destination's consumer, and the messages it still had to deliver, for a grace period (regression: a config file caught empty for a second lost the backlog)", async () => {
     const config = new ConfigHolder(configOf([{ name: "gamma", url: receiver.url("/gamma") }]));
     // A grace well beyond the steps below, which must all happen within it (a slow machine).
