@@ -8,7 +8,7 @@ import type { NatsConnection } from "@nats-io/transport-node";
 import { configChanges, type ConfigReload } from "../dataplane/config/mod.ts";
 import type { IngestActivity } from "../dataplane/ingest/mod.ts";
 import { parseJson } from "../dataplane/json.ts";
-import { ATTEMPTS_STREAM, ATTEMPTS_SUBJECTS, DLQ_STREAM, DLQ_SUBJECTS, EVENTS_STREAM, EVENTS_SUBJECTS, followStream, parseDlqSubject } from "../dataplane/nats/mod.ts";
+import { ATTEMPTS_STREAM, ATTEMPT_RECORD_SUBJECTS, DLQ_STREAM, DLQ_SUBJECTS, EVENTS_STREAM, EVENTS_SUBJECTS, followStream, parseDlqSubject } from "../dataplane/nats/mod.ts";
 import type { AttemptRecord, DeliveryActivity } from "../dataplane/delivery/mod.ts";
 import { attemptRecordsIn, deadLetterOf } from "../dataplane/admin/mod.ts";
 
@@ -48,7 +48,7 @@ export async function startActivityFeed(nc: NatsConnection, write: Write, now: (
     say("stored", `${namespace}/${source}`, describeMessage(parseJson(m.string()) as Record<string, unknown>));
   });
   // A delivery turn's records share a message, a line each.
-  await watch(ATTEMPTS_STREAM, ATTEMPTS_SUBJECTS, (m) => {
+  await watch(ATTEMPTS_STREAM, ATTEMPT_RECORD_SUBJECTS, (m) => {
     const records = attemptRecordsIn(m.string());
     // A round's records are written together, so the URL that delivered it is in the same message
     // (or, rarely, the next one: records are cut into messages of RECORDS_PER_MESSAGE).

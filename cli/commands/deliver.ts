@@ -35,6 +35,8 @@ export async function startDelivery(args: {
   /** The config comes from --config files (DeliveryServiceDeps.configFromFiles). */
   configFromFiles?: boolean;
   activity?: DeliveryActivity;
+  /** Given how to stop delivery while it is still starting (its destinations' consumers being made). */
+  starting?: (stop: () => Promise<void>) => void;
 }): Promise<RunningDelivery> {
   if (args.proxy) {
     args.log.info({ proxy: redactProxyUrl(args.proxy.url), noProxy: args.proxy.noProxy }, "webhooks go through the egress proxy (those to the noProxy hosts directly)");
@@ -46,12 +48,14 @@ export async function startDelivery(args: {
   }
   const sender = new WebhookSender({ allowPrivateNetworks: args.allowPrivateNetworks, userAgent: `trackhook/${VERSION}`, ...(args.proxy ? { proxy: args.proxy } : {}) });
   const metrics = args.metrics ?? new DeliveryMetrics();
+  const starting = args.starting;
   const service = await DeliveryService.start({
     nc: args.nc, config: args.config, sender, log: args.log, metrics,
     ...(args.maxInFlight ? { maxInFlight: args.maxInFlight } : {}),
     ...(args.sideStreams ? { dlqStream: args.sideStreams, attemptsStream: args.sideStreams } : {}),
     ...(args.configFromFiles ? { configFromFiles: true } : {}),
     ...(args.activity ? { activity: args.activity } : {}),
+    ...(starting ? { starting: (service: DeliveryService) => starting(async () => { await service.stop(); await sender.close(); }) } : {}),
   });
   return {
     service,
@@ -150,7 +154,7 @@ ${configSourceHelp}
     // Health first: a pod waiting for NATS or the config bucket is alive, just not ready yet.
     const metrics = new DeliveryMetrics();
     // Filled in as start-up proceeds; the probes and the shutdown read what is there.
-    const running: { nc?: NatsConnection; config?: ConfigProvider; delivery?: RunningDelivery } = {};
+    const running: { nc?: NatsConnection; config?: ConfigProvider; delivery?: RunningDelivery; stopStarting?: () => Promise<void> } = {};
     let waitingFor = "NATS";
     const ops = buildOpsServer({
       registry: metrics.registry,
@@ -158,9 +162,12 @@ ${configSourceHelp}
     });
     const address = await listenOrExplain(ops, values.host ?? (await anyAddress()), port);
     log.debug({ address }, "health and metrics served; ready once delivery runs");
+    let stopping = false;
     onShutdown(log, async () => {
+      stopping = true;
       await ops.close();
-      await running.delivery?.close(); // drains in-flight deliveries before exit
+      // Drains in-flight deliveries before exit, also while the destinations are still starting.
+      await (running.delivery ? running.delivery.close() : running.stopStarting?.());
       running.config?.close();
       await running.nc?.drain();
     });
@@ -170,7 +177,7 @@ ${configSourceHelp}
     const config = (running.config = await openConfig(files, nc, log, "destinations"));
     configMetrics(metrics.registry, config);
     waitingFor = "the events stream";
-    const delivery = (running.delivery = await startDelivery({ nc, config, log, maxInFlight, metrics, sideStreams, configFromFiles: from.kind !== "nats", allowPrivateNetworks: Boolean(values["allow-private-networks"] as unknown), ...(proxy ? { proxy } : {}) }));
-    log.info({ address, destinations: delivery.service.destinations }, "delivery running (health, readiness and metrics on this address)");
+    const delivery = (running.delivery = await startDelivery({ nc, config, log, maxInFlight, metrics, sideStreams, configFromFiles: from.kind !== "nats", allowPrivateNetworks: Boolean(values["allow-private-networks"] as unknown), ...(proxy ? { proxy } : {}), starting: (stop) => (running.stopStarting = stop) }));
+    if (!stopping) log.info({ address, destinations: delivery.service.destinations }, "delivery running (health, readiness and metrics on this address)");
   },
 };

@@ -58,7 +58,8 @@ export type ConsumerMade =
   | { from: "stream-start"; streamCreated: string; pending: number };
 
 const FROM_STREAM_START =
-  "the destination's consumer was missing and the events stream is younger than the destination, or nothing was delivered on this NATS yet (a first deliver started after the ingest, a NATS store lost, or a move to another NATS): made from the stream's first message, so nothing stored since is skipped (what was delivered before may arrive again, with the same messageId)";
+  "the destination's consumer was missing and the events stream is younger than the destination (a NATS store lost, or a move to another NATS): made from the stream's first message, so nothing stored since is skipped (what was delivered before may arrive again, with the same messageId)";
+const FIRST_DELIVERY_CONSUMER = "the destination's consumer is made from the events stream's first message: the first delivery on this NATS";
 
 /**
  * How a consumer made now starts, when the caller knows more than the destination says:
@@ -104,7 +105,7 @@ export async function ensureDestinationConsumer(
     /** Told when this call made the consumer (not another process), and where it starts. */
     onCreated?: (made: ConsumerMade) => void;
     /** Where a consumer made from the stream's start is said (by whichever process made it). */
-    log?: { warn(fields: object, msg: string): void };
+    log?: { warn(fields: object, msg: string): void; info(fields: object, msg: string): void };
     /** Told what happened when sources left the filter (see below). */
     onSourcesRemoved?: (removed: SourcesRemoved) => void;
     /** When their notices cannot be moved (the DLQ full): narrow the filter anyway (true), or keep it (the default). */
@@ -132,7 +133,8 @@ export async function ensureDestinationConsumer(
       const made = await jsm.consumers.add(EVENTS_STREAM, streamCreated ? { ...toMake, deliver_policy: DeliverPolicy.All, opt_start_time: undefined } : toMake);
       if (streamCreated) {
         const { namespace, name, deliveringSince } = destination;
-        options.log?.warn({ destination: `${namespace}/${name}`, streamCreated, deliveringSince, pending: made.num_pending }, FROM_STREAM_START);
+        if (wholeStream) options.log?.info({ destination: `${namespace}/${name}`, pending: made.num_pending }, FIRST_DELIVERY_CONSUMER);
+        else options.log?.warn({ destination: `${namespace}/${name}`, streamCreated, deliveringSince, pending: made.num_pending }, FROM_STREAM_START);
       }
       options.onCreated?.(streamCreated ? { from: "stream-start", streamCreated, pending: made.num_pending } : { from: "config" });
     } catch (err) {

@@ -8,6 +8,7 @@ import type { ConfigProvider } from "../config/mod.ts";
 import type { Logger } from "../logging.ts";
 import { ATTEMPTS_STREAM, attemptsSubject, DLQ_STREAM, DLQ_SUBJECTS, EVENTS_STREAM, TurnBatch, attemptsStreamConfig, consumerName, dlqStreamConfig, dlqSubject, ensureStream, hasMessagesOn, isConsumerNotFound, isNatsConnected, isStreamNotFound, isSlowJetStream, keptSettings, patiently, StreamGuard, streamReadiness, type Readiness, type SideStreamSettings, type StreamSettingChange } from "../nats/mod.ts";
 import { ensureDestinationConsumer, oldestWaitingAt, removeDestinationConsumers, type ConsumerToMake } from "./consumers.ts";
+import { isFirstDelivery, markMade, markOwed, owesWholeStream } from "./first-delivery.ts";
 import { deadLetterUndelivered } from "./undelivered.ts";
 import type { DeliveryBacklog, DeliveryBacklogs, DeliveryMetrics } from "./metrics.ts";
 import { KeyedLogInterval, type StreamUse } from "../telemetry/mod.ts";
@@ -59,6 +60,13 @@ export interface DeliveryServiceDeps {
    * exported creationTimestamp), which does not change when the file is moved out and back.
    */
   configFromFiles?: boolean;
+  /**
+   * Given the service before its destinations start: its stop() then ends the start. A SIGTERM
+   * while a few hundred consumers were being made drained the NATS connection under the workers
+   * already running: exit 1, and their messages in flight sent again after ack_wait (found by a
+   * review).
+   */
+  starting?: (service: DeliveryService) => void;
 }
 
 /** A destination that could not start is tried again after this, doubling up to the maximum. */
@@ -67,6 +75,8 @@ const STREAM_CHECK_MS = 30_000;
 const UNDELIVERED_MOVED = "a destination no longer enabled had delete notifications (user erasures) or replayed dead letters not yet delivered: moved to the dead-letter queue (`trackhook dead-letters`; `trackhook replay` once it is enabled again)";
 const MADE_AGAIN =
   "the destination's consumer was missing though it was delivered to before (its files dropped it for over a minute, here or on another delivery machine, or a `nats consumer rm`): made from now; what was stored while it had none is not sent to it";
+const FIRST_DELIVERY =
+  "first delivery on this NATS: these destinations read the events stream from its first message (what the ingest accepted before delivery ran is theirs); destinations added later start when they are read";
 const KEPT_FOR_OTHERS =
   "destinations no longer enabled here are still delivered by another delivery process on this NATS (its config still has them): their consumers are kept, and removed by the last process whose config drops them";
 const SOURCE_REMOVED_MOVED = "sources left a destination's spec.sources with delete notifications (user erasures) not yet delivered: moved to the dead-letter queue, reason source_removed (`trackhook dead-letters`; `trackhook replay` to send them); the sources' other messages not yet delivered are not sent";
@@ -135,8 +145,6 @@ export class DeliveryService {
   #maxAgeTimer: NodeJS.Timeout | undefined;
   /** When this process's worker of a consumer (by name) last finished: what the consumer did after, another process did. */
   readonly #drainedAt = new Map<string, number>();
-  /** The destinations in the files when this process started, if nothing was delivered on this NATS before (see #asMadeNow). */
-  readonly #inFilesAtFirstDelivery = new Set<string>();
 
   private constructor(deps: DeliveryServiceDeps, jsm: JetStreamManager) {
     this.#deps = deps;
@@ -167,8 +175,9 @@ export class DeliveryService {
     const events = await waitForEventsStream(jsm, deps.log);
     const service = new DeliveryService(deps, jsm);
     const inFiles = deps.config.current().destinations.filter((d) => d.enabled);
-    if (deps.configFromFiles && (await patiently("reading what was delivered before", () => firstDeliveryOn(jsm, inFiles), deps.log))) {
-      for (const d of inFiles) service.#inFilesAtFirstDelivery.add(`${d.namespace}/${d.name}`);
+    if (deps.configFromFiles && inFiles.length > 0 && (await patiently("reading what was delivered before", () => isFirstDelivery(jsm, inFiles), deps.log))) {
+      await patiently("writing the first delivery's marks", () => markOwed(jetstream(deps.nc), inFiles), deps.log);
+      deps.log.info({ destinations: inFiles.map((d) => `${d.namespace}/${d.name}`) }, FIRST_DELIVERY);
     }
     service.#guard = new StreamGuard(deps.nc, jsm, sideStreams.map((s) => s.config), deps.log);
     if (events.config.max_age > 0) service.#streamMaxAgeMs = events.config.max_age / 1e6;
@@ -184,8 +193,10 @@ export class DeliveryService {
         };
       });
     });
+    deps.starting?.(service);
     // A destination that cannot start is logged and left out; the others run.
     await service.apply(deps.config.current()).catch(() => {});
+    if (service.#stopped) return service;
     service.#unsubscribe = deps.config.subscribe((config) => {
       void service.apply(config).catch((err: unknown) => deps.log.error({ err }, "applying the new delivery config failed"));
     });
@@ -314,6 +325,7 @@ export class DeliveryService {
     for (const key of this.#predecessors.keys()) if (!wanted.has(key)) this.#predecessors.delete(key);
     for (const [key, destination] of wanted) {
       keep.set(consumerName(destination.namespace, destination.name), key);
+      if (this.#stopped) continue; // stopping: the rest are not started (kept, for the next start)
       if (this.#workers.has(key)) {
         // Sources that left it are read until their notices can be moved (see #ensureConsumer).
         if (this.#narrowing.has(key)) await this.#ensureConsumer(key, destination).catch(() => {});
@@ -334,18 +346,17 @@ export class DeliveryService {
         const last = this.#predecessors.get(key)?.lastPosition;
         // startSeq counts only if the consumer has to be made (it was deleted): an existing one keeps
         // its place. Without createdAt (config files), one made now starts when it was first wanted.
-        let madeAgain = false;
+        let made: MadeNow | undefined;
         const start = last
           ? { startSeq: await this.#resumeFrom(last) }
           : {
             firstWanted: new Date(since).toISOString(),
-            madeAs: async (d: CompiledDestination) => {
-              const made = await this.#asMadeNow(d);
-              madeAgain = made.deliveredBefore === true;
-              return made;
+            madeAs: async (d: CompiledDestination) => (made = await this.#asMadeNow(d)),
+            // By the process that made it (not one that lost the race, nor at each retry).
+            onCreated: () => {
+              if (made?.deliveredBefore) log.warn({ destination: key }, MADE_AGAIN);
+              if (made?.wholeStream) this.#markMade(made.destination);
             },
-            // Said by the process that made it (not one that lost the race, nor at each retry).
-            onCreated: () => void (madeAgain && log.warn({ destination: key }, MADE_AGAIN)),
           };
         this.#managed.add(await this.#ensureConsumer(key, destination, start));
         await this.#startWorker(key, destination);
@@ -434,21 +445,32 @@ export class DeliveryService {
    *   back in sent 300 delivered messages again). Like a destination enabled again. The operator's
    *   config says this itself (status.inEffectSince);
    * - from the events stream's first message for the destinations in the files at the first
-   *   delivery on this NATS: what ingest accepted before delivery first ran is theirs, whenever
-   *   their files were written (found by a VM install review: skipped);
+   *   delivery on this NATS (first-delivery.ts): what ingest accepted before delivery first ran is
+   *   theirs, whenever their files were written (found by a VM install review: skipped);
    * - else as the destination says (createdAt, a recent file's time).
    * Asked only when the consumer is missing: one request per destination at each start would be a
    * thousand for a thousand destinations.
    */
-  async #asMadeNow(destination: CompiledDestination): Promise<ConsumerToMake & { deliveredBefore?: boolean }> {
+  async #asMadeNow(destination: CompiledDestination): Promise<MadeNow> {
     if (!this.#deps.configFromFiles) return { destination };
     const delivered = await hasMessagesOn(this.#jsm, ATTEMPTS_STREAM, attemptsSubject(destination.namespace, destination.name)).catch((err: unknown) => {
       if (isStreamNotFound(err)) return false;
       throw err;
     });
     if (delivered) return { destination: { ...destination, createdAt: undefined }, deliveredBefore: true };
-    if (this.#inFilesAtFirstDelivery.has(`${destination.namespace}/${destination.name}`)) return { destination: { ...destination, createdAt: undefined }, wholeStream: true };
+    if (await owesWholeStream(this.#jsm, destination)) return { destination: { ...destination, createdAt: undefined }, wholeStream: true };
     return { destination };
+  }
+
+  /**
+   * Marks the first delivery's consumer made, so that it is made from the stream's start only
+   * once. Not awaited: missing, the destination disabled past the grace and enabled again later
+   * would get the whole stream again (said here), which is better than holding its start up.
+   */
+  #markMade(destination: CompiledDestination): void {
+    markMade(jetstream(this.#deps.nc), destination).catch((err: unknown) => {
+      this.#deps.log.warn({ err: (err as Error).message, destination: `${destination.namespace}/${destination.name}` }, "could not mark the destination's first consumer made: if it is disabled past the grace and enabled again, it will read the events stream from its first message again");
+    });
   }
 
   /**
@@ -587,7 +609,15 @@ export class DeliveryService {
     if (wanted.length === 0) return;
     // What each still had to deliver goes with it: said, so a destination disabled past the grace
     // by mistake is seen to have lost messages (they stay in the events stream until max_age).
-    const read = await Promise.all(wanted.map((name) => this.#jsm.consumers.info(EVENTS_STREAM, name).catch(() => undefined)));
+    // One not found was removed by another process dropping it too (the rollout the docs advise):
+    // nothing to say of it (found by a review: "undelivered: unknown" for a consumer with none).
+    const gone = new Set<string>();
+    const read = await Promise.all(wanted.map((name) => this.#jsm.consumers.info(EVENTS_STREAM, name).catch((err: unknown) => {
+      if (isConsumerNotFound(err)) gone.add(name);
+      return undefined;
+    })));
+    for (const name of gone) this.#managed.delete(name);
+    if (gone.size > 0) this.#deps.log.info({ consumers: [...gone] }, "consumers of destinations no longer enabled were already removed, by another delivery process");
     // A consumer still in use is another process's: deliver --config on several machines, each
     // with its own copy of the files, one of them changed first. Removing it under the others
     // made them make it again, from now, sending messages twice and skipping others (found by a
@@ -600,8 +630,8 @@ export class DeliveryService {
     const kept = wanted.filter((_, i) => pulled(i));
     for (const name of kept) this.#managed.delete(name);
     if (kept.length > 0) this.#deps.log.warn({ consumers: kept }, KEPT_FOR_OTHERS);
-    const names = wanted.filter((_, i) => !pulled(i));
-    const infos = read.filter((_, i) => !pulled(i));
+    const names = wanted.filter((name, i) => !pulled(i) && !gone.has(name));
+    const infos = read.filter((_, i) => !pulled(i) && !gone.has(wanted[i]!));
     if (names.length === 0) return;
     const undelivered: Record<string, number | "unknown"> = Object.fromEntries(names.map((name, i) => [name, infos[i] ? infos[i].num_pending + infos[i].num_ack_pending : "unknown"]));
     const js = jetstream(this.#deps.nc);
@@ -674,26 +704,11 @@ function activeSince(info: ConsumerInfo | undefined, sinceMs: number | undefined
   return last - serverAhead > sinceMs + ACTIVITY_MARGIN_MS;
 }
 
+/** How a --config destination's consumer made now starts (#asMadeNow). */
+type MadeNow = ConsumerToMake & { deliveredBefore?: boolean };
+
 /** Clock and request time allowed between this process and the server when judging activity. */
 const ACTIVITY_MARGIN_MS = 2_000;
-
-/**
- * Whether no delivery has happened on this NATS yet: no attempt was recorded, and none of the
- * destinations has a consumer. (Asked by name: delivery's NATS user may not list consumers, and
- * the stream's consumer count includes a `tail` someone runs meanwhile.)
- */
-async function firstDeliveryOn(jsm: JetStreamManager, destinations: CompiledDestination[]): Promise<boolean> {
-  const attempts = await jsm.streams.info(ATTEMPTS_STREAM);
-  if (attempts.state.messages > 0) return false;
-  for (const { namespace, name } of destinations) {
-    const exists = await jsm.consumers.info(EVENTS_STREAM, consumerName(namespace, name)).then(() => true, (err: unknown) => {
-      if (isConsumerNotFound(err)) return false;
-      throw err;
-    });
-    if (exists) return false;
-  }
-  return true;
-}
 
 async function waitForEventsStream(jsm: JetStreamManager, log: Logger): Promise<StreamInfo> {
   for (let warned = false; ; warned = true) {

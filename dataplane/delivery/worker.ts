@@ -373,7 +373,12 @@ export class DestinationWorker {
         this.#inFlight.add(work);
         void work.finally(() => this.#inFlight.delete(work));
       }
-    })();
+    })().catch((err: unknown) => {
+      // The connection drained or closed under the loop: the process is stopping, and the
+      // messages in flight finish as they can. Anything else is a fault to fail on.
+      if (this.#nc.isDraining() || this.#nc.isClosed()) return;
+      throw err;
+    });
     this.#followPulls(messages);
     const watchWith = this.#watchWith;
     if (watchWith) {

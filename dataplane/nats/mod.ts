@@ -1,6 +1,6 @@
 export {
-  EVENTS_STREAM, EVENTS_SUBJECTS, REPLAY_SUBJECTS, DLQ_STREAM, DLQ_SUBJECTS, ATTEMPTS_STREAM, ATTEMPTS_SUBJECTS, CONSUMER_PREFIX, DEAD_LETTER_HEADERS,
-  eventSubject, eventMsgId, namespaceSubjects, sourceSubjects, sourceOfEventSubject, replaySubject, dlqSubject, parseDlqSubject, attemptsSubject, consumerName, parseConsumerName,
+  EVENTS_STREAM, EVENTS_SUBJECTS, REPLAY_SUBJECTS, DLQ_STREAM, DLQ_SUBJECTS, ATTEMPTS_STREAM, ATTEMPTS_SUBJECTS, ATTEMPT_RECORD_SUBJECTS, CONSUMER_PREFIX, DEAD_LETTER_HEADERS,
+  eventSubject, eventMsgId, namespaceSubjects, sourceSubjects, sourceOfEventSubject, replaySubject, dlqSubject, parseDlqSubject, attemptsSubject, firstDeliverySubject, consumerName, parseConsumerName,
 } from "./subjects.ts";
 export { eventsStreamConfig, dlqStreamConfig, attemptsStreamConfig, ensureStream, StreamIsMirrorError, StreamStorageRefusedError, hasMessagesOn, isStreamNotFound, isConsumerNotFound, keptSettings, DEFAULT_SIDE_STREAM, type EventsStreamSettings, type SideStreamSettings, type StreamSettingChange } from "./streams.ts";
 export { INBOX_PREFIX, MIN_NATS_SERVER, NatsServerTooOldError, checkServerVersion, compareVersions, connectNats, inboxPrefixOf, isNatsConnected, natsConnectedGauge, natsDisconnectedForMs, isAuthError, type Component, type ConnectOptions } from "./connect.ts";

@@ -66,6 +66,19 @@ export function attemptsSubject(namespace: string, destination: string): string 
   return `trackhook.attempts.${namespace}.${destination}`;
 }
 
+/** Every destination's attempt records (not the first-delivery marks beside them). */
+export const ATTEMPT_RECORD_SUBJECTS = "trackhook.attempts.*.*";
+
+/**
+ * A `--config` destination's marks of the first delivery on a NATS, beside its attempt records:
+ * `owed`, it was in the files then, so its consumer, once made, reads the events stream from its
+ * first message; `made`, that consumer was made. (Delivery's NATS user may publish here and read
+ * counts per subject; it may not delete messages.)
+ */
+export function firstDeliverySubject(namespace: string, destination: string, mark: "owed" | "made"): string {
+  return `trackhook.attempts.${namespace}.${destination}.first-delivery.${mark}`;
+}
+
 /** The durable consumer of a destination. Names are DNS labels, so "_" separates unambiguously. */
 export const CONSUMER_PREFIX = "dest_";
 export function consumerName(namespace: string, destination: string): string {

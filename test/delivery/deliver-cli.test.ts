@@ -197,7 +197,7 @@ describe("trackhook deliver started after the ingest", () => {
         const ids = await until(async () => receiver.requests("/late").map((r) => JSON.parse(r.body.toString()).messageId as string), (got) => got.length >= 3);
         expect(ids.sort()).toEqual(["late-1", "late-2", "late-3"]);
         // Said, with how many it found waiting, by whichever process made the consumer.
-        expect(output()).toMatch(/"pending":3.*a first deliver started after the ingest/);
+        expect(output()).toMatch(/"pending":3.*the first delivery on this NATS/);
 
         // Once delivery has run, a destination added with a file as old (`cp -p`, rsync, tar)
         // gets what is stored from when it is read, not the whole stream (found by a review).

@@ -141,7 +141,7 @@ describe("destination consumers", () => {
       const made: unknown[] = [];
       // Delivering for an hour, on a stream made just now: what it holds arrived for the destination.
       const warned: Array<[Record<string, unknown>, string]> = [];
-      const log = { warn: (fields: object, msg: string) => void warned.push([fields as Record<string, unknown>, msg]) };
+      const log = { warn: (fields: object, msg: string) => void warned.push([fields as Record<string, unknown>, msg]), info: () => {} };
       await ensureDestinationConsumer(moved.jsm, destination("lost", new Date(Date.now() - 3_600_000).toISOString()), { onCreated: (m) => made.push(m), log });
       // Said by whichever process made it, with how many wait.
       expect(warned).toEqual([[expect.objectContaining({ destination: "default/lost", pending: 2 }), expect.stringContaining("the events stream is younger than the destination")]]);
