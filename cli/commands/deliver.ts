@@ -172,12 +172,18 @@ ${configSourceHelp}
       await running.nc?.drain();
     });
     natsConnectedGauge(metrics.registry, () => running.nc);
-    const nc = (running.nc = await connectNats({ servers: nats, name: "trackhook-deliver", log, component: "delivery" }));
-    waitingFor = from.kind === "nats" ? "the trackhook-config bucket" : "the events stream";
-    const config = (running.config = await openConfig(files, nc, log, "destinations"));
-    configMetrics(metrics.registry, config);
-    waitingFor = "the events stream";
-    const delivery = (running.delivery = await startDelivery({ nc, config, log, maxInFlight, metrics, sideStreams, configFromFiles: from.kind !== "nats", allowPrivateNetworks: Boolean(values["allow-private-networks"] as unknown), ...(proxy ? { proxy } : {}), starting: (stop) => (running.stopStarting = stop) }));
-    if (!stopping) log.info({ address, destinations: delivery.service.destinations }, "delivery running (health, readiness and metrics on this address)");
+    try {
+      const nc = (running.nc = await connectNats({ servers: nats, name: "trackhook-deliver", log, component: "delivery" }));
+      waitingFor = from.kind === "nats" ? "the trackhook-config bucket" : "the events stream";
+      const config = (running.config = await openConfig(files, nc, log, "destinations"));
+      configMetrics(metrics.registry, config);
+      waitingFor = "the events stream";
+      const delivery = (running.delivery = await startDelivery({ nc, config, log, maxInFlight, metrics, sideStreams, configFromFiles: from.kind !== "nats", allowPrivateNetworks: Boolean(values["allow-private-networks"] as unknown), ...(proxy ? { proxy } : {}), starting: (stop) => (running.stopStarting = stop) }));
+      if (!stopping) log.info({ address, destinations: delivery.service.destinations }, "delivery running (health, readiness and metrics on this address)");
+    } catch (err) {
+      // Stopped while starting: what was waiting on NATS fails as its connection drains, and the
+      // shutdown exits 0 (found by a review: exit 1 and a stack trace for a SIGTERM at start).
+      if (!stopping) throw err;
+    }
   },
 };

@@ -44,11 +44,14 @@ export async function markOwed(js: JetStreamClient, destinations: readonly Compi
 
 const MARKS_AT_ONCE = 100;
 
-/** Whether the destination's consumer, made now, reads the events stream from its first message: owed, and not made before. */
-export async function owesWholeStream(jsm: JetStreamManager, { namespace, name }: CompiledDestination): Promise<boolean> {
+/**
+ * Whether the destination's consumer, made now, reads the events stream from its first message:
+ * owed (marked, or `markedHere` by the caller), and not made before.
+ */
+export async function owesWholeStream(jsm: JetStreamManager, { namespace, name }: CompiledDestination, markedHere = false): Promise<boolean> {
   const info = await jsm.streams.info(ATTEMPTS_STREAM, { subjects_filter: `${firstDeliverySubject(namespace, name, "owed").slice(0, -".owed".length)}.*` });
   const marks = (info.state.subjects ?? {}) as Record<string, number>;
-  return (marks[firstDeliverySubject(namespace, name, "owed")] ?? 0) > 0 && (marks[firstDeliverySubject(namespace, name, "made")] ?? 0) === 0;
+  return (markedHere || (marks[firstDeliverySubject(namespace, name, "owed")] ?? 0) > 0) && (marks[firstDeliverySubject(namespace, name, "made")] ?? 0) === 0;
 }
 
 /** Writes the destination's `made` mark, once its owed consumer is made. */

@@ -9,7 +9,7 @@ import type { Logger } from "../logging.ts";
 import { ATTEMPTS_STREAM, attemptsSubject, DLQ_STREAM, DLQ_SUBJECTS, EVENTS_STREAM, TurnBatch, attemptsStreamConfig, consumerName, dlqStreamConfig, dlqSubject, ensureStream, hasMessagesOn, isConsumerNotFound, isNatsConnected, isStreamNotFound, isSlowJetStream, keptSettings, patiently, StreamGuard, streamReadiness, type Readiness, type SideStreamSettings, type StreamSettingChange } from "../nats/mod.ts";
 import { ensureDestinationConsumer, oldestWaitingAt, removeDestinationConsumers, type ConsumerToMake } from "./consumers.ts";
 import { isFirstDelivery, markMade, markOwed, owesWholeStream } from "./first-delivery.ts";
-import { deadLetterUndelivered } from "./undelivered.ts";
+import { deadLetterUndelivered, type UndeliveredMoved } from "./undelivered.ts";
 import type { DeliveryBacklog, DeliveryBacklogs, DeliveryMetrics } from "./metrics.ts";
 import { KeyedLogInterval, type StreamUse } from "../telemetry/mod.ts";
 import { DestinationWorker, changeOf, pullAhead, type DeliveryActivity, type WebhookSending } from "./worker.ts";
@@ -77,6 +77,7 @@ const MADE_AGAIN =
   "the destination's consumer was missing though it was delivered to before (its files dropped it for over a minute, here or on another delivery machine, or a `nats consumer rm`): made from now; what was stored while it had none is not sent to it";
 const FIRST_DELIVERY =
   "first delivery on this NATS: these destinations read the events stream from its first message (what the ingest accepted before delivery ran is theirs); destinations added later start when they are read";
+const ALREADY_REMOVED = "consumers of destinations no longer enabled were already removed, by another delivery process";
 const KEPT_FOR_OTHERS =
   "destinations no longer enabled here are still delivered by another delivery process on this NATS (its config still has them): their consumers are kept, and removed by the last process whose config drops them";
 const SOURCE_REMOVED_MOVED = "sources left a destination's spec.sources with delete notifications (user erasures) not yet delivered: moved to the dead-letter queue, reason source_removed (`trackhook dead-letters`; `trackhook replay` to send them); the sources' other messages not yet delivered are not sent";
@@ -145,6 +146,8 @@ export class DeliveryService {
   #maxAgeTimer: NodeJS.Timeout | undefined;
   /** When this process's worker of a consumer (by name) last finished: what the consumer did after, another process did. */
   readonly #drainedAt = new Map<string, number>();
+  /** Destinations this process marked owed the events stream (#firstDelivery), until it makes their consumers. */
+  readonly #owedHere = new Set<string>();
 
   private constructor(deps: DeliveryServiceDeps, jsm: JetStreamManager) {
     this.#deps = deps;
@@ -174,11 +177,6 @@ export class DeliveryService {
     }
     const events = await waitForEventsStream(jsm, deps.log);
     const service = new DeliveryService(deps, jsm);
-    const inFiles = deps.config.current().destinations.filter((d) => d.enabled);
-    if (deps.configFromFiles && inFiles.length > 0 && (await patiently("reading what was delivered before", () => isFirstDelivery(jsm, inFiles), deps.log))) {
-      await patiently("writing the first delivery's marks", () => markOwed(jetstream(deps.nc), inFiles), deps.log);
-      deps.log.info({ destinations: inFiles.map((d) => `${d.namespace}/${d.name}`) }, FIRST_DELIVERY);
-    }
     service.#guard = new StreamGuard(deps.nc, jsm, sideStreams.map((s) => s.config), deps.log);
     if (events.config.max_age > 0) service.#streamMaxAgeMs = events.config.max_age / 1e6;
     service.#maxAgeTimer = setInterval(() => void service.#readStreamMaxAge(), deps.streamCheckMs ?? STREAM_CHECK_MS).unref();
@@ -194,12 +192,15 @@ export class DeliveryService {
       });
     });
     deps.starting?.(service);
-    // A destination that cannot start is logged and left out; the others run.
-    await service.apply(deps.config.current()).catch(() => {});
+    if (deps.configFromFiles) await service.#firstDelivery();
     if (service.#stopped) return service;
+    // Heard from before the first apply (changes are applied in turn after it): a file added while
+    // a few hundred consumers were being made was never delivered (found by a review).
     service.#unsubscribe = deps.config.subscribe((config) => {
       void service.apply(config).catch((err: unknown) => deps.log.error({ err }, "applying the new delivery config failed"));
     });
+    // A destination that cannot start is logged and left out; the others run.
+    await service.apply(deps.config.current()).catch(() => {});
     return service;
   }
 
@@ -346,18 +347,7 @@ export class DeliveryService {
         const last = this.#predecessors.get(key)?.lastPosition;
         // startSeq counts only if the consumer has to be made (it was deleted): an existing one keeps
         // its place. Without createdAt (config files), one made now starts when it was first wanted.
-        let made: MadeNow | undefined;
-        const start = last
-          ? { startSeq: await this.#resumeFrom(last) }
-          : {
-            firstWanted: new Date(since).toISOString(),
-            madeAs: async (d: CompiledDestination) => (made = await this.#asMadeNow(d)),
-            // By the process that made it (not one that lost the race, nor at each retry).
-            onCreated: () => {
-              if (made?.deliveredBefore) log.warn({ destination: key }, MADE_AGAIN);
-              if (made?.wholeStream) this.#markMade(made.destination);
-            },
-          };
+        const start = last ? { startSeq: await this.#resumeFrom(last) } : this.#madeFromConfig(key, since);
         this.#managed.add(await this.#ensureConsumer(key, destination, start));
         await this.#startWorker(key, destination);
         this.#pending.delete(key);
@@ -438,6 +428,48 @@ export class DeliveryService {
   }
 
   /**
+   * The first delivery on this NATS with the config from files (first-delivery.ts): the enabled
+   * destinations in the files are marked owed the events stream, then every one's consumer is
+   * made, before any worker runs. No attempt record is written meanwhile, which would push the
+   * marks out of the attempts stream (it drops its oldest when full: a review's 300 destinations
+   * on a small one lost 286 backlogs), so a process stopped or killed halfway finds them again.
+   */
+  async #firstDelivery(): Promise<void> {
+    const { log, config } = this.#deps;
+    const inFiles = config.current().destinations.filter((d) => d.enabled);
+    if (inFiles.length === 0 || !(await patiently("reading what was delivered before", () => isFirstDelivery(this.#jsm, inFiles), log))) return;
+    await patiently("writing the first delivery's marks", () => markOwed(jetstream(this.#deps.nc), inFiles), log);
+    for (const d of inFiles) this.#owedHere.add(`${d.namespace}/${d.name}`);
+    log.info({ destinations: inFiles.map((d) => `${d.namespace}/${d.name}`) }, FIRST_DELIVERY);
+    const since = Date.now();
+    for (const d of inFiles) {
+      if (this.#stopped) return;
+      // One that fails here is tried again, and said, when the config is applied.
+      await this.#ensureConsumer(`${d.namespace}/${d.name}`, d, this.#madeFromConfig(`${d.namespace}/${d.name}`, since)).catch(() => {});
+    }
+  }
+
+  /**
+   * How a consumer missing at a destination's start is made, from the config alone (no position
+   * of a predecessor to resume from): see #asMadeNow. What is said of it is said by the process
+   * that made it (not one that lost the race, nor at each retry).
+   */
+  #madeFromConfig(key: string, since: number): Pick<Parameters<typeof ensureDestinationConsumer>[2] & object, "firstWanted" | "madeAs" | "onCreated"> {
+    let made: MadeNow | undefined;
+    return {
+      firstWanted: new Date(since).toISOString(),
+      madeAs: async (d: CompiledDestination) => (made = await this.#asMadeNow(d)),
+      onCreated: () => {
+        if (made?.deliveredBefore) this.#deps.log.warn({ destination: key }, MADE_AGAIN);
+        if (made?.wholeStream) {
+          this.#owedHere.delete(key);
+          this.#markMade(made.destination);
+        }
+      },
+    };
+  }
+
+  /**
    * How a --config destination's consumer made now starts:
    * - from when this process first wanted it, ignoring its file's time, when it has attempt
    *   records: it was delivered to before, was taken out of the config (its consumer removed a
@@ -458,7 +490,10 @@ export class DeliveryService {
       throw err;
     });
     if (delivered) return { destination: { ...destination, createdAt: undefined }, deliveredBefore: true };
-    if (await owesWholeStream(this.#jsm, destination)) return { destination: { ...destination, createdAt: undefined }, wholeStream: true };
+    // The marks this process wrote count even if the attempts stream has dropped them since.
+    if (await owesWholeStream(this.#jsm, destination, this.#owedHere.has(`${destination.namespace}/${destination.name}`))) {
+      return { destination: { ...destination, createdAt: undefined }, wholeStream: true };
+    }
     return { destination };
   }
 
@@ -617,7 +652,7 @@ export class DeliveryService {
       return undefined;
     })));
     for (const name of gone) this.#managed.delete(name);
-    if (gone.size > 0) this.#deps.log.info({ consumers: [...gone] }, "consumers of destinations no longer enabled were already removed, by another delivery process");
+    if (gone.size > 0) this.#deps.log.info({ consumers: [...gone] }, ALREADY_REMOVED);
     // A consumer still in use is another process's: deliver --config on several machines, each
     // with its own copy of the files, one of them changed first. Removing it under the others
     // made them make it again, from now, sending messages twice and skipping others (found by a
@@ -635,17 +670,27 @@ export class DeliveryService {
     if (names.length === 0) return;
     const undelivered: Record<string, number | "unknown"> = Object.fromEntries(names.map((name, i) => [name, infos[i] ? infos[i].num_pending + infos[i].num_ack_pending : "unknown"]));
     const js = jetstream(this.#deps.nc);
+    const moved: UndeliveredMoved[] = [];
+    for (const [i, name] of names.entries()) moved.push(await deadLetterUndelivered(this.#jsm, js, infos[i] ?? name, "destination_disabled"));
+    // Said by the process whose delete removed it: several processes dropping it at once each
+    // read the same backlog and moved the same notices (stored once: the DLQ keys them), and each
+    // said so (found by a review: 37 lines for 20 consumers, an erasure reported moved three times).
+    const here = new Set<string>();
+    for (const name of names) if ((await removeDestinationConsumers(this.#jsm, [name])) > 0) here.add(name);
+    for (const name of names) this.#managed.delete(name);
     for (const [i, name] of names.entries()) {
-      const moved = await deadLetterUndelivered(this.#jsm, js, infos[i] ?? name, "destination_disabled");
-      if (moved.deletes + moved.replayed > 0) {
-        this.#deps.log.error({ consumer: name, deleteNotifications: moved.deletes, replayed: moved.replayed }, UNDELIVERED_MOVED);
+      if (here.has(name) && moved[i]!.deletes + moved[i]!.replayed > 0) {
+        this.#deps.log.error({ consumer: name, deleteNotifications: moved[i]!.deletes, replayed: moved[i]!.replayed }, UNDELIVERED_MOVED);
       }
     }
-    await removeDestinationConsumers(this.#jsm, names);
-    for (const name of names) this.#managed.delete(name);
-    if (Object.values(undelivered).some((n) => n !== 0)) {
-      this.#deps.log.warn({ consumers: names, undelivered }, "removed consumers of destinations no longer enabled, with messages they had not delivered: those are not sent (enabling the destination again starts from then)");
-    } else this.#deps.log.info({ consumers: names }, "removed consumers of destinations no longer enabled");
+    const removed = names.filter((name) => here.has(name));
+    const byOthers = names.filter((name) => !here.has(name));
+    if (byOthers.length > 0) this.#deps.log.info({ consumers: byOthers }, ALREADY_REMOVED);
+    if (removed.length === 0) return;
+    const left = Object.fromEntries(removed.map((name) => [name, undelivered[name]!]));
+    if (Object.values(left).some((n) => n !== 0)) {
+      this.#deps.log.warn({ consumers: removed, undelivered: left }, "removed consumers of destinations no longer enabled, with messages they had not delivered: those are not sent (enabling the destination again starts from then)");
+    } else this.#deps.log.info({ consumers: removed }, "removed consumers of destinations no longer enabled");
   }
 
   /**
