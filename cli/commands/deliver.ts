@@ -184,6 +184,7 @@ ${configSourceHelp}
       // Stopped while starting: what was waiting on NATS fails as its connection drains, and the
       // shutdown exits 0 (found by a review: exit 1 and a stack trace for a SIGTERM at start).
       if (!stopping) throw err;
+      log.warn({ err: (err as Error).message }, "delivery did not finish starting before the shutdown");
     }
   },
 };

@@ -77,7 +77,7 @@ const MADE_AGAIN =
   "the destination's consumer was missing though it was delivered to before (its files dropped it for over a minute, here or on another delivery machine, or a `nats consumer rm`): made from now; what was stored while it had none is not sent to it";
 const FIRST_DELIVERY =
   "first delivery on this NATS: these destinations read the events stream from its first message (what the ingest accepted before delivery ran is theirs); destinations added later start when they are read";
-const ALREADY_REMOVED = "consumers of destinations no longer enabled were already removed, by another delivery process";
+const ALREADY_REMOVED = "consumers of destinations no longer enabled were already removed (by another delivery process, or by an earlier try of this one that did not hear back)";
 const KEPT_FOR_OTHERS =
   "destinations no longer enabled here are still delivered by another delivery process on this NATS (its config still has them): their consumers are kept, and removed by the last process whose config drops them";
 const SOURCE_REMOVED_MOVED = "sources left a destination's spec.sources with delete notifications (user erasures) not yet delivered: moved to the dead-letter queue, reason source_removed (`trackhook dead-letters`; `trackhook replay` to send them); the sources' other messages not yet delivered are not sent";
@@ -148,6 +148,8 @@ export class DeliveryService {
   readonly #drainedAt = new Map<string, number>();
   /** Destinations this process marked owed the events stream (#firstDelivery), until it makes their consumers. */
   readonly #owedHere = new Set<string>();
+  /** `made` marks being written (#markMade). */
+  readonly #marking = new Set<Promise<void>>();
 
   private constructor(deps: DeliveryServiceDeps, jsm: JetStreamManager) {
     this.#deps = deps;
@@ -192,7 +194,8 @@ export class DeliveryService {
       });
     });
     deps.starting?.(service);
-    if (deps.configFromFiles) await service.#firstDelivery();
+    // In line with applies, so that stop() waits for it.
+    if (deps.configFromFiles) await (service.#applying = service.#firstDelivery());
     if (service.#stopped) return service;
     // Heard from before the first apply (changes are applied in turn after it): a file added while
     // a few hundred consumers were being made was never delivered (found by a review).
@@ -324,6 +327,7 @@ export class DeliveryService {
     for (const d of wanted.values()) this.#wantedPerTenant.set(d.namespace, (this.#wantedPerTenant.get(d.namespace) ?? 0) + 1);
     for (const key of this.#pending.keys()) if (!wanted.has(key)) this.#pending.delete(key);
     for (const key of this.#predecessors.keys()) if (!wanted.has(key)) this.#predecessors.delete(key);
+    for (const key of this.#owedHere) if (!wanted.has(key)) this.#owedHere.delete(key);
     for (const [key, destination] of wanted) {
       keep.set(consumerName(destination.namespace, destination.name), key);
       if (this.#stopped) continue; // stopping: the rest are not started (kept, for the next start)
@@ -349,6 +353,8 @@ export class DeliveryService {
         // its place. Without createdAt (config files), one made now starts when it was first wanted.
         const start = last ? { startSeq: await this.#resumeFrom(last) } : this.#madeFromConfig(key, since);
         this.#managed.add(await this.#ensureConsumer(key, destination, start));
+        // Made, by this process or another: its marks have done their work.
+        this.#owedHere.delete(key);
         await this.#startWorker(key, destination);
         this.#pending.delete(key);
         this.#predecessors.delete(key);
@@ -442,10 +448,28 @@ export class DeliveryService {
     for (const d of inFiles) this.#owedHere.add(`${d.namespace}/${d.name}`);
     log.info({ destinations: inFiles.map((d) => `${d.namespace}/${d.name}`) }, FIRST_DELIVERY);
     const since = Date.now();
-    for (const d of inFiles) {
+    let read: CompiledConfig | undefined;
+    let enabledNow = new Map<string, CompiledDestination>();
+    for (const { namespace, name } of inFiles) {
       if (this.#stopped) return;
+      const key = `${namespace}/${name}`;
+      // As the files are now: one dropped meanwhile is not made (its consumer was nobody's to
+      // remove, found by a review), one changed is made as it is.
+      if (config.current() !== read) {
+        read = config.current();
+        enabledNow = new Map(read.destinations.filter((d) => d.enabled).map((d) => [`${d.namespace}/${d.name}`, d]));
+      }
+      const destination = enabledNow.get(key);
+      if (!destination) {
+        this.#owedHere.delete(key);
+        continue;
+      }
       // One that fails here is tried again, and said, when the config is applied.
-      await this.#ensureConsumer(`${d.namespace}/${d.name}`, d, this.#madeFromConfig(`${d.namespace}/${d.name}`, since)).catch(() => {});
+      const made = await this.#ensureConsumer(key, destination, this.#madeFromConfig(key, since)).catch(() => undefined);
+      if (made) {
+        this.#managed.add(made);
+        this.#owedHere.delete(key);
+      }
     }
   }
 
@@ -503,9 +527,12 @@ export class DeliveryService {
    * would get the whole stream again (said here), which is better than holding its start up.
    */
   #markMade(destination: CompiledDestination): void {
-    markMade(jetstream(this.#deps.nc), destination).catch((err: unknown) => {
+    const marking = markMade(jetstream(this.#deps.nc), destination).catch((err: unknown) => {
       this.#deps.log.warn({ err: (err as Error).message, destination: `${destination.namespace}/${destination.name}` }, "could not mark the destination's first consumer made: if it is disabled past the grace and enabled again, it will read the events stream from its first message again");
     });
+    // stop() waits for it: a SIGTERM drained the connection under the last one (found by a review).
+    this.#marking.add(marking);
+    void marking.finally(() => this.#marking.delete(marking));
   }
 
   /**
@@ -734,6 +761,7 @@ export class DeliveryService {
     await Promise.all([...this.#workers.values()].map((w) => w.stop()));
     this.#workers.clear();
     await Promise.all(this.#draining.values());
+    await Promise.all(this.#marking);
     this.#turn.flush();
   }
 }
