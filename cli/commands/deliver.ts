@@ -48,23 +48,23 @@ export async function startDelivery(args: {
   }
   const sender = new WebhookSender({ allowPrivateNetworks: args.allowPrivateNetworks, userAgent: `trackhook/${VERSION}`, ...(args.proxy ? { proxy: args.proxy } : {}) });
   const metrics = args.metrics ?? new DeliveryMetrics();
-  const starting = args.starting;
-  const service = await DeliveryService.start({
+  let service: DeliveryService | undefined;
+  const close = async () => {
+    await service?.stop();
+    await sender.close();
+  };
+  service = await DeliveryService.start({
     nc: args.nc, config: args.config, sender, log: args.log, metrics,
     ...(args.maxInFlight ? { maxInFlight: args.maxInFlight } : {}),
     ...(args.sideStreams ? { dlqStream: args.sideStreams, attemptsStream: args.sideStreams } : {}),
     ...(args.configFromFiles ? { configFromFiles: true } : {}),
     ...(args.activity ? { activity: args.activity } : {}),
-    ...(starting ? { starting: (service: DeliveryService) => starting(async () => { await service.stop(); await sender.close(); }) } : {}),
-  });
-  return {
-    service,
-    metrics,
-    async close() {
-      await service.stop();
-      await sender.close();
+    starting: (starting) => {
+      service = starting;
+      args.starting?.(close);
     },
-  };
+  });
+  return { service, metrics, close };
 }
 
 /**
@@ -154,7 +154,7 @@ ${configSourceHelp}
     // Health first: a pod waiting for NATS or the config bucket is alive, just not ready yet.
     const metrics = new DeliveryMetrics();
     // Filled in as start-up proceeds; the probes and the shutdown read what is there.
-    const running: { nc?: NatsConnection; config?: ConfigProvider; delivery?: RunningDelivery; stopStarting?: () => Promise<void> } = {};
+    const running: { nc?: NatsConnection; config?: ConfigProvider; delivery?: RunningDelivery; stopDelivery?: () => Promise<void> } = {};
     let waitingFor = "NATS";
     const ops = buildOpsServer({
       registry: metrics.registry,
@@ -167,7 +167,7 @@ ${configSourceHelp}
       stopping = true;
       await ops.close();
       // Drains in-flight deliveries before exit, also while the destinations are still starting.
-      await (running.delivery ? running.delivery.close() : running.stopStarting?.());
+      await running.stopDelivery?.();
       running.config?.close();
       await running.nc?.drain();
     });
@@ -178,7 +178,7 @@ ${configSourceHelp}
       const config = (running.config = await openConfig(files, nc, log, "destinations"));
       configMetrics(metrics.registry, config);
       waitingFor = "the events stream";
-      const delivery = (running.delivery = await startDelivery({ nc, config, log, maxInFlight, metrics, sideStreams, configFromFiles: from.kind !== "nats", allowPrivateNetworks: Boolean(values["allow-private-networks"] as unknown), ...(proxy ? { proxy } : {}), starting: (stop) => (running.stopStarting = stop) }));
+      const delivery = (running.delivery = await startDelivery({ nc, config, log, maxInFlight, metrics, sideStreams, configFromFiles: from.kind !== "nats", allowPrivateNetworks: Boolean(values["allow-private-networks"] as unknown), ...(proxy ? { proxy } : {}), starting: (stop) => (running.stopDelivery = stop) }));
       if (!stopping) log.info({ address, destinations: delivery.service.destinations }, "delivery running (health, readiness and metrics on this address)");
     } catch (err) {
       // Stopped while starting: what was waiting on NATS fails as its connection drains, and the

@@ -49,7 +49,7 @@ const MARKS_AT_ONCE = 100;
  * owed (marked, or `markedHere` by the caller), and not made before.
  */
 export async function owesWholeStream(jsm: JetStreamManager, { namespace, name }: CompiledDestination, markedHere = false): Promise<boolean> {
-  const info = await jsm.streams.info(ATTEMPTS_STREAM, { subjects_filter: `${firstDeliverySubject(namespace, name, "owed").slice(0, -".owed".length)}.*` });
+  const info = await jsm.streams.info(ATTEMPTS_STREAM, { subjects_filter: firstDeliverySubject(namespace, name, "*") });
   const marks = (info.state.subjects ?? {}) as Record<string, number>;
   return (markedHere || (marks[firstDeliverySubject(namespace, name, "owed")] ?? 0) > 0) && (marks[firstDeliverySubject(namespace, name, "made")] ?? 0) === 0;
 }

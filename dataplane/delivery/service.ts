@@ -6,10 +6,10 @@ import type { NatsConnection } from "@nats-io/transport-node";
 import type { CompiledConfig, CompiledDestination } from "../../schema/mod.ts";
 import type { ConfigProvider } from "../config/mod.ts";
 import type { Logger } from "../logging.ts";
-import { ATTEMPTS_STREAM, attemptsSubject, DLQ_STREAM, DLQ_SUBJECTS, EVENTS_STREAM, TurnBatch, attemptsStreamConfig, consumerName, dlqStreamConfig, dlqSubject, ensureStream, hasMessagesOn, isConsumerNotFound, isNatsConnected, isStreamNotFound, isSlowJetStream, keptSettings, patiently, StreamGuard, streamReadiness, type Readiness, type SideStreamSettings, type StreamSettingChange } from "../nats/mod.ts";
+import { ATTEMPTS_STREAM, attemptsSubject, DLQ_STREAM, DLQ_SUBJECTS, EVENTS_STREAM, TurnBatch, attemptsStreamConfig, consumerName, dlqStreamConfig, dlqSubject, ensureStream, hasMessagesOn, isNatsConnected, isStreamNotFound, isSlowJetStream, keptSettings, patiently, StreamGuard, streamReadiness, type Readiness, type SideStreamSettings, type StreamSettingChange } from "../nats/mod.ts";
 import { ensureDestinationConsumer, oldestWaitingAt, removeDestinationConsumers, type ConsumerToMake } from "./consumers.ts";
 import { isFirstDelivery, markMade, markOwed, owesWholeStream } from "./first-delivery.ts";
-import { deadLetterUndelivered, type UndeliveredMoved } from "./undelivered.ts";
+import { deadLetterUndelivered } from "./undelivered.ts";
 import type { DeliveryBacklog, DeliveryBacklogs, DeliveryMetrics } from "./metrics.ts";
 import { KeyedLogInterval, type StreamUse } from "../telemetry/mod.ts";
 import { DestinationWorker, changeOf, pullAhead, type DeliveryActivity, type WebhookSending } from "./worker.ts";
@@ -485,10 +485,7 @@ export class DeliveryService {
       madeAs: async (d: CompiledDestination) => (made = await this.#asMadeNow(d)),
       onCreated: () => {
         if (made?.deliveredBefore) this.#deps.log.warn({ destination: key }, MADE_AGAIN);
-        if (made?.wholeStream) {
-          this.#owedHere.delete(key);
-          this.#markMade(made.destination);
-        }
+        if (made?.wholeStream) this.#markMade(made.destination);
       },
     };
   }
@@ -671,15 +668,7 @@ export class DeliveryService {
     if (wanted.length === 0) return;
     // What each still had to deliver goes with it: said, so a destination disabled past the grace
     // by mistake is seen to have lost messages (they stay in the events stream until max_age).
-    // One not found was removed by another process dropping it too (the rollout the docs advise):
-    // nothing to say of it (found by a review: "undelivered: unknown" for a consumer with none).
-    const gone = new Set<string>();
-    const read = await Promise.all(wanted.map((name) => this.#jsm.consumers.info(EVENTS_STREAM, name).catch((err: unknown) => {
-      if (isConsumerNotFound(err)) gone.add(name);
-      return undefined;
-    })));
-    for (const name of gone) this.#managed.delete(name);
-    if (gone.size > 0) this.#deps.log.info({ consumers: [...gone] }, ALREADY_REMOVED);
+    const read = await Promise.all(wanted.map((name) => this.#jsm.consumers.info(EVENTS_STREAM, name).catch(() => undefined)));
     // A consumer still in use is another process's: deliver --config on several machines, each
     // with its own copy of the files, one of them changed first. Removing it under the others
     // made them make it again, from now, sending messages twice and skipping others (found by a
@@ -692,31 +681,31 @@ export class DeliveryService {
     const kept = wanted.filter((_, i) => pulled(i));
     for (const name of kept) this.#managed.delete(name);
     if (kept.length > 0) this.#deps.log.warn({ consumers: kept }, KEPT_FOR_OTHERS);
-    const names = wanted.filter((name, i) => !pulled(i) && !gone.has(name));
-    const infos = read.filter((_, i) => !pulled(i) && !gone.has(wanted[i]!));
-    if (names.length === 0) return;
-    const undelivered: Record<string, number | "unknown"> = Object.fromEntries(names.map((name, i) => [name, infos[i] ? infos[i].num_pending + infos[i].num_ack_pending : "unknown"]));
-    const js = jetstream(this.#deps.nc);
-    const moved: UndeliveredMoved[] = [];
-    for (const [i, name] of names.entries()) moved.push(await deadLetterUndelivered(this.#jsm, js, infos[i] ?? name, "destination_disabled"));
     // Said by the process whose delete removed it: several processes dropping it at once each
     // read the same backlog and moved the same notices (stored once: the DLQ keys them), and each
-    // said so (found by a review: 37 lines for 20 consumers, an erasure reported moved three times).
-    const here = new Set<string>();
-    for (const name of names) if ((await removeDestinationConsumers(this.#jsm, [name])) > 0) here.add(name);
-    for (const name of names) this.#managed.delete(name);
-    for (const [i, name] of names.entries()) {
-      if (here.has(name) && moved[i]!.deletes + moved[i]!.replayed > 0) {
-        this.#deps.log.error({ consumer: name, deleteNotifications: moved[i]!.deletes, replayed: moved[i]!.replayed }, UNDELIVERED_MOVED);
+    // said so (found by a review: 37 lines for 20 consumers, an erasure reported moved three times;
+    // and "undelivered: unknown" from one that found it gone).
+    const js = jetstream(this.#deps.nc);
+    const removed: string[] = [];
+    const byOthers: string[] = [];
+    const undelivered: Record<string, number | "unknown"> = {};
+    for (const [i, name] of wanted.entries()) {
+      if (pulled(i)) continue;
+      const info = read[i];
+      const moved = await deadLetterUndelivered(this.#jsm, js, info ?? name, "destination_disabled");
+      this.#managed.delete(name);
+      if ((await removeDestinationConsumers(this.#jsm, [name])) === 0) {
+        byOthers.push(name);
+        continue;
       }
+      removed.push(name);
+      undelivered[name] = info ? info.num_pending + info.num_ack_pending : "unknown";
+      if (moved.deletes + moved.replayed > 0) this.#deps.log.error({ consumer: name, deleteNotifications: moved.deletes, replayed: moved.replayed }, UNDELIVERED_MOVED);
     }
-    const removed = names.filter((name) => here.has(name));
-    const byOthers = names.filter((name) => !here.has(name));
     if (byOthers.length > 0) this.#deps.log.info({ consumers: byOthers }, ALREADY_REMOVED);
     if (removed.length === 0) return;
-    const left = Object.fromEntries(removed.map((name) => [name, undelivered[name]!]));
-    if (Object.values(left).some((n) => n !== 0)) {
-      this.#deps.log.warn({ consumers: removed, undelivered: left }, "removed consumers of destinations no longer enabled, with messages they had not delivered: those are not sent (enabling the destination again starts from then)");
+    if (Object.values(undelivered).some((n) => n !== 0)) {
+      this.#deps.log.warn({ consumers: removed, undelivered }, "removed consumers of destinations no longer enabled, with messages they had not delivered: those are not sent (enabling the destination again starts from then)");
     } else this.#deps.log.info({ consumers: removed }, "removed consumers of destinations no longer enabled");
   }
 

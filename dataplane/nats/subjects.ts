@@ -75,8 +75,8 @@ export const ATTEMPT_RECORD_SUBJECTS = "trackhook.attempts.*.*";
  * first message; `made`, that consumer was made. (Delivery's NATS user may publish here and read
  * counts per subject; it may not delete messages.)
  */
-export function firstDeliverySubject(namespace: string, destination: string, mark: "owed" | "made"): string {
-  return `trackhook.attempts.${namespace}.${destination}.first-delivery.${mark}`;
+export function firstDeliverySubject(namespace: string, destination: string, mark: "owed" | "made" | "*"): string {
+  return `${attemptsSubject(namespace, destination)}.first-delivery.${mark}`;
 }
 
 /** The durable consumer of a destination. Names are DNS labels, so "_" separates unambiguously. */

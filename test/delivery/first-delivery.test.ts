@@ -56,6 +56,20 @@ const start = async (
     ...(options.starting ? { starting: options.starting } : {}),
   });
 
+/** A `starting` option that does `then` once `when` holds while the service starts; `done()` is when it has. */
+function whileStarting(when: (service: DeliveryService) => Promise<boolean> | boolean, then: (service: DeliveryService) => unknown) {
+  let done: Promise<void> = Promise.resolve();
+  return {
+    starting: (service: DeliveryService) => {
+      done = (async () => {
+        await expect.poll(() => when(service), { timeout: 10_000, interval: 1 }).toBe(true);
+        await then(service);
+      })();
+    },
+    done: () => done,
+  };
+}
+
 /** Stores track messages of a source, as ingest would. */
 const store = (source: string, ids: string[]) =>
   Promise.all(ids.map((id) => nats.js.publish(`trackhook.events.default.${source}.track`, JSON.stringify({ type: "track", messageId: id, userId: "u", event: "e" }), { msgID: `default/${source}/${id}` })));
@@ -97,18 +111,11 @@ describe("the first delivery on a NATS, with the config from files", () => {
     const names = ids("halt", 40);
     const backlog = ids("before", 10);
     await store("web", backlog);
-    let stopping: Promise<void> | undefined;
-    const stopped = await start(new ConfigHolder(configOf(names)), {
-      starting: (service) => {
-        // Stopped (a SIGTERM, a deploy) once its first consumers are made.
-        void (async () => {
-          while (!(await consumerExists(names[2]!))) await new Promise((r) => setTimeout(r, 2));
-          stopping = service.stop();
-        })();
-      },
-    });
+    // Stopped (a SIGTERM, a deploy) once its first consumers are made.
+    const stopping = whileStarting(() => consumerExists(names[2]!), (service) => service.stop());
+    const stopped = await start(new ConfigHolder(configOf(names)), { starting: stopping.starting });
     await stopped.stop();
-    await stopping;
+    await stopping.done();
     const made = (await Promise.all(names.map(consumerExists))).filter(Boolean).length;
     expect(made).toBeGreaterThan(0);
     expect(made).toBeLessThan(names.length); // stopped halfway, or this test proves nothing
@@ -137,18 +144,11 @@ describe("the first delivery on a NATS, with the config from files", () => {
   it("delivers to a destination added while the others start (found by a review: never started, until another change)", async () => {
     const names = ids("busy", 40);
     const config = new ConfigHolder(configOf(names));
-    let added: Promise<void> | undefined;
-    const service = await start(config, {
-      starting: (starting) => {
-        // Added once the first workers run, while the rest start.
-        added = (async () => {
-          await expect.poll(() => starting.destinations.length, { timeout: 10_000, interval: 1 }).toBeGreaterThan(0);
-          config.set(configOf([...names, "added"]));
-        })();
-      },
-    });
+    // Added once the first workers run, while the rest start.
+    const adding = whileStarting((starting) => starting.destinations.length > 0, () => config.set(configOf([...names, "added"])));
+    const service = await start(config, { starting: adding.starting });
     try {
-      await added;
+      await adding.done();
       await expect.poll(() => service.destinations.includes("default/added"), { timeout: 10_000 }).toBe(true);
       await store("web", ["after"]);
       await expectEachReceived(["added"], ["after"]);
@@ -160,17 +160,10 @@ describe("the first delivery on a NATS, with the config from files", () => {
   it("makes no consumer for a destination dropped from the files while the first start makes the others (found by a review: kept for good, nobody's to remove)", async () => {
     const names = ids("drop", 60);
     const config = new ConfigHolder(configOf(names));
-    let dropped: Promise<void> | undefined;
-    const service = await start(config, {
-      starting: () => {
-        dropped = (async () => {
-          await expect.poll(() => consumerExists(names[0]!), { timeout: 10_000, interval: 1 }).toBe(true);
-          config.set(configOf(names.slice(0, -1)));
-        })();
-      },
-    });
+    const dropping = whileStarting(() => consumerExists(names[0]!), () => config.set(configOf(names.slice(0, -1))));
+    const service = await start(config, { starting: dropping.starting });
     try {
-      await dropped;
+      await dropping.done();
       await expect.poll(() => service.destinations.length, { timeout: 10_000 }).toBe(names.length - 1);
       // Removed at once (no grace here) if it was made at all.
       await expect.poll(() => consumerExists(names.at(-1)!), { timeout: 5_000 }).toBe(false);
