@@ -38,7 +38,7 @@ import { VERSION } from "../dataplane/version.ts";
 import {
   ROOT, cpuText, openLoop, keepProfile, writeResults, fmt, gitCommit, log, monotonicUs, percentiles, printProfile, printTable, procStatusKB, round,
   runBench, shippedNodeFlags, sleep, spawnUntil, startNats, stopChild, tempDir, usPer, verdict, waitForQuiet,
-  wallMs, withCpu, type PhaseWindow, type Pids, scrape, bucketQuantile, LOOP_RESOLUTION_MS, type Samples, nextMessageId, trackEvent, natsConnect, streamCount, positiveFlag,
+  sharedClockMs, withCpu, type PhaseWindow, type Pids, scrape, bucketQuantile, LOOP_RESOLUTION_MS, type Samples, nextMessageId, trackEvent, natsConnect, streamCount, positiveFlag,
 } from "./lib.ts";
 
 const RECEIVER = join(ROOT, "bench", "receiver.ts");
@@ -156,7 +156,7 @@ spec:
 interface ReceiverStats {
   count: number;
   distinct: number;
-  /** First and last arrival, wall-clock ms; null when nothing arrived. */
+  /** First and last arrival, ms on the machine's monotonic clock (sharedClockMs); null when nothing arrived. */
   first: number | null;
   last: number | null;
   unlabelled: number;
@@ -337,12 +337,12 @@ async function trackOpenLoop(ingestUrl: string): Promise<LatencyRun> {
     const messageId = nextMessageId();
     const body = trackEvent(messageId);
     const sent = performance.now();
-    const sentWall = wallMs();
+    const sentShared = sharedClockMs();
     return pool
       .request({ method: "POST", path: "/v1/track", headers, body })
       .then(async (res) => {
-        const at = wallMs();
-        if (res.statusCode === 200) okAt.set(messageId, { sent: sentWall, at });
+        const at = sharedClockMs();
+        if (res.statusCode === 200) okAt.set(messageId, { sent: sentShared, at });
         answerMs.push(performance.now() - sent);
         await res.body.dump();
         return String(res.statusCode);

@@ -15,8 +15,13 @@ import type { JetStreamManager } from "@nats-io/jetstream";
 export const ROOT = fileURLToPath(new URL("..", import.meta.url));
 const RESULTS_DIR = join(ROOT, "bench", "results");
 
-/** Wall-clock milliseconds with sub-millisecond resolution, comparable between processes of one machine. */
-export const wallMs = () => performance.timeOrigin + performance.now();
+/**
+ * Milliseconds on the machine's monotonic clock (CLOCK_MONOTONIC), one clock for every process of
+ * the machine, for times compared between processes. Not `performance.timeOrigin + now()`: each
+ * process fixes its timeOrigin from the wall clock when it starts, and two processes' can differ:
+ * in one run, every arrival at the receiver read 4–28 ms before the bench had sent its request.
+ */
+export const sharedClockMs = () => Number(process.hrtime.bigint()) / 1e6;
 
 // ---------------------------------------------------------------------------------------------
 // Process accounting from /proc.

@@ -1,6 +1,6 @@
 // The webhook receiver of bench/delivery.ts: the cheapest keep-alive HTTP server that answers
-// every POST with 200 at once and notes when each delivery arrived (wall clock with sub-ms
-// resolution, comparable with the bench's clock) under its X-Delivery-Id. Run as a child process
+// every POST with 200 at once and notes when each delivery arrived (on the machine's monotonic
+// clock, the bench's sharedClockMs) under its X-Delivery-Id. Run as a child process
 // with an IPC channel: `node bench/receiver.ts [port]`; prints `listening <url>` once ready and
 // answers IPC queries:
 //   { id, cmd: "reset" }                    forget every arrival so far
@@ -10,14 +10,15 @@ import { createServer } from "node:http";
 
 type Query = { id: number; cmd: "reset" | "count" | "stats"; arrivals?: boolean };
 
-const wallMs = () => performance.timeOrigin + performance.now();
+// The bench's sharedClockMs (bench/lib.ts), not imported: this process stays the cheapest server.
+const sharedClockMs = () => Number(process.hrtime.bigint()) / 1e6;
 
 let ids: string[] = [];
 let ats: number[] = [];
 let unlabelled = 0;
 
 const server = createServer((req, res) => {
-  const at = wallMs();
+  const at = sharedClockMs();
   const id = req.headers["x-delivery-id"];
   if (typeof id === "string") {
     ids.push(id);
