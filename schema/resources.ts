@@ -284,23 +284,53 @@ export const WebhookDestinationSpec = Type.Object(
 );
 export type WebhookDestinationSpec = Static<typeof WebhookDestinationSpec>;
 
-const Metadata = Type.Object(
-  {
-    name: Type.String({ minLength: 1, maxLength: 63, pattern: DNS_LABEL }),
-    namespace: Type.Optional(Type.String({ minLength: 1, maxLength: 63, pattern: DNS_LABEL })),
-    labels: Type.Optional(Type.Record(Type.String(), Type.String())),
-    annotations: Type.Optional(Type.Record(Type.String(), Type.String())),
-    /** Set by Kubernetes; in a --config file they may be given, or left out. */
-    creationTimestamp: Type.Optional(Type.String({ format: "date-time" })),
-    generation: Type.Optional(Type.Integer({ minimum: 1 })),
-  },
-  { additionalProperties: true },
-);
+/** A label's key: an optional DNS-subdomain prefix and `/`, then a name (Kubernetes' rule). */
+const LABEL_KEY = "^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$";
+const LABEL_VALUE = "^([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?$";
 
+/**
+ * The fields of a Kubernetes ObjectMeta: a file may hold them all (`kubectl get -o yaml` writes
+ * uid, resourceVersion, managedFields, ...), and no other, as the API server refuses an unknown
+ * field (found by a review: `labels:` indented one level too far up was taken silently, the
+ * destination selecting by it got no Source).
+ */
+function objectMeta<N extends TSchema>(name: N) {
+  const given = Type.Optional(Type.Unknown());
+  return Type.Object(
+    {
+      name,
+      namespace: Type.Optional(Type.String({ minLength: 1, maxLength: 63, pattern: DNS_LABEL })),
+      labels: Type.Optional(
+        Type.Record(
+          Type.String({ pattern: LABEL_KEY }),
+          Type.String({ maxLength: 63, pattern: LABEL_VALUE, description: "a label value is empty or up to 63 letters, digits, '-', '_' and '.', starting and ending with a letter or digit" }),
+        ),
+      ),
+      annotations: Type.Optional(Type.Record(Type.String(), Type.String())),
+      /** Set by Kubernetes; in a --config file they may be given, or left out. */
+      creationTimestamp: Type.Optional(Type.String({ format: "date-time" })),
+      generation: Type.Optional(Type.Integer({ minimum: 1 })),
+      generateName: given,
+      uid: given,
+      resourceVersion: given,
+      selfLink: given,
+      deletionTimestamp: given,
+      deletionGracePeriodSeconds: given,
+      ownerReferences: given,
+      finalizers: given,
+      managedFields: given,
+    },
+    { additionalProperties: false },
+  );
+}
+
+const Metadata = objectMeta(Type.String({ minLength: 1, maxLength: 63, pattern: DNS_LABEL }));
+
+/** What a resource's file may hold beside its spec: `status` too, as `kubectl get -o yaml` writes it. */
 function document<K extends string, S extends TSchema>(kind: K, apiVersion: string, spec: S) {
   return Type.Object(
-    { apiVersion: Type.Literal(apiVersion), kind: Type.Literal(kind), metadata: Metadata, spec },
-    { additionalProperties: true },
+    { apiVersion: Type.Literal(apiVersion), kind: Type.Literal(kind), metadata: Metadata, spec, status: Type.Optional(Type.Unknown()) },
+    { additionalProperties: false },
   );
 }
 
@@ -343,22 +373,31 @@ export type WebhookDestinationDocument = Static<typeof WebhookDestinationDocumen
 export const DeletionRequestDocument = document("DeletionRequest", API_VERSION, DeletionRequestSpec);
 export type DeletionRequestDocument = Static<typeof DeletionRequestDocument>;
 
+/**
+ * Base64 as the API server reads a Secret's `data` (Go's standard encoding: padded, line breaks
+ * ignored). Node's decoder takes anything, skipping what is not base64: plain text under `data`
+ * became a garbage write key or signing secret in files, where kubectl refuses it (found by a
+ * review).
+ */
+const B64 = "[A-Za-z0-9+/][\\r\\n]*";
+const BASE64 = `^[\\r\\n]*(?:(?:${B64}){4})*(?:(?:${B64}){2}=[\\r\\n]*=|(?:${B64}){3}=)?[\\r\\n]*$`;
+
 export const SecretDocument = Type.Object(
   {
     apiVersion: Type.Literal("v1"),
     kind: Type.Literal("Secret"),
-    metadata: Type.Object(
-      {
-        name: Type.String({ minLength: 1, maxLength: 253, pattern: DNS_SUBDOMAIN }),
-        namespace: Type.Optional(Type.String({ minLength: 1, maxLength: 63, pattern: DNS_LABEL })),
-      },
-      { additionalProperties: true },
-    ),
+    metadata: objectMeta(Type.String({ minLength: 1, maxLength: 253, pattern: DNS_SUBDOMAIN })),
     type: Type.Optional(Type.String()),
-    data: Type.Optional(Type.Record(Type.String({ pattern: SECRET_KEY }), Type.String({ contentEncoding: "base64" }))),
+    immutable: Type.Optional(Type.Boolean()),
+    data: Type.Optional(
+      Type.Record(
+        Type.String({ pattern: SECRET_KEY }),
+        Type.String({ pattern: BASE64, description: "a value under data is base64, as kubectl requires; put plain text under stringData" }),
+      ),
+    ),
     stringData: Type.Optional(Type.Record(Type.String({ pattern: SECRET_KEY }), Type.String())),
   },
-  { additionalProperties: true },
+  { additionalProperties: false },
 );
 export type SecretDocument = Static<typeof SecretDocument>;
 

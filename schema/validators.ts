@@ -2,7 +2,7 @@
 import { Ajv, type ErrorObject, type ValidateFunction } from "ajv";
 import type { Static, TSchema } from "@sinclair/typebox";
 import { BatchBody, MESSAGE_SCHEMAS, type MessageType } from "./messages.ts";
-import { SecretDocument, SourceDocument, WebhookDestinationDocument } from "./resources.ts";
+import { DeletionRequestDocument, SecretDocument, SourceDocument, WebhookDestinationDocument } from "./resources.ts";
 import { CompiledConfig, CompiledDestination, CompiledSource } from "./compiled-config.ts";
 import { DURATION_PATTERN } from "./duration.ts";
 
@@ -27,6 +27,7 @@ export const validateBatchBody = compile(forMessages, BatchBody);
 export const validateSourceDocument = compile(forDocuments, SourceDocument);
 export const validateWebhookDestinationDocument = compile(forDocuments, WebhookDestinationDocument);
 export const validateSecretDocument = compile(forDocuments, SecretDocument);
+export const validateDeletionRequestDocument = compile(forDocuments, DeletionRequestDocument);
 export const validateCompiledConfig = compile(forDocuments, CompiledConfig);
 export const validateCompiledSource = compile(forMessages, CompiledSource);
 export const validateCompiledDestination = compile(forMessages, CompiledDestination);

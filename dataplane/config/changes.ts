@@ -11,6 +11,8 @@ const DESTINATION_FIELDS: Partial<Record<keyof CompiledDestination, string>> = {
   timeoutMs: "timeout", retryWindowMs: "retryWindow", maxInFlight: "maxInFlight", standardWebhooks: "standardWebhooks",
 };
 const STOPPED = "nothing more is sent to it; what it has not been sent is kept a minute, in case it comes back";
+/** A destination's sourceSelector matching no Source: the operator's Ready message says so, and so does this. */
+export const MATCHES_NO_SOURCE = "its sourceSelector matches no Source: nothing reaches it";
 
 /**
  * "webhook default/orders added", "source default/website changed (write key)": what a reload
@@ -20,23 +22,26 @@ const STOPPED = "nothing more is sent to it; what it has not been sent is kept a
 export function configChanges(previous: CompiledConfig, next: CompiledConfig): string[] {
   const changes = [
     ...changesOf("source", previous.sources, next.sources, SOURCE_FIELDS, "its write keys are refused (401) now"),
-    ...changesOf("webhook", previous.destinations, next.destinations, DESTINATION_FIELDS, STOPPED),
+    // Found by a review: in a cluster, such a destination's Ready condition said so; dev did not.
+    ...changesOf("webhook", previous.destinations, next.destinations, DESTINATION_FIELDS, STOPPED, (d) => (d.enabled && d.sources.length === 0 ? `: ${MATCHES_NO_SOURCE}` : "")),
   ];
   return changes;
 }
 
-function changesOf<T extends CompiledSource | CompiledDestination>(kind: string, before: T[], after: T[], fields: Partial<Record<keyof T, string>>, stopped: string): string[] {
+function changesOf<T extends CompiledSource | CompiledDestination>(
+  kind: string, before: T[], after: T[], fields: Partial<Record<keyof T, string>>, stopped: string, warning: (r: T) => string = () => "",
+): string[] {
   const key = (r: T) => `${r.namespace}/${r.name}`;
   const was = new Map(before.map((r) => [key(r), r]));
   const is = new Map(after.map((r) => [key(r), r]));
   const changes: string[] = [];
   for (const [name, r] of is) {
     const old = was.get(name);
-    if (!old) changes.push(`${kind} ${name} added${r.enabled ? "" : ", disabled"}`);
-    else if (old.enabled !== r.enabled) changes.push(`${kind} ${name} ${r.enabled ? "enabled" : `disabled: ${stopped}`}`);
+    if (!old) changes.push(`${kind} ${name} added${r.enabled ? "" : ", disabled"}${warning(r)}`);
+    else if (old.enabled !== r.enabled) changes.push(`${kind} ${name} ${r.enabled ? `enabled${warning(r)}` : `disabled: ${stopped}`}`);
     else {
       const changed = (Object.keys(fields) as Array<keyof T>).filter((field) => JSON.stringify(old[field]) !== JSON.stringify(r[field]));
-      if (changed.length > 0) changes.push(`${kind} ${name} changed (${changed.map((field) => fields[field]).join(", ")})`);
+      if (changed.length > 0) changes.push(`${kind} ${name} changed (${changed.map((field) => fields[field]).join(", ")})${warning(r)}`);
     }
   }
   for (const [name, old] of was) if (!is.has(name)) changes.push(`${kind} ${name} removed${old.enabled ? `: ${stopped}` : ""}`);

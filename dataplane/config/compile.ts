@@ -3,6 +3,7 @@
 import {
   describeErrors,
   validateCompiledConfig,
+  validateDeletionRequestDocument,
   validateSecretDocument,
   validateSourceDocument,
   validateWebhookDestinationDocument,
@@ -13,7 +14,7 @@ import {
   type SourceDocument,
   type WebhookDestinationDocument,
 } from "../../schema/mod.ts";
-import { compileDestination, compileSource, secretValues, writeKeyDigests, type SecretLookup } from "./compile-resource.ts";
+import { compileDestination, compileSource, RefusedSecret, secretValues, writeKeyDigests, type SecretLookup } from "./compile-resource.ts";
 import { ConfigError } from "./errors.ts";
 import type { RawDocument } from "./load.ts";
 
@@ -39,11 +40,12 @@ interface Located<T> {
  * Secrets: a delivery's copy of the files needs no write keys, an ingest's no shared secrets (the
  * other part is empty, as the bucket's part is to a component that follows only its own).
  */
-export function compileConfig(documents: RawDocument[], part: ConfigPart = "all"): CompiledConfig {
+export function compileConfig(documents: RawDocument[], part: ConfigPart = "all", passedOver?: string[]): CompiledConfig {
   const problems: string[] = [];
   const sources: Located<SourceDocument>[] = [];
   const destinations: Located<WebhookDestinationDocument>[] = [];
   const secrets = new Map<string, Map<string, string>>(); // "ns/name" -> key -> value
+  const invalidSecrets = new Set<string>(); // "ns/name": reported already, not "does not exist" again
 
   for (const { origin, body, modifiedAt } of documents) {
     const kind = (body as { kind?: unknown })?.kind;
@@ -53,6 +55,12 @@ export function compileConfig(documents: RawDocument[], part: ConfigPart = "all"
       if (!valid) for (const problem of describeErrors(errors)) problems.push(`${label}: ${problem}`);
       return valid;
     };
+    const apiVersion = (body as { apiVersion?: unknown })?.apiVersion;
+    const ours = typeof apiVersion === "string" && apiVersion.startsWith("trackhook.io/");
+    // The API server drops a null where its schema allows none (`displayName: ~`, and the
+    // `creationTimestamp: null` of `kubectl create --dry-run -o yaml`): so do files.
+    if (ours) dropNulls((body as { spec?: unknown }).spec);
+    if (ours || kind === "Secret") dropNulls((body as { metadata?: unknown }).metadata);
     switch (kind) {
       case "Source":
         if (check(validateSourceDocument(body), validateSourceDocument.errors)) sources.push(locate(origin, body as SourceDocument));
@@ -66,26 +74,33 @@ export function compileConfig(documents: RawDocument[], part: ConfigPart = "all"
         if (check(validateSecretDocument(body), validateSecretDocument.errors)) {
           const secret = locate(origin, body as SecretDocument);
           secrets.set(`${secret.namespace}/${secret.doc.metadata.name}`, secretValues(secret.doc));
+        } else if (typeof name === "string") {
+          const namespace = (body as { metadata?: { namespace?: unknown } }).metadata?.namespace;
+          invalidSecrets.add(`${typeof namespace === "string" ? namespace : DEFAULT_NAMESPACE}/${name}`);
         }
         break;
       case "DeletionRequest":
-        // A request acts once, when created; a config file is read again on every change.
-        problems.push(`${label}: DeletionRequest is acted on by the operator in a cluster; without one, run \`trackhook delete-user --config <file|dir> --source <ns/name> --user-id <id>\``);
+        // A request acts once, when created, and a config file is read again on every change: from
+        // files, one is checked and passed over, said (found by a review: refused, it stopped dev
+        // and delete-user on a GitOps folder that keeps them beside its Sources).
+        if (check(validateDeletionRequestDocument(body), validateDeletionRequestDocument.errors)) {
+          passedOver?.push(`${label}: passed over: the operator acts on a DeletionRequest in a cluster; without one, send its notices with \`trackhook delete-user --config <file|dir> --source <ns/name> --user-id <id>\``);
+        }
         break;
       default: {
         // A directory applied with `kubectl apply -f` holds other kinds too (the Namespace, a
         // Deployment): those are not ours to judge. A trackhook.io kind we do not know, or a
         // document with no kind, is a mistake.
-        const apiVersion = (body as { apiVersion?: unknown })?.apiVersion;
-        if (typeof kind === "string" && typeof apiVersion === "string" && !apiVersion.startsWith("trackhook.io/")) break;
-        problems.push(`${label}: kind must be one of Source, WebhookDestination, Secret`);
+        if (typeof kind === "string" && typeof apiVersion === "string" && !ours) break;
+        problems.push(`${label}: kind must be one of Source, WebhookDestination, DeletionRequest, Secret`);
       }
     }
   }
 
   checkUnique(sources, "Source", problems);
   checkUnique(destinations, "WebhookDestination", problems);
-  const lookup: SecretLookup = (namespace, name) => secrets.get(`${namespace}/${name}`);
+  const lookup: SecretLookup = (namespace, name) =>
+    invalidSecrets.has(`${namespace}/${name}`) ? new RefusedSecret(`Secret ${namespace}/${name} is not valid (see its document)`) : secrets.get(`${namespace}/${name}`);
 
   const compiledSources: CompiledSource[] = [];
   const digests = new Map<string, string>();
@@ -119,6 +134,19 @@ export function compileConfig(documents: RawDocument[], part: ConfigPart = "all"
   const compiled: CompiledConfig = { sources: compiledSources, destinations: compiledDestinations };
   if (!validateCompiledConfig(compiled)) throw new ConfigError(describeErrors(validateCompiledConfig.errors));
   return compiled;
+}
+
+/** Removes every null-valued field, at any depth. */
+function dropNulls(value: unknown): void {
+  if (value === null || typeof value !== "object") return;
+  if (Array.isArray(value)) {
+    value.forEach(dropNulls);
+    return;
+  }
+  for (const [key, field] of Object.entries(value)) {
+    if (field === null) delete (value as Record<string, unknown>)[key];
+    else dropNulls(field);
+  }
 }
 
 function locate<T extends { metadata: { namespace?: string } }>(origin: string, doc: T): Located<T> {

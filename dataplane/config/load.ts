@@ -2,7 +2,7 @@
 // a user would `kubectl apply`. A directory contributes its *.yaml, *.yml and *.json files.
 import { readFileSync, readdirSync, statSync } from "node:fs";
 import { join } from "node:path";
-import { parseAllDocuments } from "yaml";
+import { parseAllDocuments, type Tags } from "yaml";
 import { ConfigError } from "./errors.ts";
 
 export interface RawDocument {
@@ -14,6 +14,18 @@ export interface RawDocument {
 }
 
 const CONFIG_FILE = /\.(ya?ml|json)$/i;
+
+/**
+ * YAML as kubectl reads it (YAML 1.1, go-yaml v2): `yes`, `no`, `on`, `off` are booleans, `010`
+ * is 8, `1_000` is 1000, `<<` merges; but `12:30` and `2024-01-01` stay strings, as go-yaml reads
+ * base-60 numbers and timestamps so. Found by a review: read as YAML 1.2, `maxInFlight: 010` was
+ * 10 in files and 8 in a cluster, and `enabled: off` was refused.
+ */
+const KUBECTL_YAML = {
+  version: "1.1",
+  customTags: (tags: Tags) =>
+    tags.filter((tag) => (typeof tag === "string" ? !["timestamp", "intTime", "floatTime"].includes(tag) : tag.format !== "TIME" && tag.tag !== "tag:yaml.org,2002:timestamp")),
+} as const;
 
 export function configFiles(path: string): string[] {
   let stat;
@@ -67,7 +79,7 @@ function parseFile(file: string, text: string): ParsedFile {
   const documents: ParsedFile["documents"] = [];
   const problems: string[] = [];
   // prettyErrors off: a pretty error quotes the offending line, which may hold a secret.
-  parseAllDocuments(text, { prettyErrors: false }).forEach((doc, index) => {
+  parseAllDocuments(text, { prettyErrors: false, ...KUBECTL_YAML }).forEach((doc, index) => {
     const origin = `${file}, document ${index + 1}`;
     const [error] = doc.errors;
     if (error) {
@@ -80,10 +92,16 @@ function parseFile(file: string, text: string): ParsedFile {
     }
     const body = doc.toJS();
     if (body === null || body === undefined) return; // an empty document between `---` lines
-    // What `kubectl get ... -o yaml` writes: a List of the objects.
-    const items = (body as { kind?: unknown; items?: unknown }).kind === "List" ? (body as { items?: unknown }).items : undefined;
-    if (Array.isArray(items)) items.forEach((item: unknown, i) => documents.push({ origin: `${origin}, item ${i + 1}`, body: item }));
-    else documents.push({ origin, body });
+    // What `kubectl get ... -o yaml` writes: a List of the objects; or a typed list (SecretList,
+    // SourceList), whose items may leave their kind and apiVersion to the list's, as kubectl takes them.
+    const { kind, apiVersion, items } = body as { kind?: unknown; apiVersion?: unknown; items?: unknown };
+    if (typeof kind === "string" && kind.endsWith("List") && Array.isArray(items)) {
+      const itemKind = kind === "List" ? undefined : kind.slice(0, -"List".length);
+      items.forEach((item: unknown, i) => {
+        const typed = itemKind && item !== null && typeof item === "object" && !("kind" in item) ? { kind: itemKind, apiVersion, ...item } : item;
+        documents.push({ origin: `${origin}, item ${i + 1}`, body: typed });
+      });
+    } else documents.push({ origin, body });
   });
   return { text, documents, problems };
 }

@@ -35,10 +35,11 @@ export function loadConfigFile(path: string, parsed?: ParsedFiles, part: ConfigP
  * delivery's part is empty of Sources even when they are there: found by a review, the last
  * destination taken out of delivery's files was refused as "the config now holds no Source").
  */
-function readConfigFiles(path: string, parsed: ParsedFiles | undefined, part: ConfigPart): { config: CompiledConfig; holdsResources: boolean } {
+function readConfigFiles(path: string, parsed: ParsedFiles | undefined, part: ConfigPart): { config: CompiledConfig; holdsResources: boolean; passedOver: string[] } {
   const documents = loadDocuments(path, parsed);
   const holdsResources = documents.some(({ body }) => ["Source", "WebhookDestination"].includes((body as { kind?: unknown } | null)?.kind as string));
-  return { config: compileConfig(documents, part), holdsResources };
+  const passedOver: string[] = [];
+  return { config: compileConfig(documents, part, passedOver), holdsResources, passedOver };
 }
 
 /** A config that never changes (tests, one-shot commands). */
@@ -121,6 +122,8 @@ export class FileConfigProvider extends ConfigHolder {
   readonly #part: ConfigPart;
   /** The files in force hold a Source or a WebhookDestination (of any part). */
   #holdsResources: boolean;
+  /** Documents of the files in force that were checked and passed over (DeletionRequests), each said once. */
+  #passedOver = new Set<string>();
 
   constructor(
     path: string,
@@ -135,6 +138,7 @@ export class FileConfigProvider extends ConfigHolder {
     this.#parsed = parsed;
     this.path = path;
     this.log = log;
+    this.#notePassedOver(first.passedOver);
     this.#settleMs = settleMs;
     const isDir = statSync(path).isDirectory();
     const dir = isDir ? path : dirname(path);
@@ -193,9 +197,10 @@ export class FileConfigProvider extends ConfigHolder {
     clearTimeout(this.#settling);
     let next: CompiledConfig | undefined;
     let holdsResources = false;
+    let passedOver: string[] = [];
     let problems: string[] = [];
     try {
-      ({ config: next, holdsResources } = readConfigFiles(this.path, this.#parsed, this.#part));
+      ({ config: next, holdsResources, passedOver } = readConfigFiles(this.path, this.#parsed, this.#part));
     } catch (err) {
       problems = err instanceof ConfigError ? err.problems : [String(err)];
     }
@@ -235,6 +240,7 @@ export class FileConfigProvider extends ConfigHolder {
       return;
     }
     this.#holdsResources = holdsResources;
+    this.#notePassedOver(passedOver);
     const recovered = this.#failing;
     this.#failing = false;
     if (unchanged) {
@@ -251,6 +257,12 @@ export class FileConfigProvider extends ConfigHolder {
     this.log.info({ path: this.path, ...counts, changes: configChanges(current, next) }, "config reloaded");
     this.set(next);
     this.#tell({ outcome: "applied", previous: current, next, recovered });
+  }
+
+  /** Says, once each, what the files hold that this process passes over. */
+  #notePassedOver(notes: string[]): void {
+    for (const note of notes) if (!this.#passedOver.has(note)) this.log.warn({ path: this.path }, note);
+    this.#passedOver = new Set(notes);
   }
 
   override close(): void {

@@ -824,7 +824,7 @@ spec: { sources: [website], urls: ["http://127.0.0.1:${port}/hook"] }
       writeFileSync(file, example.replace("writeKey: dev-write-key", "writeKey: rotated-key") + hook("http://127.0.0.1:9/b"));
       await line(new RegExp(`config +${name} {2}reloaded: source default/website changed \\(write key\\); webhook default/orders changed \\(urls\\)$`, "m"));
       writeFileSync(file, example.replace("kind: Source", "kind: Sourc"));
-      await line(new RegExp(`config refused +${name} {2}the previous config stays: .*document 2 \\(Sourc website\\): kind must be one of Source, WebhookDestination, Secret$`, "m"));
+      await line(new RegExp(`config refused +${name} {2}the previous config stays: .*document 2 \\(Sourc website\\): kind must be one of Source, WebhookDestination, DeletionRequest, Secret$`, "m"));
       writeFileSync(file, example.replace("writeKey: dev-write-key", "writeKey: rotated-key") + hook("http://127.0.0.1:9/b"));
       await line(new RegExp(`config +${name} {2}valid again: nothing a source or webhook does changed$`, "m"));
       writeFileSync(file, example);

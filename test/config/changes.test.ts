@@ -26,6 +26,17 @@ describe("configChanges", () => {
     ]);
   });
 
+  it("says when a webhook's sourceSelector matches no Source, as the operator's Ready message does (found by a parity review)", () => {
+    const before = config([source("web")], [webhook("a"), webhook("b", { enabled: false })]);
+    const after = config([source("web")], [webhook("a", { sources: [] }), webhook("b", { sources: [] }), webhook("c", { sources: [] }), webhook("d", { sources: [], enabled: false })]);
+    expect(configChanges(before, after)).toEqual([
+      "webhook default/a changed (sources): its sourceSelector matches no Source: nothing reaches it",
+      "webhook default/b enabled: its sourceSelector matches no Source: nothing reaches it",
+      "webhook default/c added: its sourceSelector matches no Source: nothing reaches it",
+      "webhook default/d added, disabled",
+    ]);
+  });
+
   it("names changed fields as the YAML does, never their values", () => {
     const before = config([source("web")], [webhook("a", { sharedSecret: "s3cret-one" })]);
     const after = config([source("web", { writeKeySha256: "b".repeat(64), rateLimit: { perSecond: 10, burst: 20 } })], [webhook("a", { sharedSecret: "s3cret-two", timeoutMs: 2_000, retryWindowMs: 60_000 })]);

@@ -3,7 +3,7 @@
 import { statSync, utimesSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { describe, expect, it } from "vitest";
-import { ConfigError, compileDestination, loadConfigFile, sha256Hex } from "../../dataplane/config/mod.ts";
+import { ConfigError, compileConfig, compileDestination, loadConfigFile, loadDocuments, sha256Hex } from "../../dataplane/config/mod.ts";
 import type { WebhookDestinationDocument } from "../../schema/mod.ts";
 import { tempDir } from "../harness/temp.ts";
 
@@ -365,13 +365,117 @@ spec: { sources: [web], urls: ["https://hooks.example.com/in"], timeout: 5, retr
     expect(problem).not.toContain("super-secret-123");
   });
 
-  it("points a DeletionRequest in a config file to trackhook delete-user", () => {
-    const dir = configDir({ "a.yaml": "apiVersion: trackhook.io/v1alpha1\nkind: DeletionRequest\nmetadata: { name: gdpr }\nspec: { userIds: [u1] }\n" });
-    expect(problemsOf(dir)).toEqual([expect.stringMatching(/\(DeletionRequest gdpr\): DeletionRequest is acted on by the operator in a cluster; without one, run `trackhook delete-user/)]);
-  });
-
   it("reports a missing path", () => {
     expect(problemsOf("/no/such/trackhook/config")).toEqual(["/no/such/trackhook/config: no such file or directory"]);
+  });
+});
+
+describe("the same YAML in files as in a cluster (found by a parity review: files took what kubectl refuses, or read it otherwise)", () => {
+  const keyOf = (dir: string) => loadConfigFile(dir).sources[0]!.writeKeySha256;
+
+  it("refuses a Secret's data that is not base64, as kubectl does, without quoting it (it became a garbage write key or signing secret)", () => {
+    for (const value of ["app-write-key-2025", "ZGV2LXdyaXRlLWtleQ", "ZGV2_d3JpdGU-a2V5"]) {
+      const dir = configDir({ "a.yaml": `apiVersion: v1\nkind: Secret\nmetadata: { name: k }\ndata: { writeKey: ${value} }\n---\n${source("web", "k", "writeKey")}` });
+      const problems = problemsOf(dir);
+      expect(problems).toEqual([
+        expect.stringMatching(/\(Secret k\): data\.writeKey: is not valid: a value under data is base64, as kubectl requires; put plain text under stringData$/),
+        expect.stringMatching(/\(Source web\): spec\.writeKeySecretRef: Secret default\/k is not valid \(see its document\)$/),
+      ]);
+      expect(problems.join("\n")).not.toContain(value);
+    }
+  });
+
+  it("reads a Secret's base64 padded, or broken over lines as a YAML block writes it", () => {
+    const padded = Buffer.from("dev-write-key").toString("base64");
+    expect(keyOf(configDir({ "a.yaml": [secret("k", "writeKey", "dev-write-key"), source("web", "k", "writeKey")].join("---\n") }))).toBe(sha256Hex("dev-write-key"));
+    const lines = `apiVersion: v1\nkind: Secret\nmetadata: { name: k }\ndata:\n  writeKey: |\n    ${padded.slice(0, 8)}\n    ${padded.slice(8)}\n---\n${source("web", "k", "writeKey")}`;
+    expect(keyOf(configDir({ "a.yaml": lines }))).toBe(sha256Hex("dev-write-key"));
+  });
+
+  it("checks a DeletionRequest and passes over it, saying so: it stopped dev and delete-user on a folder that keeps them", () => {
+    const request = "apiVersion: trackhook.io/v1alpha1\nkind: DeletionRequest\nmetadata: { name: gdpr }\nspec: { userIds: [u1] }\n";
+    const dir = configDir({ "a.yaml": [secret("k", "writeKey", "s3cret"), source("web", "k", "writeKey"), request].join("---\n") });
+    const passedOver: string[] = [];
+    expect(compileConfig(loadDocuments(dir), "all", passedOver).sources).toHaveLength(1);
+    expect(passedOver).toEqual([expect.stringMatching(/\(DeletionRequest gdpr\): passed over: the operator acts on a DeletionRequest in a cluster; without one, send its notices with `trackhook delete-user/)]);
+    const broken = configDir({ "a.yaml": request.replace("userIds: [u1]", "userIds: []") });
+    expect(problemsOf(broken)).toEqual([expect.stringMatching(/\(DeletionRequest gdpr\): spec\.userIds: must NOT have fewer than 1 items$/)]);
+  });
+
+  it("reads YAML 1.1 as kubectl does: yes/no/on/off are booleans, 010 is 8, 1_000 is 1000, << merges; 12:30 and dates stay strings", () => {
+    const dir = configDir({
+      "a.yaml": [
+        secret("k", "writeKey", "s3cret"),
+        source("web", "k", "writeKey"),
+        `apiVersion: trackhook.io/v1alpha1
+kind: WebhookDestination
+metadata: { name: octal, annotations: { since: 2024-01-01 } }
+spec:
+  sources: [web]
+  urls: ["https://hooks.example.com/in"]
+  maxInFlight: 010
+  enabled: off
+  headers: [{ name: X-Window, value: 12:30 }]
+`,
+        `apiVersion: trackhook.io/v1alpha1
+kind: WebhookDestination
+metadata: { name: merged }
+spec:
+  <<: { sources: [web], timeout: 10s }
+  urls: ["https://hooks.example.com/in"]
+  maxInFlight: 1_000
+  enabled: yes
+`,
+      ].join("---\n"),
+    });
+    const byName = new Map(loadConfigFile(dir).destinations.map((d) => [d.name, d]));
+    expect(byName.get("octal")).toMatchObject({ maxInFlight: 8, enabled: false, headers: [{ name: "X-Window", value: "12:30" }] });
+    expect(byName.get("merged")).toMatchObject({ maxInFlight: 1000, enabled: true, timeoutMs: 10_000, sources: ["web"] });
+    // `value: yes` is a boolean to kubectl too, which refuses it.
+    const yes = configDir({ "a.yaml": [secret("k", "writeKey", "s3cret"), source("web", "k", "writeKey"), destination("d", "\n  headers: [{ name: X-On, value: yes }]")].join("---\n") });
+    expect(problemsOf(yes)).toEqual([expect.stringMatching(/\(WebhookDestination d\): spec\.headers\[0\]\.value: must be string/)]);
+  });
+
+  it("refuses a field Kubernetes does not know, and label values it refuses; takes what `kubectl get -o yaml` writes", () => {
+    const stray = configDir({ "a.yaml": [secret("k", "writeKey", "s3cret"), `${source("web", "k", "writeKey")}labels: { tier: front }\n`].join("---\n") });
+    expect(problemsOf(stray)).toEqual([expect.stringMatching(/\(Source web\): \(document\): has unknown field "labels"$/)]);
+    const spaced = configDir({ "a.yaml": [secret("k", "writeKey", "s3cret"), source("web", "k", "writeKey").replace("{ name: web }", "{ name: web, labels: { tier: growth team } }")].join("---\n") });
+    expect(problemsOf(spaced)).toEqual([expect.stringMatching(/\(Source web\): metadata\.labels\.tier: is not valid: a label value is empty or up to 63/)]);
+    const exported = configDir({
+      "a.yaml": `apiVersion: v1
+kind: List
+items:
+- apiVersion: v1
+  kind: Secret
+  type: Opaque
+  metadata: { name: k, namespace: default, uid: 5d1c, resourceVersion: "42", creationTimestamp: null, managedFields: [{ manager: kubectl }] }
+  data: { writeKey: ${Buffer.from("s3cret").toString("base64")} }
+- apiVersion: trackhook.io/v1alpha1
+  kind: Source
+  metadata: { name: web, namespace: default, uid: 7e2a, generation: 3, finalizers: [trackhook.io/cleanup], creationTimestamp: "2026-11-25T10:00:00Z" }
+  spec: { writeKeySecretRef: { name: k, key: writeKey }, displayName: ~ }
+  status: { conditions: [{ type: Ready, status: "True" }], observedGeneration: 3 }
+`,
+    });
+    expect(keyOf(exported)).toBe(sha256Hex("s3cret"));
+  });
+
+  it("reads a typed list (SecretList, SourceList), its items taking the list's kind as kubectl does", () => {
+    const dir = configDir({
+      "a.yaml": `apiVersion: v1
+kind: SecretList
+items:
+- metadata: { name: k }
+  stringData: { writeKey: s3cret }
+---
+apiVersion: trackhook.io/v1alpha1
+kind: SourceList
+items:
+- metadata: { name: web }
+  spec: { writeKeySecretRef: { name: k, key: writeKey } }
+`,
+    });
+    expect(loadConfigFile(dir).sources).toEqual([expect.objectContaining({ name: "web", writeKeySha256: sha256Hex("s3cret") })]);
   });
 });
 

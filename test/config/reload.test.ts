@@ -183,6 +183,25 @@ describe("the log of a file config", () => {
     }
   });
 
+  it("says once that a DeletionRequest in the files is passed over, and again for a new one (found by a parity review: it stopped dev)", async () => {
+    const own = tempDir("reload-deletion");
+    const request = (name: string) => `---\napiVersion: trackhook.io/v1alpha1\nkind: DeletionRequest\nmetadata: { name: ${name} }\nspec: { userIds: [u-1] }\n`;
+    const path = join(own, "sources.yaml");
+    writeFileSync(path, doc({ web: "key-one" }) + request("gdpr-1"));
+    const lines: Array<Record<string, unknown>> = [];
+    const watched = new FileConfigProvider(path, createLogger({ level: "info", destination: { write: (line: string) => lines.push(JSON.parse(line) as Record<string, unknown>) } }), { debounceMs: 20, settleMs: 100 });
+    const passedOver = () => lines.filter((l) => String(l.msg).includes("passed over")).map((l) => String(l.msg).match(/DeletionRequest (\S+)\)/)?.[1]);
+    try {
+      expect(passedOver()).toEqual(["gdpr-1"]);
+      expect(lines.find((l) => String(l.msg).includes("passed over"))).toMatchObject({ level: 40 });
+      writeFileSync(path, doc({ web: "key-two" }) + request("gdpr-1") + request("gdpr-2"));
+      await eventually(async () => lines.some((l) => l.msg === "config reloaded"));
+      expect(passedOver()).toEqual(["gdpr-1", "gdpr-2"]);
+    } finally {
+      watched.close();
+    }
+  });
+
   it("delivery's files may lose their last destination while they hold Sources (found by a review: refused as 'the config now holds no Source and no WebhookDestination')", async () => {
     const own = tempDir("reload-last-destination");
     const source = "apiVersion: trackhook.io/v1alpha1\nkind: Source\nmetadata: { name: web }\nspec: { writeKeySecretRef: { name: keys, key: writeKey } }\n";

@@ -15,7 +15,11 @@ const root = fileURLToPath(new URL("../..", import.meta.url));
 const CLI = join(root, "cli", "main.ts");
 const env = useDelivery();
 
-/** The documents `--config` reads: Sources `shop` (with a webhook) and `quiet` (without); without their write keys, as a delivery machine holds them. */
+/**
+ * The documents `--config` reads: Sources `shop` (with a webhook) and `quiet` (without); without
+ * their write keys, as a delivery machine holds them. And a DeletionRequest, as a GitOps folder
+ * keeps them (found by a parity review: delete-user refused such a folder).
+ */
 function configFile({ withKeys = true } = {}): string {
   const dir = tempDir("delete-user");
   writeFileSync(
@@ -34,6 +38,11 @@ apiVersion: trackhook.io/v1alpha1
 kind: WebhookDestination
 metadata: { name: hook }
 spec: { sources: [shop], urls: ["${env.receiver.url("/deletes")}"] }
+---
+apiVersion: trackhook.io/v1alpha1
+kind: DeletionRequest
+metadata: { name: gdpr-2026-001 }
+spec: { userIds: [u-9] }
 `,
   );
   return dir;
