@@ -134,6 +134,7 @@ export async function buildIngestApp(deps: IngestAppDeps, input: IngestOptionsIn
   let closing = false;
   app.addHook("preClose", async () => {
     closing = true;
+    publisher.stopHolding(); // NATS away at shutdown: 503 now, not at the end of each wait
   });
   app.addHook("onSend", (request, reply, payload, done) => {
     if (closing) reply.header("connection", "close");

@@ -203,19 +203,50 @@ function logServerError(log: Logger, lines: KeyedLogInterval, error: Error): voi
 
 /** Per followed connection, since when (ms) it is between a disconnect and the next reconnect; 0 while connected. */
 const disconnectedSince = new WeakMap<NatsConnection, number>();
+/** Per followed connection, who waits for it to be up again (natsConnectedWithin). */
+const reconnectWaiters = new WeakMap<NatsConnection, Set<() => void>>();
 
 /** Starts following a connection's disconnects and reconnects (once per connection). */
 function followConnection(nc: NatsConnection): void {
   if (disconnectedSince.has(nc)) return;
   disconnectedSince.set(nc, 0);
+  const waiters = new Set<() => void>();
+  reconnectWaiters.set(nc, waiters);
+  const wake = () => [...waiters].forEach((waiter) => waiter());
   void (async () => {
     for await (const status of nc.status()) {
       if (status.type === "disconnect") disconnectedSince.set(nc, Date.now());
       // Followed from after a disconnect, the attempts to reconnect are what says so.
       else if (status.type === "reconnecting" && disconnectedSince.get(nc) === 0) disconnectedSince.set(nc, Date.now());
-      else if (status.type === "reconnect") disconnectedSince.set(nc, 0);
+      else if (status.type === "reconnect") {
+        disconnectedSince.set(nc, 0);
+        wake();
+      }
     }
+    wake(); // closed: nothing more to wait for
   })();
+}
+
+/**
+ * Resolves true as soon as the connection is up (at once if it is), false after `ms` without a
+ * reconnect, once it is closed, or when `cancel` fires.
+ */
+export function natsConnectedWithin(nc: NatsConnection, ms: number, cancel?: AbortSignal): Promise<boolean> {
+  followConnection(nc);
+  if (natsDisconnectedForMs(nc) === 0) return Promise.resolve(true);
+  if (nc.isClosed() || cancel?.aborted) return Promise.resolve(false);
+  const waiters = reconnectWaiters.get(nc)!;
+  return new Promise((resolve) => {
+    const done = () => {
+      clearTimeout(timer);
+      waiters.delete(done);
+      cancel?.removeEventListener("abort", done);
+      resolve(natsDisconnectedForMs(nc) === 0 && !cancel?.aborted);
+    };
+    const timer = setTimeout(done, ms);
+    waiters.add(done);
+    cancel?.addEventListener("abort", done, { once: true });
+  });
 }
 
 /** How long the connection has been disconnected (0: connected; Infinity: closed). Followed from the first call on. */

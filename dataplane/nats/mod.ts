@@ -3,7 +3,7 @@ export {
   eventSubject, eventMsgId, namespaceSubjects, sourceSubjects, sourceOfEventSubject, replaySubject, dlqSubject, parseDlqSubject, attemptsSubject, firstDeliverySubject, consumerName, parseConsumerName,
 } from "./subjects.ts";
 export { eventsStreamConfig, dlqStreamConfig, attemptsStreamConfig, ensureStream, StreamIsMirrorError, StreamStorageRefusedError, hasMessagesOn, isStreamNotFound, isConsumerNotFound, keptSettings, DEFAULT_SIDE_STREAM, type EventsStreamSettings, type SideStreamSettings, type StreamSettingChange } from "./streams.ts";
-export { INBOX_PREFIX, MIN_NATS_SERVER, NatsServerTooOldError, checkServerVersion, compareVersions, connectNats, inboxPrefixOf, isNatsConnected, natsConnectedGauge, natsDisconnectedForMs, isAuthError, type Component, type ConnectOptions } from "./connect.ts";
+export { INBOX_PREFIX, MIN_NATS_SERVER, NatsServerTooOldError, checkServerVersion, compareVersions, connectNats, inboxPrefixOf, isNatsConnected, natsConnectedGauge, natsDisconnectedForMs, natsConnectedWithin, isAuthError, type Component, type ConnectOptions } from "./connect.ts";
 export { TurnBatch } from "./turn-batch.ts";
 export { msgIdHeader, InvalidMsgIdError } from "./publish-wire.ts";
 export { LocalNatsServer, NatsServerNotFoundError, findNatsServer, type LocalNatsServerOptions } from "./local-server.ts";
