@@ -71,8 +71,30 @@ describe("readiness", () => {
   });
 });
 
-describe("a request held while NATS is away, at shutdown", () => {
-  it("is answered 503 at once, not at the end of its wait", async () => {
+describe("requests held while NATS is away", () => {
+  it("hold at most 16 MiB of messages: beyond it, they are answered 503 at once", async () => {
+    const nats = await startNats();
+    await ensureStream(nats.jsm, eventsStreamConfig(DEFAULT_STREAM));
+    const app = await buildIngestApp({ nc: await nats.connect(), config: configFromYaml(TEST_CONFIG) }, { publishTimeoutMs: 4_000 });
+    const url = await app.listen({ host: "127.0.0.1", port: 0 });
+    try {
+      await nats.server.kill("SIGKILL");
+      await expect.poll(async () => (await fetch(`${url}/readyz`)).status, { timeout: 10_000 }).toBe(503);
+      // 40 batches of 20 items of 24 KB: 19.2 MB in all, some 34 of them fit in 16 MiB.
+      const batch = () => ({ batch: Array.from({ length: 20 }, (_, i) => ({ type: "track", userId: "u", event: "Big", messageId: `big-${Math.random()}-${i}`, properties: { pad: "x".repeat(24_000) } })) });
+      const started = Date.now();
+      const answers = await Promise.all(Array.from({ length: 40 }, () => post(`${url}/v1/batch`, batch(), { headers: { authorization: basic(WRITE_KEY) } }).then((r) => ({ status: r.status, ms: Date.now() - started }))));
+      expect(answers.every((a) => a.status === 503)).toBe(true);
+      const atOnce = answers.filter((a) => a.ms < 2_000).length;
+      expect(atOnce).toBeGreaterThanOrEqual(3);
+      expect(atOnce).toBeLessThanOrEqual(12);
+    } finally {
+      await app.close();
+      await nats.stop();
+    }
+  });
+
+  it("are answered 503 at once at shutdown, not at the end of their wait", async () => {
     const nats = await startNats();
     await ensureStream(nats.jsm, eventsStreamConfig(DEFAULT_STREAM));
     const app = await buildIngestApp({ nc: await nats.connect(), config: configFromYaml(TEST_CONFIG) }, { publishTimeoutMs: 20_000 });
