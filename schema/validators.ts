@@ -51,8 +51,19 @@ export function describeErrors(errors: ErrorObject[] | null | undefined): string
         : e.keyword === "additionalProperties" ? `has unknown field "${e.params.additionalProperty}"`
         : e.keyword === "pattern" && e.params.pattern === DURATION_PATTERN ? `"${String(e.data)}" is not a duration (a number and a unit: ms, s, m, h; e.g. 4h, 90m, 1h30m)`
         : e.keyword === "pattern" && about ? `is not valid: ${about}`
-        : e.keyword === "type" && about ? `${e.message} (${about})`
-        : e.message;
+        : e.keyword === "type" && about ? `${e.message} (${about})${yamlHint(e)}`
+        : `${e.message}${yamlHint(e)}`;
       return `${field || "(document)"}: ${detail}`;
     });
+}
+
+/**
+ * A string expected and a boolean or number found: YAML read an unquoted value so (YAML 1.1, as
+ * kubectl reads it: `on`, `yes`, `n` are booleans; `010` a number), which a person rarely sees.
+ */
+function yamlHint(e: ErrorObject): string {
+  const found = typeof e.data;
+  return e.keyword === "type" && e.params.type === "string" && (found === "boolean" || found === "number")
+    ? `; YAML read it as a ${found} (in YAML 1.1, as kubectl reads it, yes, no, on, off, y and n are booleans): quote it`
+    : "";
 }

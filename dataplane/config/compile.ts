@@ -59,8 +59,18 @@ export function compileConfig(documents: RawDocument[], part: ConfigPart = "all"
     const ours = typeof apiVersion === "string" && apiVersion.startsWith("trackhook.io/");
     // The API server drops a null where its schema allows none (`displayName: ~`, and the
     // `creationTimestamp: null` of `kubectl create --dry-run -o yaml`): so do files.
-    if (ours) dropNulls((body as { spec?: unknown }).spec);
-    if (ours || kind === "Secret") dropNulls((body as { metadata?: unknown }).metadata);
+    if (ours) {
+      dropNulls((body as { spec?: unknown }).spec);
+      dropNulls((body as { metadata?: unknown }).metadata);
+    }
+    if (kind === "Secret") dropNulls(body, 2); // `data:` left empty by a template, and its metadata
+    // Encrypted with SOPS (Flux decrypts it when it applies it): its values are ciphertext. Passed
+    // over, said, so that the plain Secret of a git-ignored file beside it is the one read (found by
+    // a review: refused, the folder's every Source was).
+    if (body !== null && typeof body === "object" && "sops" in body) {
+      passedOver?.push(`${label}: passed over: encrypted with SOPS; give this process the decrypted ${typeof kind === "string" ? kind : "document"} in a file of its own (one that Git ignores)`);
+      continue;
+    }
     switch (kind) {
       case "Source":
         if (check(validateSourceDocument(body), validateSourceDocument.errors)) sources.push(locate(origin, body as SourceDocument));
@@ -100,7 +110,7 @@ export function compileConfig(documents: RawDocument[], part: ConfigPart = "all"
   checkUnique(sources, "Source", problems);
   checkUnique(destinations, "WebhookDestination", problems);
   const lookup: SecretLookup = (namespace, name) =>
-    invalidSecrets.has(`${namespace}/${name}`) ? new RefusedSecret(`Secret ${namespace}/${name} is not valid (see its document)`) : secrets.get(`${namespace}/${name}`);
+    secrets.get(`${namespace}/${name}`) ?? (invalidSecrets.has(`${namespace}/${name}`) ? new RefusedSecret(`Secret ${namespace}/${name} is not valid (see its document)`) : undefined);
 
   const compiledSources: CompiledSource[] = [];
   const digests = new Map<string, string>();
@@ -136,16 +146,16 @@ export function compileConfig(documents: RawDocument[], part: ConfigPart = "all"
   return compiled;
 }
 
-/** Removes every null-valued field, at any depth. */
-function dropNulls(value: unknown): void {
-  if (value === null || typeof value !== "object") return;
+/** Removes every null-valued field, down to `depth` levels of objects (1: the object's own fields). */
+function dropNulls(value: unknown, depth = Infinity): void {
+  if (value === null || typeof value !== "object" || depth < 1) return;
   if (Array.isArray(value)) {
-    value.forEach(dropNulls);
+    for (const item of value) dropNulls(item, depth);
     return;
   }
   for (const [key, field] of Object.entries(value)) {
     if (field === null) delete (value as Record<string, unknown>)[key];
-    else dropNulls(field);
+    else dropNulls(field, depth - 1);
   }
 }
 

@@ -229,7 +229,7 @@ function followConnection(nc: NatsConnection): void {
 
 /**
  * Resolves true as soon as the connection is up (at once if it is), false after `ms` without a
- * reconnect, once it is closed, or when `cancel` fires.
+ * reconnect, once it is closed, or when `cancel` fires (the caller tells which by its signal).
  */
 export function natsConnectedWithin(nc: NatsConnection, ms: number, cancel?: AbortSignal): Promise<boolean> {
   followConnection(nc);

@@ -433,7 +433,7 @@ spec:
     expect(byName.get("merged")).toMatchObject({ maxInFlight: 1000, enabled: true, timeoutMs: 10_000, sources: ["web"] });
     // `value: yes` is a boolean to kubectl too, which refuses it.
     const yes = configDir({ "a.yaml": [secret("k", "writeKey", "s3cret"), source("web", "k", "writeKey"), destination("d", "\n  headers: [{ name: X-On, value: yes }]")].join("---\n") });
-    expect(problemsOf(yes)).toEqual([expect.stringMatching(/\(WebhookDestination d\): spec\.headers\[0\]\.value: must be string/)]);
+    expect(problemsOf(yes)).toEqual([expect.stringMatching(/\(WebhookDestination d\): spec\.headers\[0\]\.value: must be string .*; YAML read it as a boolean \(in YAML 1\.1, as kubectl reads it, yes, no, on, off, y and n are booleans\): quote it$/)]);
   });
 
   it("refuses a field Kubernetes does not know, and label values it refuses; takes what `kubectl get -o yaml` writes", () => {
@@ -458,6 +458,22 @@ items:
 `,
     });
     expect(keyOf(exported)).toBe(sha256Hex("s3cret"));
+  });
+
+  it("passes over a Secret encrypted with SOPS, saying so, for the plain one of a git-ignored file beside it (found by a review: the folder was refused)", () => {
+    const dir = configDir({
+      "key.enc.yaml": `apiVersion: v1\nkind: Secret\nmetadata: { name: k }\nstringData: { writeKey: "ENC[AES256_GCM,data:3q2+7w==,iv:AAAA,tag:BBBB,type:str]" }\nsops: { version: 3.9.0, mac: "ENC[AES256_GCM,data:xx]" }\n`,
+      "local-secrets.yaml": secret("k", "writeKey", "s3cret"),
+      "source.yaml": source("web", "k", "writeKey"),
+    });
+    const passedOver: string[] = [];
+    expect(compileConfig(loadDocuments(dir), "all", passedOver).sources).toEqual([expect.objectContaining({ name: "web", writeKeySha256: sha256Hex("s3cret") })]);
+    expect(passedOver).toEqual([expect.stringMatching(/key\.enc\.yaml, document 1 \(Secret k\): passed over: encrypted with SOPS/)]);
+  });
+
+  it("takes a Secret whose data a template left empty (`data:`), as kubectl does", () => {
+    const dir = configDir({ "a.yaml": `apiVersion: v1\nkind: Secret\nmetadata: { name: k, labels: }\ndata:\nstringData: { writeKey: s3cret }\n---\n${source("web", "k", "writeKey")}` });
+    expect(keyOf(dir)).toBe(sha256Hex("s3cret"));
   });
 
   it("reads a typed list (SecretList, SourceList), its items taking the list's kind as kubectl does", () => {

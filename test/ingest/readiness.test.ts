@@ -62,7 +62,8 @@ describe("readiness", () => {
     await new Promise((r) => setTimeout(r, 500));
     await env.nats.server.restart();
     expect((await answer).status).toBe(200);
-    expect((await storedMessages(env.nats)).map((m) => m.body.messageId)).toContain(messageId);
+    // The test's own connection may not be back yet: a read then waits out its timeout (found by a review).
+    await expect.poll(async () => (await storedMessages(env.nats).catch(() => [])).map((m) => m.body.messageId), { timeout: 15_000 }).toContain(messageId);
   });
 
   it("is ready again once nats-server is back", async () => {
