@@ -7,6 +7,7 @@
 // which the benchmark measured at ~18 µs of CPU per message, more than the rest of the ingest.
 // Here every message of a request is published with a reply subject on one shared subscription,
 // one timer covers the request, and the publishes of one event-loop turn leave in one write.
+import { setTimeout as sleep } from "node:timers/promises";
 import { createInbox, type Msg, type NatsConnection, type Subscription } from "@nats-io/transport-node";
 import type { CompiledSource, StoredMessage } from "../../schema/mod.ts";
 import { TurnBatch, eventMsgId, eventSubject, inboxPrefixOf, msgIdHeader, natsConnectedWithin, natsDisconnectedForMs } from "../nats/mod.ts";
@@ -22,7 +23,8 @@ export type PublishOutcome = "stored" | "duplicate";
  */
 export type PublishResult =
   | { ok: true; outcomes: PublishOutcome[] }
-  | { ok: false; error: IngestError; outcomes: Array<PublishOutcome | undefined> };
+  /** `noResponders`: nothing took the messages (JetStream not up yet, no stream leader), so none was stored. */
+  | { ok: false; error: IngestError; outcomes: Array<PublishOutcome | undefined>; noResponders?: true };
 
 /** A message ready to store: the enriched message and its JSON bytes. */
 export interface PreparedMessage {
@@ -45,11 +47,15 @@ const STREAM_STORE_FAILED = 10077;
 const MAX_HELD_BYTES = 16 * 1024 * 1024;
 /** A request held until a reconnect keeps at least this long of its publish timeout for the PubAcks. */
 const PUBACK_AFTER_RECONNECT_MS = 1_000;
+/** After a reconnect, a "no responders" reply is tried again this much later, within the wait. */
+const NO_RESPONDERS_RETRY_MS = 250;
 /** JetStream's "insufficient resources": the server's own storage limit reached. */
 const INSUFFICIENT_RESOURCES = 10023;
 
 interface Request {
   outcomes: PublishOutcome[];
+  /** Failed by a no-responders reply. */
+  noResponders?: true;
   remaining: number;
   tokens: string[];
   timer: NodeJS.Timeout;
@@ -123,7 +129,14 @@ export class EventPublisher {
       this.#heldBytes -= bytes;
     }
     if (!back) return unavailable(this.#shutdown.signal.aborted ? "NATS disconnected; reconnecting (stopping: stopped waiting for it)" : `NATS disconnected; reconnecting (not back within ${holdMs} ms)`);
-    return this.#publishNow(source, messages, this.#options.timeoutMs - (performance.now() - startedAt));
+    // Back, JetStream may not answer yet (a restarted server's streams loading, a cluster electing
+    // the stream's leader): "no responders" is tried again while the wait lasts (found by a review).
+    const deadline = startedAt + holdMs;
+    for (;;) {
+      const result = await this.#publishNow(source, messages, this.#options.timeoutMs - (performance.now() - startedAt));
+      if (result.ok || !result.noResponders || this.#shutdown.signal.aborted || performance.now() + NO_RESPONDERS_RETRY_MS > deadline) return result;
+      await sleep(NO_RESPONDERS_RETRY_MS);
+    }
   }
 
   #publishNow(source: CompiledSource, messages: PreparedMessage[], timeoutMs: number): Promise<PublishResult> {
@@ -184,6 +197,7 @@ export class EventPublisher {
       // Full: the stream at its max_bytes, or nats-server out of JetStream storage (its
       // max_file_store, shared by every stream: a review filled it with another stream).
       const full = ack?.error?.err_code === STREAM_STORE_FAILED || ack?.error?.err_code === INSUFFICIENT_RESOURCES;
+      if (!ack && status === 503) request.noResponders = true;
       this.#fail(request, full ? errors.storageFull(this.#options.retryAfterSeconds, cause) : errors.storageUnavailable(this.#options.retryAfterSeconds, cause));
       return;
     }
@@ -200,7 +214,7 @@ export class EventPublisher {
     request.remaining = -1;
     clearTimeout(request.timer);
     for (const token of request.tokens) this.#pending.delete(token);
-    request.resolve({ ok: false, error: err, outcomes: request.outcomes });
+    request.resolve({ ok: false, error: err, outcomes: request.outcomes, ...(request.noResponders ? { noResponders: true as const } : {}) });
   }
 
   /** Requests waiting for NATS to be back are answered 503 at once, and new ones are not held: the process is stopping. */

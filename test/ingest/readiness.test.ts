@@ -4,7 +4,8 @@ import { request as httpRequest } from "node:http";
 import { describe, expect, it } from "vitest";
 import { buildIngestApp } from "../../dataplane/ingest/mod.ts";
 import { createLogger } from "../../dataplane/logging.ts";
-import { ensureStream, eventsStreamConfig } from "../../dataplane/nats/mod.ts";
+import { EVENTS_STREAM, ensureStream, eventsStreamConfig } from "../../dataplane/nats/mod.ts";
+import { jetstreamManager } from "@nats-io/jetstream";
 import { freeze, thaw } from "../harness/freeze.ts";
 import { DEFAULT_STREAM, TEST_CONFIG, WRITE_KEY, basic, configFromYaml, post, storedMessages, useIngest } from "../harness/ingest.ts";
 import { startNats } from "../harness/nats.ts";
@@ -89,6 +90,36 @@ describe("requests held while NATS is away", () => {
       const atOnce = answers.filter((a) => a.ms < 2_000).length;
       expect(atOnce).toBeGreaterThanOrEqual(3);
       expect(atOnce).toBeLessThanOrEqual(12);
+    } finally {
+      await app.close();
+      await nats.stop();
+    }
+  });
+
+  it("are tried again while JetStream does not answer yet after the reconnect, within their wait (found by a review: 503 at once with time left)", async () => {
+    const nats = await startNats();
+    await ensureStream(nats.jsm, eventsStreamConfig(DEFAULT_STREAM));
+    const app = await buildIngestApp({ nc: await nats.connect(), config: configFromYaml(TEST_CONFIG) }, { publishTimeoutMs: 5_000 });
+    const url = await app.listen({ host: "127.0.0.1", port: 0 });
+    try {
+      // No stream after the restart: the reconnected publishes get "no responders" until it is made.
+      await nats.jsm.streams.delete(EVENTS_STREAM);
+      await nats.server.kill("SIGKILL");
+      await expect.poll(async () => (await fetch(`${url}/readyz`)).status, { timeout: 10_000 }).toBe(503);
+      const messageId = `after-restart-${Date.now()}`;
+      const answer = post(`${url}/v1/track`, { userId: "u", event: "Held", messageId }, { headers: { authorization: basic(WRITE_KEY) } });
+      await new Promise((r) => setTimeout(r, 300));
+      await nats.server.restart();
+      await new Promise((r) => setTimeout(r, 1_000));
+      const own = await nats.connect();
+      try {
+        await ensureStream(await jetstreamManager(own), eventsStreamConfig(DEFAULT_STREAM));
+        expect((await answer).status).toBe(200);
+        const info = await (await jetstreamManager(own)).streams.info(EVENTS_STREAM);
+        expect(info.state.messages).toBe(1);
+      } finally {
+        await own.close();
+      }
     } finally {
       await app.close();
       await nats.stop();
