@@ -2,7 +2,7 @@
 import { execFileSync } from "node:child_process";
 import { mkdirSync, readFileSync, realpathSync, unlinkSync, writeFileSync } from "node:fs";
 import { basename, dirname, resolve } from "node:path";
-import { FileConfigProvider, MATCHES_NO_SOURCE } from "../../dataplane/config/mod.ts";
+import { FileConfigProvider, matchesNoSource } from "../../dataplane/config/mod.ts";
 import { createLogger, type Logger } from "../../dataplane/logging.ts";
 import { LocalNatsServer, connectNats } from "../../dataplane/nats/mod.ts";
 import { UsageError, integerFlag, natsUrl as natsUrlFlag } from "../args.ts";
@@ -86,8 +86,8 @@ export const devCommand: Command = {
     }
 
     const sources = config.current().sources.map((s) => `${s.namespace}/${s.name}`);
-    const matchingNone = new Set(config.current().destinations.filter((d) => d.sources.length === 0).map((d) => `${d.namespace}/${d.name}`));
-    const destinations = delivery.service.destinations.map((d) => (matchingNone.has(d) ? `${d} (${MATCHES_NO_SOURCE})` : d));
+    const notes = new Map(config.current().destinations.map((d) => [`${d.namespace}/${d.name}`, matchesNoSource(d)]));
+    const destinations = delivery.service.destinations.map((d) => (notes.get(d) ? `${d} (${notes.get(d)})` : d));
     process.stderr.write(
       `\ntrackhook dev is running\n` +
         `  ingest   ${ingest.url}  (health /healthz, metrics /metrics)\n` +

@@ -11,8 +11,13 @@ const DESTINATION_FIELDS: Partial<Record<keyof CompiledDestination, string>> = {
   timeoutMs: "timeout", retryWindowMs: "retryWindow", maxInFlight: "maxInFlight", standardWebhooks: "standardWebhooks",
 };
 const STOPPED = "nothing more is sent to it; what it has not been sent is kept a minute, in case it comes back";
-/** A destination's sourceSelector matching no Source: the operator's Ready message says so, and so does this. */
-export const MATCHES_NO_SOURCE = "its sourceSelector matches no Source: nothing reaches it";
+/**
+ * What to say of an enabled destination whose sourceSelector matches no Source (as its Ready
+ * condition does in a cluster), or nothing.
+ */
+export function matchesNoSource(d: CompiledDestination): string | undefined {
+  return d.enabled && d.sources.length === 0 ? "its sourceSelector matches no Source: nothing reaches it" : undefined;
+}
 
 /**
  * "webhook default/orders added", "source default/website changed (write key)": what a reload
@@ -23,14 +28,18 @@ export function configChanges(previous: CompiledConfig, next: CompiledConfig): s
   const changes = [
     ...changesOf("source", previous.sources, next.sources, SOURCE_FIELDS, "its write keys are refused (401) now"),
     // Found by a review: in a cluster, such a destination's Ready condition said so; dev did not.
-    ...changesOf("webhook", previous.destinations, next.destinations, DESTINATION_FIELDS, STOPPED, (d) => (d.enabled && d.sources.length === 0 ? `: ${MATCHES_NO_SOURCE}` : "")),
+    ...changesOf("webhook", previous.destinations, next.destinations, DESTINATION_FIELDS, STOPPED, matchesNoSource),
   ];
   return changes;
 }
 
 function changesOf<T extends CompiledSource | CompiledDestination>(
-  kind: string, before: T[], after: T[], fields: Partial<Record<keyof T, string>>, stopped: string, warning: (r: T) => string = () => "",
+  kind: string, before: T[], after: T[], fields: Partial<Record<keyof T, string>>, stopped: string, noteOf: (r: T) => string | undefined = () => undefined,
 ): string[] {
+  const warning = (r: T) => {
+    const note = noteOf(r);
+    return note ? `: ${note}` : "";
+  };
   const key = (r: T) => `${r.namespace}/${r.name}`;
   const was = new Map(before.map((r) => [key(r), r]));
   const is = new Map(after.map((r) => [key(r), r]));

@@ -17,5 +17,5 @@ export {
 } from "./compile-resource.ts";
 export { ConfigHolder, FileConfigProvider, loadConfigFile, staticConfig, type ConfigLoading, type ConfigProvider, type ConfigReload } from "./provider.ts";
 export { configMetrics } from "./metrics.ts";
-export { configChanges, MATCHES_NO_SOURCE } from "./changes.ts";
+export { configChanges, matchesNoSource } from "./changes.ts";
 export { CONFIG_BUCKET, ConfigWriter, KvConfigProvider, destinationKey, ensureConfigBucket, parseConfigKey, sourceKey, type ConfigBucketOptions } from "./kv.ts";

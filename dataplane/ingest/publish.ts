@@ -117,7 +117,6 @@ export class EventPublisher {
     const unavailable = (why: string): PublishResult => ({ ok: false, error: errors.storageUnavailable(this.#options.retryAfterSeconds, new Error(why)), outcomes: new Array(messages.length) });
     const holdMs = this.#options.timeoutMs - PUBACK_AFTER_RECONNECT_MS;
     const bytes = messages.reduce((sum, { payload }) => sum + payload.length, 0);
-    if (this.#shutdown.signal.aborted) return unavailable("NATS disconnected; reconnecting (stopping: not waiting for it)");
     if (holdMs <= 0) return unavailable("NATS disconnected; reconnecting");
     if (this.#heldBytes + bytes > MAX_HELD_BYTES) return unavailable("NATS disconnected; reconnecting (too much waits for it already)");
     const startedAt = performance.now();
@@ -128,7 +127,7 @@ export class EventPublisher {
     } finally {
       this.#heldBytes -= bytes;
     }
-    if (!back) return unavailable(this.#shutdown.signal.aborted ? "NATS disconnected; reconnecting (stopping: stopped waiting for it)" : `NATS disconnected; reconnecting (not back within ${holdMs} ms)`);
+    if (!back) return unavailable(this.#shutdown.signal.aborted ? "NATS disconnected; reconnecting (stopping: not waiting for it)" : `NATS disconnected; reconnecting (not back within ${holdMs} ms)`);
     // Back, JetStream may not answer yet (a restarted server's streams loading, a cluster electing
     // the stream's leader): "no responders" is tried again while the wait lasts (found by a review).
     const deadline = startedAt + holdMs;

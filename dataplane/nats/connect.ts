@@ -201,30 +201,36 @@ function logServerError(log: Logger, lines: KeyedLogInterval, error: Error): voi
   } else log.warn({ nats: "error", err: error.message, moreLikeThisSinceLastLine: held }, "NATS reported an error");
 }
 
-/** Per followed connection, since when (ms) it is between a disconnect and the next reconnect; 0 while connected. */
-const disconnectedSince = new WeakMap<NatsConnection, number>();
-/** Per followed connection, who waits for it to be up again (natsConnectedWithin). */
-const reconnectWaiters = new WeakMap<NatsConnection, Set<() => void>>();
+/**
+ * A followed connection: since when (ms) it is between a disconnect and the next reconnect (0
+ * while connected), and who waits for it to be up again (natsConnectedWithin).
+ */
+interface Followed {
+  disconnectedSince: number;
+  readonly waiters: Set<() => void>;
+}
+const followed = new WeakMap<NatsConnection, Followed>();
 
 /** Starts following a connection's disconnects and reconnects (once per connection). */
-function followConnection(nc: NatsConnection): void {
-  if (disconnectedSince.has(nc)) return;
-  disconnectedSince.set(nc, 0);
-  const waiters = new Set<() => void>();
-  reconnectWaiters.set(nc, waiters);
-  const wake = () => [...waiters].forEach((waiter) => waiter());
+function followConnection(nc: NatsConnection): Followed {
+  const known = followed.get(nc);
+  if (known) return known;
+  const state: Followed = { disconnectedSince: 0, waiters: new Set() };
+  followed.set(nc, state);
+  const wake = () => [...state.waiters].forEach((waiter) => waiter());
   void (async () => {
     for await (const status of nc.status()) {
-      if (status.type === "disconnect") disconnectedSince.set(nc, Date.now());
+      if (status.type === "disconnect") state.disconnectedSince = Date.now();
       // Followed from after a disconnect, the attempts to reconnect are what says so.
-      else if (status.type === "reconnecting" && disconnectedSince.get(nc) === 0) disconnectedSince.set(nc, Date.now());
+      else if (status.type === "reconnecting" && state.disconnectedSince === 0) state.disconnectedSince = Date.now();
       else if (status.type === "reconnect") {
-        disconnectedSince.set(nc, 0);
+        state.disconnectedSince = 0;
         wake();
       }
     }
     wake(); // closed: nothing more to wait for
   })();
+  return state;
 }
 
 /**
@@ -232,10 +238,9 @@ function followConnection(nc: NatsConnection): void {
  * reconnect, once it is closed, or when `cancel` fires (the caller tells which by its signal).
  */
 export function natsConnectedWithin(nc: NatsConnection, ms: number, cancel?: AbortSignal): Promise<boolean> {
-  followConnection(nc);
+  const { waiters } = followConnection(nc);
   if (natsDisconnectedForMs(nc) === 0) return Promise.resolve(true);
   if (nc.isClosed() || cancel?.aborted) return Promise.resolve(false);
-  const waiters = reconnectWaiters.get(nc)!;
   return new Promise((resolve) => {
     const done = () => {
       clearTimeout(timer);
@@ -251,9 +256,8 @@ export function natsConnectedWithin(nc: NatsConnection, ms: number, cancel?: Abo
 
 /** How long the connection has been disconnected (0: connected; Infinity: closed). Followed from the first call on. */
 export function natsDisconnectedForMs(nc: NatsConnection): number {
-  followConnection(nc);
+  const since = followConnection(nc).disconnectedSince;
   if (nc.isClosed()) return Infinity;
-  const since = disconnectedSince.get(nc)!;
   return since === 0 ? 0 : Date.now() - since;
 }
 
