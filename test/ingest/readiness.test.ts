@@ -3,12 +3,12 @@
 import { request as httpRequest } from "node:http";
 import { describe, expect, it } from "vitest";
 import { buildIngestApp } from "../../dataplane/ingest/mod.ts";
-import { createLogger } from "../../dataplane/logging.ts";
+import { createLogger, type Logger } from "../../dataplane/logging.ts";
 import { EVENTS_STREAM, ensureStream, eventsStreamConfig } from "../../dataplane/nats/mod.ts";
 import { jetstreamManager } from "@nats-io/jetstream";
 import { freeze, thaw } from "../harness/freeze.ts";
 import { DEFAULT_STREAM, TEST_CONFIG, WRITE_KEY, basic, configFromYaml, post, storedMessages, useIngest } from "../harness/ingest.ts";
-import { startNats } from "../harness/nats.ts";
+import { startNats, type NatsHarness } from "../harness/nats.ts";
 
 const env = useIngest();
 
@@ -20,6 +20,29 @@ async function until(path: string, status: number, timeoutMs = 10_000): Promise<
     if (Date.now() > deadline) throw new Error(`${path} did not answer ${status} within ${timeoutMs} ms (last ${res.status})`);
     await new Promise((r) => setTimeout(r, 100));
   }
+}
+
+/**
+ * An ingest on a nats-server of its own, for a test that kills or freezes that server; both are
+ * stopped after `run`.
+ */
+async function withOwnIngest(options: { publishTimeoutMs: number; logger?: Logger }, run: (own: { nats: NatsHarness; url: string; close: () => Promise<void> }) => Promise<void>): Promise<void> {
+  const nats = await startNats();
+  await ensureStream(nats.jsm, eventsStreamConfig(DEFAULT_STREAM));
+  const app = await buildIngestApp({ nc: await nats.connect(), config: configFromYaml(TEST_CONFIG), ...(options.logger ? { logger: options.logger } : {}) }, { publishTimeoutMs: options.publishTimeoutMs });
+  const url = await app.listen({ host: "127.0.0.1", port: 0 });
+  try {
+    await run({ nats, url, close: () => app.close() });
+  } finally {
+    await app.close();
+    await nats.stop();
+  }
+}
+
+/** Kills the server, and waits until the ingest has seen its connection go (not ready). */
+async function killNats(nats: NatsHarness, url: string): Promise<void> {
+  await nats.server.kill("SIGKILL");
+  await expect.poll(async () => (await fetch(`${url}/readyz`)).status, { timeout: 10_000 }).toBe(503);
 }
 
 describe("readiness", () => {
@@ -75,13 +98,8 @@ describe("readiness", () => {
 
 describe("requests held while NATS is away", () => {
   it("hold at most 16 MiB of messages: beyond it, they are answered 503 at once", async () => {
-    const nats = await startNats();
-    await ensureStream(nats.jsm, eventsStreamConfig(DEFAULT_STREAM));
-    const app = await buildIngestApp({ nc: await nats.connect(), config: configFromYaml(TEST_CONFIG) }, { publishTimeoutMs: 4_000 });
-    const url = await app.listen({ host: "127.0.0.1", port: 0 });
-    try {
-      await nats.server.kill("SIGKILL");
-      await expect.poll(async () => (await fetch(`${url}/readyz`)).status, { timeout: 10_000 }).toBe(503);
+    await withOwnIngest({ publishTimeoutMs: 4_000 }, async ({ nats, url }) => {
+      await killNats(nats, url);
       // 40 batches of 20 items of 24 KB: 19.2 MB in all, some 34 of them fit in 16 MiB.
       const batch = () => ({ batch: Array.from({ length: 20 }, (_, i) => ({ type: "track", userId: "u", event: "Big", messageId: `big-${Math.random()}-${i}`, properties: { pad: "x".repeat(24_000) } })) });
       const started = Date.now();
@@ -90,22 +108,14 @@ describe("requests held while NATS is away", () => {
       const atOnce = answers.filter((a) => a.ms < 2_000).length;
       expect(atOnce).toBeGreaterThanOrEqual(3);
       expect(atOnce).toBeLessThanOrEqual(12);
-    } finally {
-      await app.close();
-      await nats.stop();
-    }
+    });
   });
 
   it("are tried again while JetStream does not answer yet after the reconnect, within their wait (found by a review: 503 at once with time left)", async () => {
-    const nats = await startNats();
-    await ensureStream(nats.jsm, eventsStreamConfig(DEFAULT_STREAM));
-    const app = await buildIngestApp({ nc: await nats.connect(), config: configFromYaml(TEST_CONFIG) }, { publishTimeoutMs: 5_000 });
-    const url = await app.listen({ host: "127.0.0.1", port: 0 });
-    try {
+    await withOwnIngest({ publishTimeoutMs: 5_000 }, async ({ nats, url }) => {
       // No stream after the restart: the reconnected publishes get "no responders" until it is made.
       await nats.jsm.streams.delete(EVENTS_STREAM);
-      await nats.server.kill("SIGKILL");
-      await expect.poll(async () => (await fetch(`${url}/readyz`)).status, { timeout: 10_000 }).toBe(503);
+      await killNats(nats, url);
       const messageId = `after-restart-${Date.now()}`;
       const answer = post(`${url}/v1/track`, { userId: "u", event: "Held", messageId }, { headers: { authorization: basic(WRITE_KEY) } });
       await new Promise((r) => setTimeout(r, 300));
@@ -120,43 +130,28 @@ describe("requests held while NATS is away", () => {
       } finally {
         await own.close();
       }
-    } finally {
-      await app.close();
-      await nats.stop();
-    }
+    });
   });
 
   it("are answered 503 at once at shutdown, not at the end of their wait", async () => {
-    const nats = await startNats();
-    await ensureStream(nats.jsm, eventsStreamConfig(DEFAULT_STREAM));
-    const app = await buildIngestApp({ nc: await nats.connect(), config: configFromYaml(TEST_CONFIG) }, { publishTimeoutMs: 20_000 });
-    const url = await app.listen({ host: "127.0.0.1", port: 0 });
-    try {
-      await nats.server.kill("SIGKILL");
-      await expect.poll(async () => (await fetch(`${url}/readyz`)).status, { timeout: 10_000 }).toBe(503);
+    await withOwnIngest({ publishTimeoutMs: 20_000 }, async ({ nats, url, close }) => {
+      await killNats(nats, url);
       const started = Date.now();
       const answer = post(`${url}/v1/track`, { userId: "u", event: "At shutdown" }, { headers: { authorization: basic(WRITE_KEY) } });
       await new Promise((r) => setTimeout(r, 500));
-      const closed = app.close();
+      const closed = close();
       expect((await answer).status).toBe(503);
       expect(Date.now() - started).toBeLessThan(5_000); // not the 19 s wait
       await closed;
-    } finally {
-      await app.close();
-      await nats.stop();
-    }
+    });
   });
 });
 
 describe("the log while JetStream cannot store", () => {
   it("has one line for many failed requests, with the cause and no stack (regression: a line and a stack per request)", async () => {
-    const nats = await startNats();
     const lines: Array<Record<string, unknown>> = [];
     const logger = createLogger({ level: "info", destination: { write: (line: string) => lines.push(JSON.parse(line) as Record<string, unknown>) } });
-    await ensureStream(nats.jsm, eventsStreamConfig(DEFAULT_STREAM));
-    const app = await buildIngestApp({ nc: await nats.connect(), config: configFromYaml(TEST_CONFIG), logger }, { publishTimeoutMs: 300 });
-    const url = await app.listen({ host: "127.0.0.1", port: 0 });
-    try {
+    await withOwnIngest({ publishTimeoutMs: 300, logger }, async ({ nats, url }) => {
       await nats.server.kill("SIGKILL");
       const statuses = await Promise.all(Array.from({ length: 20 }, (_, i) =>
         post(`${url}/v1/track`, { userId: "u", event: "e", messageId: `down-${i}` }, { headers: { authorization: basic(WRITE_KEY) } }).then((r) => r.status)));
@@ -165,42 +160,35 @@ describe("the log while JetStream cannot store", () => {
       expect(storage).toHaveLength(1);
       expect(storage[0]).toMatchObject({ level: 50, msg: "Messages could not be stored; retry later", cause: expect.any(String), moreFailedSinceLastLine: 0 });
       expect(storage[0]).not.toHaveProperty("err");
-    } finally {
-      await app.close();
-      await nats.stop();
-    }
+    });
   });
 });
 
 describe("a client that gives up while its messages are being stored", () => {
   it("is counted as 499 client_aborted (found by an alerts review: a request abandoned after its body was read was counted nowhere)", async () => {
-    const nats = await startNats();
-    await ensureStream(nats.jsm, eventsStreamConfig(DEFAULT_STREAM));
     // The publish times out (and the 503 is written to a closed socket) well after the client has
     // left, however busy the machine: with 1 s, a test run with every core taken once saw the
     // timeout fire before the ingest had read the client's close, and counted a 503.
-    const app = await buildIngestApp({ nc: await nats.connect(), config: configFromYaml(TEST_CONFIG) }, { publishTimeoutMs: 4_000 });
-    const url = await app.listen({ host: "127.0.0.1", port: 0 });
-    const counted = async () => (await (await fetch(`${url}/metrics`)).text()).split("\n").filter((l) => l.startsWith('trackhook_ingest_requests_total{route="/v1/track"'));
-    try {
+    await withOwnIngest({ publishTimeoutMs: 4_000 }, async ({ nats, url }) => {
+      const counted = async () => (await (await fetch(`${url}/metrics`)).text()).split("\n").filter((l) => l.startsWith('trackhook_ingest_requests_total{route="/v1/track"'));
       await freeze(nats.server.pid!); // the PubAck never comes; the client does not know yet
-      // The client leaves 300 ms after its whole request is on the wire (not 300 ms after it was
-      // begun, which on a busy machine could be before anything was sent).
-      const answered = await new Promise<number | "left">((resolve, reject) => {
-        const body = JSON.stringify({ userId: "u", event: "Abandoned" });
-        const req = httpRequest(`${url}/v1/track`, { method: "POST", headers: { "content-type": "application/json", authorization: basic(WRITE_KEY), "content-length": Buffer.byteLength(body) } }, (res) => resolve(res.statusCode!));
-        req.on("finish", () => setTimeout(() => { req.destroy(); resolve("left"); }, 300));
-        req.on("error", (err) => (req.destroyed ? undefined : reject(err)));
-        req.end(body);
-      });
-      expect(answered).toBe("left");
-      await expect.poll(counted, { timeout: 10_000, interval: 200 }).toEqual(['trackhook_ingest_requests_total{route="/v1/track",status="499",code="client_aborted"} 1']);
-      await new Promise((r) => setTimeout(r, 1_000));
-      expect(await counted()).toEqual(['trackhook_ingest_requests_total{route="/v1/track",status="499",code="client_aborted"} 1']); // once
-    } finally {
-      thaw(nats.server.pid!);
-      await app.close();
-      await nats.stop();
-    }
+      try {
+        // The client leaves 300 ms after its whole request is on the wire (not 300 ms after it was
+        // begun, which on a busy machine could be before anything was sent).
+        const answered = await new Promise<number | "left">((resolve, reject) => {
+          const body = JSON.stringify({ userId: "u", event: "Abandoned" });
+          const req = httpRequest(`${url}/v1/track`, { method: "POST", headers: { "content-type": "application/json", authorization: basic(WRITE_KEY), "content-length": Buffer.byteLength(body) } }, (res) => resolve(res.statusCode!));
+          req.on("finish", () => setTimeout(() => { req.destroy(); resolve("left"); }, 300));
+          req.on("error", (err) => (req.destroyed ? undefined : reject(err)));
+          req.end(body);
+        });
+        expect(answered).toBe("left");
+        await expect.poll(counted, { timeout: 10_000, interval: 200 }).toEqual(['trackhook_ingest_requests_total{route="/v1/track",status="499",code="client_aborted"} 1']);
+        await new Promise((r) => setTimeout(r, 1_000));
+        expect(await counted()).toEqual(['trackhook_ingest_requests_total{route="/v1/track",status="499",code="client_aborted"} 1']); // once
+      } finally {
+        thaw(nats.server.pid!);
+      }
+    });
   });
 });
