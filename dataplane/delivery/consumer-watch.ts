@@ -14,10 +14,11 @@ export const CONSUMER_CHECK_MS = 30_000;
  */
 const CONFIRM_AFTER_MS = 5_000;
 
-/** Where a consumer had got to: its ack floor, in the stream created at `streamCreated`. */
+/** Where a consumer had got to: its ack floor, in the stream created at `streamCreated`, as seen at `seenAt` (ms). */
 export interface ConsumerPosition {
   ackFloor: number;
   streamCreated: string;
+  seenAt: number;
 }
 
 export class ConsumerWatch {
@@ -26,11 +27,6 @@ export class ConsumerWatch {
   readonly #lost: (last: ConsumerPosition | undefined) => void;
   readonly #timer: NodeJS.Timeout;
   #last: ConsumerPosition | undefined;
-  /**
-   * The events stream's creation time, read once: a stream recreated since takes its consumers
-   * with it, which this watch then reports, and the service sees the stream's new time.
-   */
-  #streamCreated: string | undefined;
   #checking: Promise<void> | undefined;
   #stopped = false;
 
@@ -79,10 +75,16 @@ export class ConsumerWatch {
   /** Whether the consumer exists (noting where it had got to); true when NATS cannot tell. */
   async #present(): Promise<boolean> {
     try {
+      // The stream's creation time tells a floor of this stream from one of a stream since
+      // recreated. Read at every look, and before the consumer: the operator remakes a lost
+      // stream's consumers within a second, before this watch sees them gone, and a time read
+      // once paired the new stream's floor with the old stream, so a later loss of the consumer
+      // sent the whole stream again (found by a disaster-recovery review: 179 of 179 re-sent).
+      // Read in this order, a stream made again between the two reads pairs a new floor with the
+      // old time: the whole stream again (duplicates), never a skip.
+      const { created } = await this.#jsm.streams.info(EVENTS_STREAM);
       const info = await this.#jsm.consumers.info(EVENTS_STREAM, this.#name);
-      // The stream's creation time tells a floor of this stream from one of a stream since recreated.
-      this.#streamCreated ??= (await this.#jsm.streams.info(EVENTS_STREAM)).created;
-      this.#last = { ackFloor: info.ack_floor.stream_seq, streamCreated: this.#streamCreated };
+      this.#last = { ackFloor: info.ack_floor.stream_seq, streamCreated: created, seenAt: Date.now() };
       return true;
     } catch (err) {
       return !isConsumerNotFound(err);

@@ -51,7 +51,7 @@ export type SourcesRemoved =
   | { filters: string[]; narrowed: true; moved: UndeliveredMoved }
   | { filters: string[]; narrowed: boolean; error: Error };
 
-/** Where a consumer made by ensureDestinationConsumer starts: as configured (or at startSeq), or all of the stream. */
+/** Where a consumer made by ensureDestinationConsumer starts: as configured (or at resumeAt), or all of the stream. */
 export type ConsumerMade =
   | { from: "config" }
   /** The events stream is younger than the destination's deliveringSince. */
@@ -90,14 +90,21 @@ async function streamYoungerThanDestination(jsm: JetStreamManager, destination: 
 }
 
 /**
- * Creates the destination's consumer, or updates its filters and limits in place. `startSeq`
+ * Where a consumer made again after it was lost under delivery starts: after the last message it
+ * acked (a stream sequence), or, when the stream's sequence went back (restored from a backup),
+ * at a time.
+ */
+export type ResumePoint = { seq: number } | { time: string };
+
+/**
+ * Creates the destination's consumer, or updates its filters and limits in place. `resumeAt`
  * overrides where a consumer made now starts (one recreated after it was deleted under delivery).
  */
 export async function ensureDestinationConsumer(
   jsm: JetStreamManager,
   destination: CompiledDestination,
   options: {
-    startSeq?: number;
+    resumeAt?: ResumePoint;
     /** When this process first wanted the consumer: where one made without createdAt starts (rather than now). */
     firstWanted?: string;
     /** How a consumer made now should start (asked only when it must be made). */
@@ -114,7 +121,11 @@ export async function ensureDestinationConsumer(
 ): Promise<string> {
   const configOf = (d: CompiledDestination) => {
     const base = destinationConsumerConfig(options.firstWanted && !d.createdAt ? { ...d, createdAt: options.firstWanted } : d);
-    return options.startSeq === undefined ? base : { ...base, deliver_policy: DeliverPolicy.StartSequence, opt_start_seq: options.startSeq, opt_start_time: undefined };
+    const at = options.resumeAt;
+    if (at === undefined) return base;
+    return "seq" in at
+      ? { ...base, deliver_policy: DeliverPolicy.StartSequence, opt_start_seq: at.seq, opt_start_time: undefined }
+      : { ...base, deliver_policy: DeliverPolicy.StartTime, opt_start_time: at.time };
   };
   const config = configOf(destination);
   const info = () =>
@@ -125,7 +136,7 @@ export async function ensureDestinationConsumer(
   let existing = await info();
   if (!existing) {
     const { destination: target, wholeStream } = options.madeAs ? await options.madeAs(destination) : { destination };
-    const streamCreated = options.startSeq !== undefined
+    const streamCreated = options.resumeAt !== undefined
       ? undefined
       : wholeStream ? (await jsm.streams.info(EVENTS_STREAM)).created : await streamYoungerThanDestination(jsm, target);
     const toMake = configOf(target);

@@ -7,7 +7,7 @@ import type { CompiledConfig, CompiledDestination } from "../../schema/mod.ts";
 import type { ConfigProvider } from "../config/mod.ts";
 import type { Logger } from "../logging.ts";
 import { ATTEMPTS_STREAM, attemptsSubject, DLQ_STREAM, DLQ_SUBJECTS, EVENTS_STREAM, TurnBatch, attemptsStreamConfig, consumerName, dlqStreamConfig, dlqSubject, ensureStream, hasMessagesOn, isNatsConnected, isStreamNotFound, isSlowJetStream, keptSettings, patiently, StreamGuard, streamReadiness, type Readiness, type SideStreamSettings, type StreamSettingChange } from "../nats/mod.ts";
-import { ensureDestinationConsumer, oldestWaitingAt, removeDestinationConsumers, type ConsumerToMake } from "./consumers.ts";
+import { ensureDestinationConsumer, oldestWaitingAt, removeDestinationConsumers, type ConsumerToMake, type ResumePoint } from "./consumers.ts";
 import { isFirstDelivery, markMade, markOwed, owesWholeStream } from "./first-delivery.ts";
 import { deadLetterUndelivered } from "./undelivered.ts";
 import type { DeliveryBacklog, DeliveryBacklogs, DeliveryMetrics } from "./metrics.ts";
@@ -72,6 +72,8 @@ export interface DeliveryServiceDeps {
 /** A destination that could not start is tried again after this, doubling up to the maximum. */
 const START_RETRY_MS = 1_000;
 const STREAM_CHECK_MS = 30_000;
+/** How far before it was last seen a consumer lost on a restored stream resumes: the clocks of this host and of NATS may differ. */
+const ROLLED_BACK_MARGIN_MS = 60_000;
 const UNDELIVERED_MOVED = "a destination no longer enabled had delete notifications (user erasures) or replayed dead letters not yet delivered: moved to the dead-letter queue (`trackhook dead-letters`; `trackhook replay` once it is enabled again)";
 const MADE_AGAIN =
   "the destination's consumer was missing though it was delivered to before (its files dropped it for over a minute, here or on another delivery machine, or a `nats consumer rm`): made from now; what was stored while it had none is not sent to it";
@@ -349,9 +351,9 @@ export class DeliveryService {
       }
       try {
         const last = this.#predecessors.get(key)?.lastPosition;
-        // startSeq counts only if the consumer has to be made (it was deleted): an existing one keeps
+        // resumeAt counts only if the consumer has to be made (it was deleted): an existing one keeps
         // its place. Without createdAt (config files), one made now starts when it was first wanted.
-        const start = last ? { startSeq: await this.#resumeFrom(last) } : this.#madeFromConfig(key, since);
+        const start = last ? { resumeAt: await this.#resumeFrom(last) } : this.#madeFromConfig(key, since);
         this.#managed.add(await this.#ensureConsumer(key, destination, start));
         // Made, by this process or another: its marks have done their work.
         this.#owedHere.delete(key);
@@ -541,7 +543,7 @@ export class DeliveryService {
   async #ensureConsumer(
     key: string,
     destination: CompiledDestination,
-    options: Pick<Parameters<typeof ensureDestinationConsumer>[2] & object, "startSeq" | "firstWanted" | "madeAs" | "onCreated"> = {},
+    options: Pick<Parameters<typeof ensureDestinationConsumer>[2] & object, "resumeAt" | "firstWanted" | "madeAs" | "onCreated"> = {},
   ): Promise<string> {
     const { log } = this.#deps;
     return ensureDestinationConsumer(this.#jsm, destination, {
@@ -627,14 +629,17 @@ export class DeliveryService {
       // A change that restarts the worker will be applied; one that #apply takes in place (a
       // secret, headers) would leave the lost consumer lost: recover with the latest config.
       if (!latest || changeOf(latest, lost.destination) === "restart") return;
-      const startSeq = await this.#resumeFrom(last);
+      const resumeAt = await this.#resumeFrom(last);
       let created = false;
-      await ensureDestinationConsumer(this.#jsm, latest, { startSeq, onCreated: () => (created = true) });
-      // Every replica notices; one makes it, and only its startSeq counts.
+      await ensureDestinationConsumer(this.#jsm, latest, { resumeAt, onCreated: () => (created = true) });
+      // Every replica notices; one makes it, and only its start counts.
       if (created) {
+        const start = "seq" in resumeAt ? { startSeq: resumeAt.seq } : { startTime: resumeAt.time };
         log.error(
-          { destination: key, startSeq, lastAckFloor: last?.ackFloor },
-          "the destination's consumer was deleted under delivery; recreated after the last acknowledged message seen (the messages of up to the last 30 s may arrive twice, with the same delivery id)",
+          { destination: key, ...start, lastAckFloor: last?.ackFloor },
+          "seq" in resumeAt
+            ? "the destination's consumer was deleted under delivery; recreated after the last acknowledged message seen (the messages of up to the last 30 s may arrive twice, with the same delivery id)"
+            : "the destination's consumer was deleted under delivery, and the events stream's sequence went back (restored from a backup?): recreated from when it was last seen, less a minute (messages of that minute may arrive twice, with the same delivery id)",
         );
       } else {
         log.warn({ destination: key }, "the destination's consumer was deleted under delivery and recreated by another replica; pulling from it again");
@@ -655,13 +660,21 @@ export class DeliveryService {
    * Where a recreated consumer starts: after the last acknowledged message, if that was in the
    * stream as it is; from the stream's start if the stream was recreated since (its sequence
    * numbers started again); from now if where it had got to was never seen.
+   *
+   * A stream whose last sequence is below the floor seen was restored from a backup (a volume
+   * snapshot, `nats stream restore`): same stream, same creation time, but the sequence numbers
+   * after the backup are used again by what ingest stored since. Starting after the floor then
+   * skipped those messages, and starting at its last_seq + 1 too: from when the consumer was last
+   * seen, less a minute for the two clocks (found by a disaster-recovery review: 25 messages
+   * answered 200 never delivered).
    */
-  async #resumeFrom(last: ConsumerPosition | undefined): Promise<number> {
+  async #resumeFrom(last: ConsumerPosition | undefined): Promise<ResumePoint> {
     const { created, state } = await this.#jsm.streams.info(EVENTS_STREAM);
-    if (!last) return state.last_seq + 1;
+    if (!last) return { seq: state.last_seq + 1 };
     // An empty stream (just made again) has first_seq 0, which a consumer cannot start at.
-    if (last.streamCreated !== created) return Math.max(1, state.first_seq);
-    return Math.min(last.ackFloor + 1, state.last_seq + 1);
+    if (last.streamCreated !== created) return { seq: Math.max(1, state.first_seq) };
+    if (last.ackFloor > state.last_seq) return { time: new Date(last.seenAt - ROLLED_BACK_MARGIN_MS).toISOString() };
+    return { seq: last.ackFloor + 1 };
   }
 
   async #removeConsumers(wanted: string[]): Promise<void> {

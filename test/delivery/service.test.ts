@@ -5,10 +5,10 @@ import { createHmac } from "node:crypto";
 import type { ServerResponse } from "node:http";
 import { nanos } from "@nats-io/transport-node";
 import { afterAll, beforeAll, describe, expect, it, vi } from "vitest";
-import { writeFileSync } from "node:fs";
+import { cpSync, rmSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { ConfigHolder, FileConfigProvider, compileConfig } from "../../dataplane/config/mod.ts";
-import { DeliveryMetrics, DeliveryService, DestinationWorker, WebhookSender, type WebhookSending } from "../../dataplane/delivery/mod.ts";
+import { DeliveryMetrics, DeliveryService, DestinationWorker, WebhookSender, ensureDestinationConsumer, type WebhookSending } from "../../dataplane/delivery/mod.ts";
 import { readDeadLetters } from "../../dataplane/admin/mod.ts";
 import { createLogger, type Logger } from "../../dataplane/logging.ts";
 import { ATTEMPTS_STREAM, DLQ_STREAM, EVENTS_STREAM, attemptsStreamConfig, consumerName, dlqStreamConfig, dlqSubject, ensureStream, eventsStreamConfig, type SideStreamSettings } from "../../dataplane/nats/mod.ts";
@@ -307,6 +307,71 @@ describe("delivery service", () => {
     } finally {
       await one.stop();
       await two.stop();
+    }
+  });
+
+  it("a consumer the operator made again after its stream was lost, then deleted, resumes after its last ack in the new stream (found by a disaster-recovery review: the whole stream was sent again)", async () => {
+    const own = await startNats();
+    await ensureStream(own.jsm, eventsStreamConfig(DEFAULT_STREAM));
+    const config = new ConfigHolder(configOf([{ name: "rho", url: receiver.url("/rho") }]));
+    const service = await start(config, { on: own, consumerCheckMs: 300 });
+    const publish = publishTo("rho", own);
+    const ids = () => receiver.requests("/rho").map((r) => JSON.parse(r.body.toString()).messageId as string);
+    try {
+      await publish("r-before");
+      await receiver.waitFor("/rho", 1);
+      // nats-server's store lost, and the operator making the stream and the consumer again
+      // within a second, before the watch confirms the consumer gone.
+      await own.jsm.streams.delete(EVENTS_STREAM);
+      await ensureStream(own.jsm, eventsStreamConfig(DEFAULT_STREAM));
+      await ensureDestinationConsumer(own.jsm, config.current().destinations[0]!);
+      for (const id of ["r-1", "r-2", "r-3"]) await publish(id);
+      await receiver.waitFor("/rho", 4, 15_000);
+      await expect.poll(async () => (await own.jsm.consumers.info(EVENTS_STREAM, "dest_default_rho")).ack_floor.stream_seq, { timeout: 10_000 }).toBe(3);
+      await new Promise((r) => setTimeout(r, 2 * 300 + 100)); // two of the watch's looks
+      await own.jsm.consumers.delete(EVENTS_STREAM, "dest_default_rho");
+      await publish("r-4");
+      await receiver.waitFor("/rho", 5, 15_000);
+      await new Promise((r) => setTimeout(r, 500));
+      expect(ids()).toEqual(["r-before", "r-1", "r-2", "r-3", "r-4"]);
+    } finally {
+      await service.stop();
+      await own.stop();
+    }
+  });
+
+  it("a consumer lost when the events stream is restored from a backup delivers what was stored since the restore (found by a disaster-recovery review: those messages were skipped)", async () => {
+    const own = await startNats();
+    await ensureStream(own.jsm, eventsStreamConfig(DEFAULT_STREAM));
+    // The backup: a cold copy of the store, taken before the destination existed.
+    const backup = tempDir("nats-backup");
+    await own.server.kill();
+    cpSync(own.server.storeDir, backup, { recursive: true });
+    await own.server.restart();
+    const streamBack = () => expect.poll(() => own.jsm.streams.info(EVENTS_STREAM).then(() => true, () => false), { timeout: 15_000, interval: 200 }).toBe(true);
+    await streamBack();
+    const captured = capturedLog("error");
+    const service = await start(new ConfigHolder(configOf([{ name: "sigma", url: receiver.url("/sigma") }])), { on: own, consumerCheckMs: 300, log: captured.log });
+    const publish = publishTo("sigma", own);
+    try {
+      for (const id of ["s-1", "s-2", "s-3"]) await publish(id);
+      await receiver.waitFor("/sigma", 3, 15_000);
+      await expect.poll(async () => (await own.jsm.consumers.info(EVENTS_STREAM, "dest_default_sigma")).ack_floor.stream_seq, { timeout: 10_000 }).toBe(3);
+      await new Promise((r) => setTimeout(r, 2 * 300 + 100));
+      // Restored: the same stream (its creation time too), its sequence back at 0, no consumer.
+      await own.server.kill();
+      rmSync(own.server.storeDir, { recursive: true, force: true });
+      cpSync(backup, own.server.storeDir, { recursive: true });
+      await own.server.restart();
+      await streamBack();
+      // Stored by ingest before delivery notices the consumer gone: sequences 1 and 2 again.
+      for (const id of ["s-4", "s-5"]) await publish(id);
+      await receiver.waitFor("/sigma", 5, 20_000);
+      expect(receiver.requests("/sigma").map((r) => JSON.parse(r.body.toString()).messageId)).toEqual(["s-1", "s-2", "s-3", "s-4", "s-5"]);
+      expect(captured.lines.map((l) => JSON.parse(l) as { msg: string; startTime?: string }).find((l) => l.msg.includes("sequence went back"))?.startTime).toBeDefined();
+    } finally {
+      await service.stop();
+      await own.stop();
     }
   });
 

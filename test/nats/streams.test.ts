@@ -122,8 +122,8 @@ describe("destination consumers", () => {
       timeoutMs: 5000, retryWindowMs: 60_000, maxInFlight: 10, standardWebhooks: false,
     };
     const made: number[] = [];
-    await ensureDestinationConsumer(nats.jsm, destination, { startSeq: 5, onCreated: () => made.push(5) });
-    await ensureDestinationConsumer(nats.jsm, destination, { startSeq: 9, onCreated: () => made.push(9) });
+    await ensureDestinationConsumer(nats.jsm, destination, { resumeAt: { seq: 5 }, onCreated: () => made.push(5) });
+    await ensureDestinationConsumer(nats.jsm, destination, { resumeAt: { seq: 9 }, onCreated: () => made.push(9) });
     expect(made).toEqual([5]);
     expect((await nats.jsm.consumers.info(EVENTS_STREAM, consumerName("default", "claimed"))).config.opt_start_seq).toBe(5);
   });
