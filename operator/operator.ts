@@ -4,12 +4,14 @@
 import { hostname } from "node:os";
 import { randomBytes } from "node:crypto";
 import { jetstream, jetstreamManager } from "@nats-io/jetstream";
+import type { KvEntry } from "@nats-io/kv";
 import type { NatsConnection } from "@nats-io/transport-node";
 import { CONFIG_BUCKET, ConfigWriter, KvConfigProvider, ensureConfigBucket, parseConfigKey, secretNamesOf } from "../dataplane/config/mod.ts";
 import type { Logger } from "../dataplane/logging.ts";
 import { EVENTS_STREAM, StreamGuard, natsDisconnectedForMs, parseConsumerName, patiently } from "../dataplane/nats/mod.ts";
 import { GROUP, VERSION, type CompiledConfig, type SourceDocument, type WebhookDestinationDocument } from "../schema/mod.ts";
 import { readyOf } from "./conditions.ts";
+import { ConfigDrift } from "./config-drift.ts";
 import { EventRecorder } from "./events.ts";
 import type { Kube, KubeObject } from "./kube/client.ts";
 import { listMetadata, metadataOnly } from "./kube/metadata.ts";
@@ -105,6 +107,8 @@ export class Operator {
   #natsWatch: NodeJS.Timeout | undefined;
   /** Makes the config bucket again if it goes missing. */
   #bucketGuard: StreamGuard | undefined;
+  /** Hears of the bucket's entries changed by others. */
+  #drift: ConfigDrift | undefined;
   #synced = false;
   #ctx: OperatorContext | undefined;
   #deliveryHealth: DeliveryHealth | undefined;
@@ -297,11 +301,26 @@ export class Operator {
     // Deleted by hand, or lost with nats-server's store: made again, and every resource written
     // to it again at once (found by a review: every reconcile failed until the operator was
     // restarted, and a new ingest pod waited for the bucket, answering 503).
+    this.#drift = new ConfigDrift(kv, ctx.config, (entry) => this.#onDrift(entry), this.#log);
     this.#bucketGuard = new StreamGuard(this.#nc, jsm, [{
       name: `KV_${CONFIG_BUCKET}`,
       make: () => ensureConfigBucket(this.#nc, { replicas: this.#options.configReplicas }, this.#log),
-      onMade: () => this.#resyncAll(),
+      onMade: () => {
+        this.#drift?.restart();
+        this.#resyncAll();
+      },
       said: "the config bucket was missing (deleted, or nats-server lost its store) and is made again; every Source and WebhookDestination is written to it again",
+      // Restored from a backup: it holds what was true then (a revoked key, a deleted
+      // destination), which ingest and delivery pods load, until written again (found by a
+      // disaster-recovery review: stale until the resync, ten minutes later).
+      rolledBack: {
+        then: () => {
+          this.#drift?.restart();
+          this.#resyncAll();
+          void this.#collectOrphans();
+        },
+        said: "the config bucket went back to older content (restored from a backup?); every Source and WebhookDestination is written to it again, and entries of resources since deleted are removed",
+      },
     }], this.#log, this.#options.bucketCheckMs);
     this.#log.info({ sources: sources.list().length, destinations: destinations.list().length }, "operator running");
   }
@@ -337,6 +356,26 @@ export class Operator {
       // The events stream may not exist yet; the next resync tries again.
       this.#log.warn({ err: (err as Error).message }, "could not check for orphaned config entries and consumers");
     }
+  }
+
+  /**
+   * An entry someone else wrote or deleted: its resource is reconciled, which writes it again,
+   * or, with no resource (in this operator's namespaces), it is removed.
+   */
+  #onDrift(entry: KvEntry): void {
+    const parsed = parseConfigKey(entry.key);
+    if (!parsed || !this.#inScope(parsed.namespace)) return;
+    const { kind, namespace, name } = parsed;
+    const owner = kind === "source" ? this.#sources?.get(namespace, name) : this.#destinations?.get(namespace, name);
+    if (!owner && entry.operation !== "PUT") return; // gone, as it should be
+    this.#log.warn(
+      { key: entry.key, operation: entry.operation, revision: entry.revision },
+      owner
+        ? "a config entry was changed by someone other than the operator; written again from its resource"
+        : "a config entry with no resource was written by someone other than the operator; removed",
+    );
+    if (owner) this.#queues?.[kind === "source" ? "Source" : "WebhookDestination"].add(keyOf(owner));
+    else void this.#collectOrphans();
   }
 
   #resyncAll(): void {
@@ -404,6 +443,7 @@ export class Operator {
     clearInterval(this.#failingResync);
     clearInterval(this.#natsWatch);
     this.#bucketGuard?.stop();
+    this.#drift?.stop();
     await this.#deliveryHealth?.stop();
     for (const r of this.#reflectors) r.stop();
     this.#owners?.close();

@@ -50,9 +50,15 @@ export async function ensureConfigBucket(nc: NatsConnection, options: ConfigBuck
 const encoder = new TextEncoder();
 const decoder = new TextDecoder();
 
-/** Writes compiled resources, skipping writes that would not change the stored value. */
+/**
+ * Writes compiled resources, skipping writes that would not change the stored value, and
+ * remembers what it last wrote or found under each key, so that a change made by anyone else
+ * can be told from its own (wroteLast).
+ */
 export class ConfigWriter {
   readonly kv: KV;
+  /** Each key's value as this writer last left it: its JSON, or null for none. */
+  readonly #left = new Map<string, string | null>();
 
   constructor(kv: KV) {
     this.kv = kv;
@@ -61,6 +67,7 @@ export class ConfigWriter {
   /** Returns whether the stored value changed. */
   async put(key: string, value: CompiledSource | CompiledDestination): Promise<boolean> {
     const bytes = JSON.stringify(value);
+    this.#left.set(key, bytes);
     const current = await this.kv.get(key);
     if (current?.operation === "PUT" && decoder.decode(current.value) === bytes) return false;
     await this.kv.put(key, encoder.encode(bytes));
@@ -69,16 +76,29 @@ export class ConfigWriter {
 
   /** Returns whether there was a value to delete. */
   async delete(key: string): Promise<boolean> {
+    this.#left.set(key, null);
     const current = await this.kv.get(key);
     if (!current || current.operation !== "PUT") return false;
     await this.kv.delete(key);
     return true;
   }
 
+  /** Whether the entry is what this writer last left under its key (its own write, or one that changed nothing). */
+  wroteLast(entry: KvEntry): boolean {
+    const left = this.#left.get(entry.key);
+    if (left === undefined) return false;
+    return entry.operation === "PUT" ? left === decoder.decode(entry.value) : left === null;
+  }
+
   async get<T extends CompiledSource | CompiledDestination>(key: string): Promise<T | undefined> {
     const current = await this.kv.get(key);
     return current?.operation === "PUT" ? (JSON.parse(decoder.decode(current.value)) as T) : undefined;
   }
+}
+
+/** Whether a bucket's stream ends below a revision already read from it: restored from a backup. */
+function rolledBack(status: KvStatus, revision: number): boolean {
+  return status.streamInfo.state.last_seq < revision;
 }
 
 const PART_KEYS: Record<ConfigPart, string> = { all: ">", sources: "source.>", destinations: "destination.>" };
@@ -149,10 +169,19 @@ export class KvConfigProvider extends ConfigHolder {
         let probe: NodeJS.Timeout | undefined;
         try {
           const status = await kv.status();
-          if (created !== undefined && status.streamInfo.created !== created) {
-            // The bucket was deleted and created again (lost storage): its revisions restarted,
-            // so resuming would skip entries. Start over from its current content.
-            this.#log.warn({ bucket: CONFIG_BUCKET }, "the config bucket was created again; reloading it, and keeping the config the lost one held in effect until it is refilled");
+          const remade = created !== undefined && status.streamInfo.created !== created;
+          if (remade || rolledBack(status, revision)) {
+            // The bucket was deleted and created again (lost storage), or restored from a backup
+            // (the same bucket, its revisions gone back): resuming after the last revision seen
+            // would skip every entry written since, which reuse the lower revisions (found by a
+            // disaster-recovery review: a key rotated after a restore was refused for as long as
+            // the pod ran). Start over from its current content.
+            this.#log.warn(
+              { bucket: CONFIG_BUCKET, lastRevisionSeen: revision, bucketLastRevision: status.streamInfo.state.last_seq },
+              remade
+                ? "the config bucket was created again; reloading it, and keeping the config the lost one held in effect until it is refilled"
+                : "the config bucket's revisions went back (restored from a backup?); reloading it, and keeping the config held until then in effect under its entries until the operator has written them again",
+            );
             // Made again while an earlier loss was still being refilled: what that one held counts too.
             if (this.#held) clearTimeout(this.#held.timer);
             this.#held = {
@@ -172,7 +201,7 @@ export class KvConfigProvider extends ConfigHolder {
           // over when it is gone or is another bucket of the same name.
           check = setInterval(() => {
             kv.status().then(
-              (now) => now.streamInfo.created !== created && watch.stop(),
+              (now) => (now.streamInfo.created !== created || rolledBack(now, revision)) && watch.stop(),
               () => watch.stop(),
             );
           }, retryMs * 5);

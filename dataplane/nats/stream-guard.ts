@@ -15,7 +15,18 @@ const STREAM_GUARD_MS = 5_000;
  * A stream to keep: its config as made at start, or how to make it (a KV bucket's stream is made
  * as the bucket), and who to tell once it was made again.
  */
-type GuardedStream = (Partial<StreamConfig> & { name: string }) | { name: string; make: () => Promise<unknown>; onMade?: () => void; /** The error line when made again. */ said: string };
+type GuardedStream = (Partial<StreamConfig> & { name: string }) | {
+  name: string;
+  make: () => Promise<unknown>;
+  onMade?: () => void;
+  /** The error line when made again. */
+  said: string;
+  /**
+   * Told when the stream's last sequence went back (restored from a backup: same stream, same
+   * creation time, older content), with the line said then.
+   */
+  rolledBack?: { then: () => void; said: string };
+};
 
 export class StreamGuard {
   readonly #nc: NatsConnection;
@@ -28,6 +39,8 @@ export class StreamGuard {
    * and their defaults (a pod started without --stream-replicas would make an R3 stream R1).
    */
   readonly #seen = new Map<string, StreamConfig>();
+  /** Each stream's creation time and last sequence as last seen, to tell a restore from a backup. */
+  readonly #ends = new Map<string, { created: string; lastSeq: number }>();
   #checking: Promise<void> | undefined;
 
   /** @param streams the configs to make them with, as ensureStream made them at start. */
@@ -54,7 +67,14 @@ export class StreamGuard {
     if (!isNatsConnected(this.#nc)) return;
     for (const config of this.#streams) {
       try {
-        this.#seen.set(config.name, (await this.#jsm.streams.info(config.name)).config);
+        const info = await this.#jsm.streams.info(config.name);
+        this.#seen.set(config.name, info.config);
+        const before = this.#ends.get(config.name);
+        this.#ends.set(config.name, { created: info.created, lastSeq: info.state.last_seq });
+        if ("make" in config && config.rolledBack && before?.created === info.created && info.state.last_seq < before.lastSeq) {
+          this.#log.error({ stream: config.name, lastSeq: info.state.last_seq, lastSeqBefore: before.lastSeq }, config.rolledBack.said);
+          config.rolledBack.then();
+        }
       } catch (err) {
         if (!isStreamNotFound(err)) continue; // NATS busy or electing: not a reason to make anything
         try {

@@ -1,12 +1,15 @@
 // --config-from nats: the data plane follows the trackhook-config bucket the operator writes.
+import { cpSync, rmSync } from "node:fs";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { ConfigWriter, KvConfigProvider, destinationKey, ensureConfigBucket, parseConfigKey, sha256Hex, sourceKey } from "../../dataplane/config/mod.ts";
 import { createLogger } from "../../dataplane/logging.ts";
 import type { CompiledConfig, CompiledDestination, CompiledSource } from "../../schema/mod.ts";
 import { startNats, type NatsHarness } from "../harness/nats.ts";
+import { tempDir } from "../harness/temp.ts";
 
 const log = createLogger({ level: "silent" });
 const source = (name: string, key = `${name}-key`): CompiledSource => ({ namespace: "shop", name, enabled: true, writeKeySha256: sha256Hex(key) });
+const keyOf = (provider: KvConfigProvider, name: string) => provider.current().sources.find((s) => s.name === name)?.writeKeySha256;
 const destination = (name: string, sources: string[]): CompiledDestination => ({
   namespace: "shop", name, enabled: true, sources, urls: ["https://hooks.example.com/in"], headers: [],
   timeoutMs: 5000, retryWindowMs: 14_400_000, maxInFlight: 100, standardWebhooks: false,
@@ -131,6 +134,35 @@ describe("KvConfigProvider", () => {
     } finally {
       off();
       provider.close();
+    }
+  });
+
+  it("follows a bucket restored from a backup, whose revisions went back (found by a disaster-recovery review: a key rotated after the restore was never taken)", async () => {
+    const own = await startNats();
+    const writer = () => ensureConfigBucket(own.nc).then((kv) => new ConfigWriter(kv));
+    const bucketBack = () => expect.poll(() => writer().then(() => true, () => false), { timeout: 15_000 }).toBe(true);
+    await (await writer()).put(sourceKey("shop", "a"), source("a", "key-1"));
+    const provider = await KvConfigProvider.start(await own.connect(), log, { retryMs: 50, refillMs: 500 });
+    try {
+      // A cold copy of the store: the backup.
+      const backup = tempDir("kv-backup");
+      await own.server.kill();
+      cpSync(own.server.storeDir, backup, { recursive: true });
+      await own.server.restart();
+      await bucketBack();
+      for (const key of ["key-2", "key-3", "key-4"]) await (await writer()).put(sourceKey("shop", "a"), source("a", key)); // revisions 2 to 4
+      await expect.poll(() => keyOf(provider, "a"), { timeout: 10_000 }).toBe(sha256Hex("key-4"));
+      // Restored: the bucket ends at revision 1 again; the next write is revision 2.
+      await own.server.kill();
+      rmSync(own.server.storeDir, { recursive: true, force: true });
+      cpSync(backup, own.server.storeDir, { recursive: true });
+      await own.server.restart();
+      await bucketBack();
+      await (await writer()).put(sourceKey("shop", "a"), source("a", "key-5"));
+      await expect.poll(() => keyOf(provider, "a"), { timeout: 15_000 }).toBe(sha256Hex("key-5"));
+    } finally {
+      provider.close();
+      await own.stop();
     }
   });
 });

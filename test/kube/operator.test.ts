@@ -229,6 +229,22 @@ spec: { writeKeySecretRef: { name: limited-key, key: writeKey }${rateLimit} }
     expect(statuses.filter((status) => status !== 200)).toEqual([]);
   }, 40_000);
 
+  it("a config entry deleted or overwritten by hand is written again at once, and one with no resource is removed (found by a disaster-recovery review: 401 to a valid key until the resync, ten minutes later)", async () => {
+    await env.apply([secret("drift-key", { writeKey: "drift-key-1" }), source("drift", "drift-key")].join("---\n"));
+    await env.waitReady("Source", "drift");
+    const kv = await new Kvm(env.nats.nc).open(CONFIG_BUCKET);
+    const key = sourceKey(env.namespace, "drift");
+    const digest = async () => (await kvValue(key))?.writeKeySha256;
+    await kv.delete(key); // `nats kv del`
+    await expect.poll(digest, { timeout: 10_000, interval: 200 }).toBe(sha256Hex("drift-key-1"));
+    await env.waitFor("the key accepted again", async () => (await track("drift-key-1", { userId: "u", event: "e" })).status === 200);
+    await kv.put(key, JSON.stringify({ ...(await kvValue(key)), writeKeySha256: sha256Hex("someone-else") })); // `nats kv put`
+    await expect.poll(digest, { timeout: 10_000, interval: 200 }).toBe(sha256Hex("drift-key-1"));
+    const stray = sourceKey(env.namespace, "no-such-source");
+    await kv.put(stray, JSON.stringify({ namespace: env.namespace, name: "no-such-source", enabled: true, writeKeySha256: sha256Hex("stray") }));
+    await expect.poll(() => kvValue(stray), { timeout: 10_000, interval: 200 }).toBeUndefined();
+  });
+
   it("deleting a Source takes its key out of ingest", async () => {
     await env.cluster.kubectlOk(["delete", "source", "web", "-n", env.namespace, "--wait=true", "--timeout=15s"]);
     expect(await kvValue(sourceKey(env.namespace, "web"))).toBeUndefined();

@@ -1,5 +1,8 @@
 // TRACKHOOK_EVENTS is created with the settings of DESIGN.md, and updated in place when an
 // existing stream's settings differ (a new max_bytes, say), keeping its messages.
+import { cpSync, mkdtempSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { createLogger } from "../../dataplane/logging.ts";
 import { DLQ_STREAM, EVENTS_STREAM, StreamGuard, StreamIsMirrorError, consumerName, dlqStreamConfig, ensureStream, eventsStreamConfig, isConsumerNotFound, isStreamNotFound, keptSettings, type StreamSettingChange } from "../../dataplane/nats/mod.ts";
@@ -221,6 +224,40 @@ describe("StreamGuard", () => {
     } finally {
       guard.stop();
       await nats.jsm.streams.delete(name).catch(() => {});
+    }
+  });
+
+  it("tells when a stream's content went back, as a restore from a backup does (found by a disaster-recovery review: the operator left a restored config bucket stale for ten minutes)", async () => {
+    const own = await startNats();
+    const name = "RESTORED";
+    await own.jsm.streams.add({ name, subjects: ["restored.>"] });
+    let told = 0;
+    const guard = new StreamGuard(own.nc, own.jsm, [{ name, make: async () => {}, said: "made", rolledBack: { then: () => told++, said: "went back" } }], createLogger({ level: "silent" }), 60_000);
+    try {
+      await own.js.publish("restored.a", "1");
+      await guard.check();
+      const backup = mkdtempSync(join(tmpdir(), "trackhook-guard-backup-"));
+      await own.server.kill();
+      cpSync(own.server.storeDir, backup, { recursive: true });
+      await own.server.restart();
+      const streamBack = () => expect.poll(() => own.jsm.streams.info(name).then(() => true, () => false), { timeout: 15_000, interval: 200 }).toBe(true);
+      await streamBack();
+      for (const n of ["2", "3"]) await own.js.publish("restored.a", n);
+      await guard.check();
+      expect(told).toBe(0); // it grew
+      await own.server.kill();
+      rmSync(own.server.storeDir, { recursive: true, force: true });
+      cpSync(backup, own.server.storeDir, { recursive: true });
+      rmSync(backup, { recursive: true, force: true });
+      await own.server.restart();
+      await streamBack();
+      await guard.check();
+      expect(told).toBe(1);
+      await guard.check();
+      expect(told).toBe(1); // once per going back
+    } finally {
+      guard.stop();
+      await own.stop();
     }
   });
 });
