@@ -1,5 +1,6 @@
 // The operator's Prometheus metrics, named after controller-runtime's so dashboards carry over.
-import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from "prom-client";
+import { Counter, Gauge, Histogram, Registry } from "prom-client";
+import { collectProcessMetrics } from "../dataplane/telemetry/mod.ts";
 
 export class OperatorMetrics {
   readonly registry = new Registry();
@@ -39,7 +40,7 @@ export class OperatorMetrics {
   #watches: () => Array<{ resource: string; failingSeconds: number }> = () => [];
 
   constructor() {
-    collectDefaultMetrics({ register: this.registry });
+    collectProcessMetrics(this.registry);
     // Every outcome from 0: an alert on increase() misses a series' first appearance.
     for (const outcome of ["stored", "duplicate", "dead_lettered"]) this.notifications.inc({ outcome }, 0);
     const resources = () => this.#resources();

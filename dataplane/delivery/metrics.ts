@@ -1,7 +1,7 @@
 // Delivery's Prometheus metrics, on a registry of its own.
-import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from "prom-client";
+import { Counter, Gauge, Histogram, Registry } from "prom-client";
 import { ATTEMPTS_STREAM, DLQ_STREAM } from "../nats/mod.ts";
-import { LabelRetirement, streamUseGauges, type StreamUse, TalliedCounter } from "../telemetry/mod.ts";
+import { LabelRetirement, collectProcessMetrics, streamUseGauges, type StreamUse, TalliedCounter } from "../telemetry/mod.ts";
 
 /** Per-destination figures read from JetStream when metrics are scraped. */
 export interface DeliveryBacklog {
@@ -122,7 +122,7 @@ export class DeliveryMetrics {
   }
 
   constructor(options: { defaultMetrics?: boolean; retireAfterMs?: number } = {}) {
-    if (options.defaultMetrics ?? true) collectDefaultMetrics({ register: this.registry });
+    if (options.defaultMetrics ?? true) collectProcessMetrics(this.registry);
     this.#retirement = new LabelRetirement((destination) => {
       this.#deliveries.forget(destination);
       this.#attempts.forget(destination);

@@ -1,7 +1,7 @@
 // The ingest's Prometheus metrics, on a registry of its own (no global state between app instances).
-import { Gauge, Histogram, Registry, collectDefaultMetrics } from "prom-client";
+import { Gauge, Histogram, Registry } from "prom-client";
 import { EVENTS_STREAM } from "../nats/mod.ts";
-import { LabelRetirement, streamUseGauges, type StreamUse, TalliedCounter } from "../telemetry/mod.ts";
+import { LabelRetirement, collectProcessMetrics, streamUseGauges, type StreamUse, TalliedCounter } from "../telemetry/mod.ts";
 
 export class IngestMetrics {
   readonly registry = new Registry();

@@ -5,3 +5,4 @@ export { LogInterval, KeyedLogInterval } from "./log-interval.ts";
 export { TalliedCounter } from "./tally.ts";
 export { LabelRetirement, RETIRE_AFTER_MS } from "./retire-labels.ts";
 export { streamUseGauges, type StreamUse } from "./stream-gauges.ts";
+export { collectProcessMetrics } from "./process-metrics.ts";
