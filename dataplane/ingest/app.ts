@@ -15,6 +15,7 @@ import { EVENTS_STREAM, isNatsConnected, natsConnectedGauge, streamReadiness } f
 import { KeyedLogInterval } from "../telemetry/mod.ts";
 import { opsRoutes } from "../ops/mod.ts";
 import { SourceDirectory } from "./auth.ts";
+import { BodyBudget } from "./body-budget.ts";
 import { parseJsonObject, readBoundedBody } from "./body.ts";
 import { IngestError, errors } from "./errors.ts";
 import { IngestMetrics } from "./metrics.ts";
@@ -83,7 +84,7 @@ export async function buildIngestApp(deps: IngestAppDeps, input: IngestOptionsIn
 
   const registry = deps.extraRegistries?.length ? Registry.merge([metrics.registry, ...deps.extraRegistries]) : metrics.registry;
   const state: IngestState = {
-    options, metrics, registry, publisher, directory: new SourceDirectory(deps.config.current()), rateLimits: new SourceRateLimits(), ready,
+    options, metrics, registry, publisher, directory: new SourceDirectory(deps.config.current()), rateLimits: new SourceRateLimits(), bodies: new BodyBudget(options.bodyBytesInFlight), ready,
     repeatedLines: new KeyedLogInterval(REPEATED_LINE_INTERVAL_MS),
     ...(deps.activity ? { activity: deps.activity } : {}),
   };

@@ -19,7 +19,14 @@ export const DRAIN_LIMIT_BYTES = 8 * 1024 * 1024;
 
 type Decoder = Gunzip | Inflate | InflateRaw;
 
-export function readBoundedBody(raw: Readable, headers: IncomingHttpHeaders, limit: number, tooLarge: () => IngestError): Promise<Buffer> {
+/** Retry-After of a 503 `overloaded`: room is made as requests in flight are answered, within a second. */
+const OVERLOADED_RETRY_AFTER_SECONDS = 1;
+
+/**
+ * Reads the body, decompressed, up to `limit` bytes. `take` is asked for room for each piece of
+ * output as it comes (the process's BodyBudget); refused, the request is answered 503 `overloaded`.
+ */
+export function readBoundedBody(raw: Readable, headers: IncomingHttpHeaders, limit: number, tooLarge: () => IngestError, take?: (bytes: number) => boolean): Promise<Buffer> {
   // An empty header is no encoding (RFC 9110 lists codings; none listed means identity).
   const encoding = headers["content-encoding"]?.trim().toLowerCase() || "identity";
   if (encoding !== "identity" && encoding !== "gzip" && encoding !== "x-gzip" && encoding !== "deflate") {
@@ -58,6 +65,7 @@ export function readBoundedBody(raw: Readable, headers: IncomingHttpHeaders, lim
     const onOutput = (chunk: Buffer) => {
       size += chunk.length;
       if (size > limit) stop(tooLarge());
+      else if (take && !take(chunk.length)) stop(errors.overloaded(OVERLOADED_RETRY_AFTER_SECONDS));
       else chunks.push(chunk);
     };
     const onEnd = () => {

@@ -24,6 +24,7 @@ export const INGEST_ERROR_CODES = [
   "storage_full",
   "rate_limited",
   "shutting_down",
+  "overloaded",
   "internal_error",
 ] as const;
 export type IngestErrorCode = (typeof INGEST_ERROR_CODES)[number];
@@ -81,6 +82,9 @@ export const errors = {
     new IngestError("storage_full", 503, "The event stream is full; retry later", { cause, retryAfter }),
   rateLimited: (retryAfter: number, perSecond: number) =>
     new IngestError("rate_limited", 429, `This source is over its limit of ${perSecond} messages a second; retry after ${retryAfter} s`, { retryAfter }),
+  overloaded: (retryAfter: number) =>
+    // The rest of the body is read and dropped (not held), so the SDK gets the 503, not a reset.
+    new IngestError("overloaded", 503, "This server holds as many request bodies as it takes at once; retry", { retryAfter, drainBody: true }),
   shuttingDown: (retryAfter: number) =>
     new IngestError("shutting_down", 503, "This server is shutting down; retry (another replica will answer)", { retryAfter }),
   /** The client went away mid-body: nothing was read, nothing stored, nobody to answer. */

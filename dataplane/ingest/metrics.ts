@@ -49,7 +49,7 @@ export class IngestMetrics {
   readonly #retirement: LabelRetirement;
 
   constructor(options: { defaultMetrics?: boolean; retireAfterMs?: number } = {}) {
-    if (options.defaultMetrics ?? true) collectDefaultMetrics({ register: this.registry });
+    if (options.defaultMetrics ?? true) collectProcessMetrics(this.registry);
     this.#retirement = new LabelRetirement((source) => {
       this.#messages.forget(source);
       this.#additionalKeys.forget(source);

@@ -18,6 +18,13 @@ export const IngestOptionsSchema = Type.Object(
       },
       { default: {}, additionalProperties: false },
     ),
+    /**
+     * Request body bytes (decompressed) held at once, all requests together; beyond, a request
+     * still arriving is answered 503 `overloaded` (see body-budget.ts). 8 MiB is ~20 batches of
+     * 400KB: 128 of them sent at once peaked at 373 MB, as 8 at once do, where 16 MiB let it
+     * reach 406 MB, 32 MiB 535 MB, and no budget 544 MB (and, at 256, out of heap).
+     */
+    bodyBytesInFlight: Type.Integer({ minimum: 64 * 1024, default: 8 * 1024 * 1024 }),
     /** Origins allowed by CORS; "*" allows any. */
     corsOrigins: Type.Array(Type.String(), { default: ["*"] }),
     /** Proxies whose X-Forwarded-For is believed (addresses or CIDRs), for context.ip. */

@@ -5,6 +5,7 @@ import type { IngestOptions } from "./options.ts";
 import type { EventPublisher } from "./publish.ts";
 import type { SourceDirectory } from "./auth.ts";
 import type { SourceRateLimits } from "./rate-limit.ts";
+import type { BodyBudget } from "./body-budget.ts";
 import type { KeyedLogInterval } from "../telemetry/mod.ts";
 import type { IngestActivity } from "./app.ts";
 
@@ -16,6 +17,8 @@ export interface IngestState {
   readonly publisher: EventPublisher;
   /** Replaced whenever the config changes. */
   directory: SourceDirectory;
+  /** Request body bytes held at once, all requests together. */
+  readonly bodies: BodyBudget;
   /** Sources' spec.rateLimit, counted in this process. */
   readonly rateLimits: SourceRateLimits;
   /**

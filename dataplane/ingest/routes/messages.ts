@@ -5,6 +5,7 @@ import type { FastifyInstance, FastifyRequest } from "fastify";
 import { describeErrors, validateBatchBody, type MessageType } from "../../../schema/mod.ts";
 import { judge, type RejectReason } from "../accept.ts";
 import { authenticate } from "../auth.ts";
+import type { BodyAccount } from "../body-budget.ts";
 import { MAX_JSON_DEPTH, jsonDepthExceeds, jsonText, nestedDeeperThan, parseJsonObject, readBoundedBody } from "../body.ts";
 import { enrich, type BatchDefaults } from "../enrich.ts";
 import { checkableField } from "../../json.ts";
@@ -96,12 +97,23 @@ export function messageRoutes(app: FastifyInstance, state: IngestState): void {
 }
 
 async function handle(state: IngestState, request: FastifyRequest, config: RouteConfig) {
+  // What the body takes of the process's budget is held until the request is answered: its
+  // objects and the bytes to store live until then.
+  const account = state.bodies.open();
+  try {
+    return await handleWithin(state, request, config, account);
+  } finally {
+    account.release();
+  }
+}
+
+async function handleWithin(state: IngestState, request: FastifyRequest, config: RouteConfig, account: BodyAccount) {
   const { limits } = state.options;
   const stream = request.body as Readable | undefined;
   if (!stream) throw errors.invalidJson();
   const isBatch = config.endpoint === "batch";
   const limit = isBatch ? limits.batchBytes + BATCH_ENVELOPE_ALLOWANCE : limits.singleBytes;
-  const raw = await readBoundedBody(stream, request.headers, limit, () => (isBatch ? errors.batchTooLarge(limit) : errors.requestTooLarge(limit)));
+  const raw = await readBoundedBody(stream, request.headers, limit, () => (isBatch ? errors.batchTooLarge(limit) : errors.requestTooLarge(limit)), account.take);
   const text = jsonText(raw);
   const body = parseJsonObject(text);
   const { source, additional } = authenticate(state.directory, request.headers.authorization, body.writeKey);
