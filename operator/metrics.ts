@@ -1,9 +1,11 @@
 // The operator's Prometheus metrics, named after controller-runtime's so dashboards carry over.
 import { Counter, Gauge, Histogram, Registry } from "prom-client";
-import { collectProcessMetrics } from "../dataplane/telemetry/mod.ts";
+import { collectProcessMetrics, streamsRecreatedCounter } from "../dataplane/telemetry/mod.ts";
 
 export class OperatorMetrics {
   readonly registry = new Registry();
+  /** Streams this process found missing and made again. */
+  readonly streamsRecreated = streamsRecreatedCounter(this.registry);
   readonly reconciles = new Counter({
     name: "trackhook_operator_reconcile_total",
     help: "Reconciles by kind and result (success, error, requeue)",

@@ -321,7 +321,7 @@ export class Operator {
         },
         said: "the config bucket went back to older content (restored from a backup?); every Source and WebhookDestination is written to it again, and entries of resources since deleted are removed",
       },
-    }], this.#log, this.#options.bucketCheckMs);
+    }], this.#log, { everyMs: this.#options.bucketCheckMs, remade: (stream) => this.metrics.streamsRecreated.inc({ stream }) });
     this.#log.info({ sources: sources.list().length, destinations: destinations.list().length }, "operator running");
   }
 

@@ -9,7 +9,7 @@ import { UsageError, integerFlag, natsUrl as natsUrlFlag } from "../args.ts";
 import { devLockPath, formatDevLock, isRunning as isAlive, readDevLock } from "../dev-lock.ts";
 import { onShutdown } from "../shutdown.ts";
 import { DeliveryMetrics, type DeliveryActivity } from "../../dataplane/delivery/mod.ts";
-import type { IngestActivity } from "../../dataplane/ingest/mod.ts";
+import { IngestMetrics, type IngestActivity } from "../../dataplane/ingest/mod.ts";
 import { startActivityFeed, type ActivityFeed } from "../dev-activity.ts";
 import { EGRESS_PROXY_HELP, egressProxyFlags, egressProxyOf, startDelivery, type RunningDelivery } from "./deliver.ts";
 import { startIngest } from "./ingest.ts";
@@ -61,11 +61,13 @@ export const devCommand: Command = {
     // The feed watches streams that ingest and delivery create, so it starts after them.
     const activity: IngestActivity = { notAccepted: (e) => feed?.ingest.notAccepted(e), refused: (e) => feed?.ingest.refused(e) };
     const deliveryActivity: DeliveryActivity = { urlPaused: (e) => feed?.delivery.urlPaused(e), urlResumed: (e) => feed?.delivery.urlResumed(e) };
-    // One /metrics for both: process metrics come from the ingest's registry only.
-    const deliveryMetrics = new DeliveryMetrics({ defaultMetrics: false });
+    // One /metrics for both: process metrics come from the ingest's registry only, and so does
+    // the count of streams made again (a name may be registered once).
+    const ingestMetrics = new IngestMetrics();
+    const deliveryMetrics = new DeliveryMetrics({ defaultMetrics: false, streamsRecreated: ingestMetrics.streamsRecreated });
     try {
       ingest = await startIngest({
-        nc, config, log, stream, options, extraRegistries: [deliveryMetrics.registry], activity,
+        nc, config, log, stream, options, metrics: ingestMetrics, extraRegistries: [deliveryMetrics.registry], activity,
         host: values.host ?? "127.0.0.1",
         port,
       });

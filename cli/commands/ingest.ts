@@ -4,7 +4,7 @@ import type { NatsConnection } from "@nats-io/transport-node";
 import type { FastifyInstance } from "fastify";
 import { Registry } from "prom-client";
 import type { ConfigProvider } from "../../dataplane/config/mod.ts";
-import { buildIngestApp, ingestErrors, type IngestActivity, type IngestOptionsInput } from "../../dataplane/ingest/mod.ts";
+import { IngestMetrics, buildIngestApp, ingestErrors, type IngestActivity, type IngestOptionsInput } from "../../dataplane/ingest/mod.ts";
 import { OPS_PATHS, buildOpsServer } from "../../dataplane/ops/mod.ts";
 import { createLogger, type Logger } from "../../dataplane/logging.ts";
 import { EVENTS_STREAM, StreamGuard, connectNats, ensureStream, eventsStreamConfig, keptSettings, natsConnectedGauge, patiently, type EventsStreamSettings } from "../../dataplane/nats/mod.ts";
@@ -48,14 +48,17 @@ export async function startIngest(args: {
   /** The manager of an events stream already made by ensureEventsStream. */
   jsm?: JetStreamManager;
   options: IngestOptionsInput;
+  /** Its metrics, when made by the caller (dev shares a counter of them with delivery). */
+  metrics?: IngestMetrics;
   /** More registries for /metrics (dev serves delivery's too). */
   extraRegistries?: Registry[];
   activity?: IngestActivity;
 }): Promise<RunningIngest> {
   const jsm = args.jsm ?? (await ensureEventsStream(args.nc, args.stream, args.log));
-  const app = await buildIngestApp({ nc: args.nc, config: args.config, logger: args.log, ...(args.extraRegistries ? { extraRegistries: args.extraRegistries } : {}), ...(args.activity ? { activity: args.activity } : {}) }, args.options);
+  const metrics = args.metrics ?? new IngestMetrics();
+  const app = await buildIngestApp({ nc: args.nc, config: args.config, logger: args.log, metrics, ...(args.extraRegistries ? { extraRegistries: args.extraRegistries } : {}), ...(args.activity ? { activity: args.activity } : {}) }, args.options);
   const address = await listenOrExplain(app, args.host, args.port);
-  const guard = new StreamGuard(args.nc, jsm, [eventsStreamConfig(args.stream)], args.log);
+  const guard = new StreamGuard(args.nc, jsm, [eventsStreamConfig(args.stream)], args.log, { remade: (stream) => metrics.streamsRecreated.inc({ stream }) });
   args.log.info({ address, sources: args.config.current().sources.length }, "ingest listening");
   return {
     url: address,

@@ -1,7 +1,7 @@
 // Delivery's Prometheus metrics, on a registry of its own.
 import { Counter, Gauge, Histogram, Registry } from "prom-client";
 import { ATTEMPTS_STREAM, DLQ_STREAM } from "../nats/mod.ts";
-import { LabelRetirement, collectProcessMetrics, streamUseGauges, type StreamUse, TalliedCounter } from "../telemetry/mod.ts";
+import { LabelRetirement, collectProcessMetrics, streamUseGauges, streamsRecreatedCounter, type StreamUse, TalliedCounter } from "../telemetry/mod.ts";
 
 /** Per-destination figures read from JetStream when metrics are scraped. */
 export interface DeliveryBacklog {
@@ -50,6 +50,8 @@ const STATUS_CLASS: Record<number, string> = { 1: "1xx", 2: "2xx", 3: "3xx", 4: 
 
 export class DeliveryMetrics {
   readonly registry = new Registry();
+  /** Streams this process found missing and made again (the ingest's counter, when one process runs both). */
+  readonly streamsRecreated: Counter<"stream">;
 
   // Both are counted per message or attempt: tallied, and added to prom-client when collected
   // (read them from the registry).
@@ -121,8 +123,9 @@ export class DeliveryMetrics {
     this.#retirement.inConfig(destinations);
   }
 
-  constructor(options: { defaultMetrics?: boolean; retireAfterMs?: number } = {}) {
+  constructor(options: { defaultMetrics?: boolean; retireAfterMs?: number; streamsRecreated?: Counter<"stream"> } = {}) {
     if (options.defaultMetrics ?? true) collectProcessMetrics(this.registry);
+    this.streamsRecreated = options.streamsRecreated ?? streamsRecreatedCounter(this.registry);
     this.#retirement = new LabelRetirement((destination) => {
       this.#deliveries.forget(destination);
       this.#attempts.forget(destination);

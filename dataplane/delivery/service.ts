@@ -181,7 +181,7 @@ export class DeliveryService {
     }
     const events = await waitForEventsStream(jsm, deps.log);
     const service = new DeliveryService(deps, jsm);
-    service.#guard = new StreamGuard(deps.nc, jsm, sideStreams.map((s) => s.config), deps.log);
+    service.#guard = new StreamGuard(deps.nc, jsm, sideStreams.map((s) => s.config), deps.log, { remade: (stream) => deps.metrics.streamsRecreated.inc({ stream }) });
     if (events.config.max_age > 0) service.#streamMaxAgeMs = events.config.max_age / 1e6;
     service.#maxAgeTimer = setInterval(() => void service.#readStreamMaxAge(), deps.streamCheckMs ?? STREAM_CHECK_MS).unref();
     deps.metrics.readBacklogFrom(() => service.backlog());

@@ -1,10 +1,12 @@
 // The ingest's Prometheus metrics, on a registry of its own (no global state between app instances).
 import { Gauge, Histogram, Registry } from "prom-client";
 import { EVENTS_STREAM } from "../nats/mod.ts";
-import { LabelRetirement, collectProcessMetrics, streamUseGauges, type StreamUse, TalliedCounter } from "../telemetry/mod.ts";
+import { LabelRetirement, collectProcessMetrics, streamUseGauges, streamsRecreatedCounter, type StreamUse, TalliedCounter } from "../telemetry/mod.ts";
 
 export class IngestMetrics {
   readonly registry = new Registry();
+  /** Streams this process found missing and made again. */
+  readonly streamsRecreated = streamsRecreatedCounter(this.registry);
 
   // Both are counted on every request: tallied, and added to prom-client when collected.
   readonly #requests = new TalliedCounter({

@@ -42,14 +42,19 @@ export class StreamGuard {
   /** Each stream's creation time and last sequence as last seen, to tell a restore from a backup. */
   readonly #ends = new Map<string, { created: string; lastSeq: number }>();
   #checking: Promise<void> | undefined;
+  readonly #remade: ((stream: string) => void) | undefined;
 
-  /** @param streams the configs to make them with, as ensureStream made them at start. */
-  constructor(nc: NatsConnection, jsm: JetStreamManager, streams: readonly GuardedStream[], log: Logger, everyMs = STREAM_GUARD_MS) {
+  /**
+   * @param streams the configs to make them with, as ensureStream made them at start.
+   * @param options.remade told of each stream this process made again (trackhook_stream_recreated_total).
+   */
+  constructor(nc: NatsConnection, jsm: JetStreamManager, streams: readonly GuardedStream[], log: Logger, options: { everyMs?: number; remade?: (stream: string) => void } = {}) {
     this.#nc = nc;
     this.#jsm = jsm;
     this.#streams = streams;
     this.#log = log;
-    this.#timer = setInterval(() => void this.check(), everyMs);
+    this.#remade = options.remade;
+    this.#timer = setInterval(() => void this.check(), options.everyMs ?? STREAM_GUARD_MS);
     this.#timer.unref();
   }
 
@@ -85,6 +90,7 @@ export class StreamGuard {
             { stream: config.name },
             "make" in config ? config.said : "the stream was missing (deleted, or nats-server lost its store) and is made again; what it held is gone: messages stored in it and not yet delivered are lost",
           );
+          this.#remade?.(config.name);
           if ("make" in config) config.onMade?.();
         } catch (makeErr) {
           // Another replica made it first and said so: one error line per loss, not one per pod.

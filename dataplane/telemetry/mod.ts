@@ -4,5 +4,5 @@
 export { LogInterval, KeyedLogInterval } from "./log-interval.ts";
 export { TalliedCounter } from "./tally.ts";
 export { LabelRetirement, RETIRE_AFTER_MS } from "./retire-labels.ts";
-export { streamUseGauges, type StreamUse } from "./stream-gauges.ts";
+export { streamUseGauges, streamsRecreatedCounter, type StreamUse } from "./stream-gauges.ts";
 export { collectProcessMetrics } from "./process-metrics.ts";

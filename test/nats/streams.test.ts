@@ -212,7 +212,7 @@ describe("StreamGuard", () => {
     const subjects = [`guarded.${name}.>`];
     await nats.jsm.streams.add({ name, subjects, max_bytes: 1024 * 1024 });
     const log = createLogger({ level: "silent" });
-    const guard = new StreamGuard(nats.nc, nats.jsm, [{ name, subjects, max_bytes: 10 * 1024 * 1024 }], log, 100);
+    const guard = new StreamGuard(nats.nc, nats.jsm, [{ name, subjects, max_bytes: 10 * 1024 * 1024 }], log, { everyMs: 100 });
     try {
       // An operator tunes it by hand; the guard sees it so, then it is lost.
       const { config } = await nats.jsm.streams.info(name);
@@ -232,7 +232,7 @@ describe("StreamGuard", () => {
     const name = "RESTORED";
     await own.jsm.streams.add({ name, subjects: ["restored.>"] });
     let told = 0;
-    const guard = new StreamGuard(own.nc, own.jsm, [{ name, make: async () => {}, said: "made", rolledBack: { then: () => told++, said: "went back" } }], createLogger({ level: "silent" }), 60_000);
+    const guard = new StreamGuard(own.nc, own.jsm, [{ name, make: async () => {}, said: "made", rolledBack: { then: () => told++, said: "went back" } }], createLogger({ level: "silent" }), { everyMs: 60_000 });
     try {
       await own.js.publish("restored.a", "1");
       await guard.check();
