@@ -9,7 +9,7 @@ import { purgeDeadLettersOf } from "../../dataplane/admin/mod.ts";
 import type { DeletionRequestStatus, DeletionState } from "../../schema/mod.ts";
 import type { ReconcileResult } from "../queue.ts";
 import { readyOf, withReady, withStalled } from "../conditions.ts";
-import { isStreamNotFound } from "../../dataplane/nats/mod.ts";
+import { EVENTS_STREAM, isStreamNotFound } from "../../dataplane/nats/mod.ts";
 import { apiErrorMessage, customResource, isNotFound } from "../kube/client.ts";
 import { PLURALS, isDeleting, setReady, writeStatus, type DeletionResource, type DestinationResource, type OperatorContext } from "./context.ts";
 
@@ -61,7 +61,10 @@ async function sendNotifications(ctx: OperatorContext, namespace: string, name: 
   // start from older progress than it recorded.
   let request = await readFresh(ctx, namespace, name);
   if (!request || isDeleting(request)) return;
-  if (request.status?.state && FINAL.includes(request.status.state)) return finalPurge(ctx, request);
+  if (request.status?.state && FINAL.includes(request.status.state)) {
+    if (await storeAgainIfLost(ctx, request)) return;
+    return finalPurge(ctx, request);
+  }
 
   if (!request.status?.sources) {
     const planned = await plan(ctx, request);
@@ -128,6 +131,40 @@ async function sendNotifications(ctx: OperatorContext, namespace: string, name: 
     final,
   );
   ctx.log.info({ request: `${namespace}/${name}`, state: final.state, sources: notified, users, deadLettersRemoved: removed }, "deletion request done");
+}
+
+/**
+ * Notices stored on an events stream that was lost since (nats-server's store lost, the stream
+ * deleted) went with it, undelivered perhaps, while the request said FINISHED (found by a
+ * disaster-recovery review: an erasure's record that was not true). While they would still be
+ * retried (until finalPurgeAt), they are stored again on the stream there is now: a receiver that
+ * had them already gets the same messageId again. Looked at each time the finished request is
+ * reconciled (at every resync). Returns whether it stored them again.
+ */
+async function storeAgainIfLost(ctx: OperatorContext, request: DeletionResource): Promise<boolean> {
+  const status = request.status!;
+  const notified = (status.sources ?? []).filter((s) => s.state === "FINISHED" && !s.reason);
+  if (!status.completedAt || !status.finalPurgeAt || status.finalPurgeDone || notified.length === 0) return false;
+  if (Date.parse(status.finalPurgeAt) <= Date.now()) return false;
+  const stream = await ctx.jsm.streams.info(EVENTS_STREAM).catch((err: unknown) => {
+    if (isStreamNotFound(err)) return undefined; // ingest makes it again; the next resync looks
+    throw err;
+  });
+  if (!stream || Date.parse(stream.created) <= Date.parse(status.completedAt)) return false;
+  const { namespace, name } = request.metadata;
+  for (const source of notified) {
+    const result = await publishDeleteNotifications(ctx.js, {
+      namespace, source: source.name, requestId: request.metadata.uid, userIds: request.spec.userIds, timestamp: createdAt(request), from: 0,
+    });
+    ctx.metrics.notifications.inc({ outcome: "stored" }, result.stored);
+  }
+  // completedAt is when the notices were last stored: the next look compares the stream with it.
+  const completedAt = new Date();
+  await writeStatus(ctx, request, { ...status, completedAt: completedAt.toISOString(), finalPurgeAt: new Date(completedAt.getTime() + (await longestRetryMs(ctx.jsm))).toISOString() });
+  const message = `the events stream was made again (${stream.created}) after this request's delete notifications were stored, and they went with it: stored again for ${notified.map((s) => s.name).join(", ")}`;
+  ctx.log.warn({ request: `${namespace}/${name}`, streamCreated: stream.created, sources: notified.map((s) => s.name) }, message);
+  await ctx.events.record(request, "Warning", "NotificationsStoredAgain", message);
+  return true;
 }
 
 /**

@@ -4,7 +4,7 @@
 import { describe, expect, it } from "vitest";
 import { deleteMessageId } from "../../dataplane/deletion/mod.ts";
 import { headers } from "@nats-io/transport-node";
-import { DLQ_STREAM, EVENTS_STREAM, dlqSubject } from "../../dataplane/nats/mod.ts";
+import { DLQ_STREAM, EVENTS_STREAM, dlqSubject, readStored } from "../../dataplane/nats/mod.ts";
 import { destinationYaml, secretYaml, sourceYaml, yamlDocuments } from "../harness/documents.ts";
 import { spawnOperator, useOperatorEnv, type KubeResource } from "../harness/operator.ts";
 import { answer } from "../harness/receiver.ts";
@@ -257,4 +257,39 @@ describe("DeletionRequest", () => {
       await second.stop();
     }
   }, 120_000);
+
+  // Last: it loses the events stream (delivery takes ~35 s to make its consumers again).
+  it("stores its notices again when the events stream was lost after they were stored, while they would still be retried (found by a disaster-recovery review: FINISHED, the notices gone with the store)", async () => {
+    const operator = await spawnOperator(env, { resync: "10s" });
+    try {
+      env.receiver.on("/lost-notice", answer(503)); // the notice waits for its retry
+      await env.apply(yamlDocuments(setup(["shop"], ["shop"]), destinationYaml("lostnotice", { sources: ["shop"], urls: [env.receiver.url("/lost-notice")] })));
+      await env.waitReady("WebhookDestination", "lostnotice");
+      await env.apply(deletionRequest("gdpr-lost", ["lost-user"], ["shop"]));
+      const done = await env.waitReady("DeletionRequest", "gdpr-lost");
+      await env.receiver.waitFor("/lost-notice", 1);
+      // nats-server's store lost: the stream made again (as ingest does) holds nothing.
+      const { config } = await env.nats.jsm.streams.info(EVENTS_STREAM);
+      await env.nats.jsm.streams.delete(EVENTS_STREAM);
+      await env.nats.jsm.streams.add(config);
+      // Every finished request's notices are stored again (this file's others too): lost-user's, once.
+      const notices = async () => {
+        let n = 0;
+        for await (const m of readStored(env.nats.js, EVENTS_STREAM, `trackhook.events.${env.namespace}.shop.delete`, { whole: true })) if (m.json<{ userId: string }>().userId === "lost-user") n++;
+        return n;
+      };
+      await env.waitFor("the notice stored again", async () => (await notices()) === 1, 30_000);
+      // Its status says when they were stored last (written once they are).
+      const again = await env.waitFor("completedAt moved on", async () => {
+        const request = await env.get("DeletionRequest", "gdpr-lost");
+        return Date.parse(String(request?.status?.completedAt)) > Date.parse(String(done.status!.completedAt)) ? request : undefined;
+      }, 10_000);
+      expect(again.status!.state).toBe("FINISHED");
+      // Once only: the next resyncs find it on the stream as it is.
+      await new Promise((r) => setTimeout(r, 12_000));
+      expect(await notices()).toBe(1);
+    } finally {
+      await operator.stop();
+    }
+  }, 90_000);
 });
