@@ -10,6 +10,7 @@ export const ingestFlags = {
   "cors-origins": { type: "string" },
   "trusted-proxies": { type: "string" },
   "public-url": { type: "string" },
+  "keep-alive-timeout": { type: "string" },
   "stream-max-age": { type: "string" },
   "stream-max-bytes": { type: "string" },
   "stream-replicas": { type: "string" },
@@ -23,6 +24,8 @@ export const ingestFlagsHelp = `
   --cors-origins <list>      comma-separated origins allowed by CORS (default *)
   --trusted-proxies <list>   proxies whose X-Forwarded-For sets the client IP (addresses or CIDRs)
   --public-url <url>         base URL SDKs use, for the settings endpoint (default: request Host)
+  --keep-alive-timeout <dur> how long an idle connection is kept open (default 72s; 1s to 24h); must
+                             exceed a reverse proxy's upstream idle timeout (see docs/operations.md)
   --stream-max-age <dur>     how long messages are kept (default 72h; must exceed retry windows)
   --stream-max-bytes <size>  stream disk budget; when full, ingest answers 503 (default 10GiB)
   --stream-replicas <n>      JetStream replicas (default 1)
@@ -50,11 +53,18 @@ export function streamSettings(values: Values): EventsStreamSettings {
 export function ingestOptions(values: Values): IngestOptions {
   const origins = listFlag(values["cors-origins"]);
   const proxies = listFlag(values["trusted-proxies"]);
+  const keepAlive = values["keep-alive-timeout"];
+  const keepAliveTimeoutMs = keepAlive === undefined ? undefined : durationFlag("keep-alive-timeout", keepAlive);
+  // A proxy that keeps its idle connections longer gets some closed under a request: a 502.
+  if (keepAliveTimeoutMs !== undefined && (keepAliveTimeoutMs < 1000 || keepAliveTimeoutMs > 86_400_000)) {
+    throw new UsageError(`--keep-alive-timeout: "${keepAlive}" must be from 1s to 24h (longer than the upstream idle timeout of any proxy in front)`);
+  }
   try {
     return resolveIngestOptions({
       ...(origins ? { corsOrigins: origins } : {}),
       ...(proxies ? { trustedProxies: proxies } : {}),
       ...(values["public-url"] ? { publicUrl: values["public-url"] } : {}),
+      ...(keepAliveTimeoutMs !== undefined ? { keepAliveTimeoutMs } : {}),
     });
   } catch (err) {
     if (err instanceof InvalidOptionsError) throw new UsageError(err.message);

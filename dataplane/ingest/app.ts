@@ -114,7 +114,7 @@ export async function buildIngestApp(deps: IngestAppDeps, input: IngestOptionsIn
     // Requests that arrive once closing has begun get shutting_down from the hook below, in the
     // catalogue's shape and with Retry-After and CORS headers, which Fastify's own 503 lacks.
     return503OnClosing: false,
-    keepAliveTimeout: 72_000,
+    keepAliveTimeout: options.keepAliveTimeoutMs,
     requestTimeout: options.requestTimeoutMs,
     // Node checks requestTimeout on this interval (30 s by default, half the timeout here), and
     // ignores it when headersTimeout (60 s by default) is the longer of the two.
@@ -130,8 +130,8 @@ export async function buildIngestApp(deps: IngestAppDeps, input: IngestOptionsIn
   });
 
   // Once closing, answers end their connection: a keep-alive connection that goes idle after
-  // close() began would otherwise hold the server open until keepAliveTimeout (72 s), past
-  // Kubernetes' grace period.
+  // close() began would otherwise hold the server open until keepAliveTimeout (72 s by default),
+  // past Kubernetes' grace period.
   let closing = false;
   app.addHook("preClose", async () => {
     closing = true;

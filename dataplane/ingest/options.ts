@@ -38,6 +38,13 @@ export const IngestOptionsSchema = Type.Object(
      * poor mobile link takes tens of seconds.
      */
     requestTimeoutMs: Type.Integer({ minimum: 1000, default: 60_000 }),
+    /**
+     * How long an idle keep-alive connection is kept open (Node's keepAliveTimeout; Node waits a
+     * second more). A reverse proxy that keeps its idle upstream connections longer sends a
+     * request on one ingest is closing, and answers 502: it must be longer than the proxy's.
+     * At most 24 h (Node's timers overflow at 24.8 days).
+     */
+    keepAliveTimeoutMs: Type.Integer({ minimum: 1000, maximum: 86_400_000, default: 72_000 }),
     /** Retry-After seconds on a 503. */
     retryAfterSeconds: Type.Integer({ minimum: 1, default: 5 }),
     /** The public base URL SDKs use (e.g. https://events.example.com), for the settings endpoint; default: the request's Host. */

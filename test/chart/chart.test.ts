@@ -153,6 +153,10 @@ describe("chart metadata and values", () => {
       refused({ "ingest.stream.maxBytes": "lots" }, /maxBytes/),
       refused({ "ingest.stream.replicas": "7" }, /replicas/),
       refused({ "ingest.trustedProxies[0]": "proxy.example.com" }, /trustedProxies/),
+      // Ingest refuses a keep-alive timeout under 1s at start.
+      refused({ "ingest.keepAliveTimeout": "500ms" }, /keepAliveTimeout/),
+      refused({ "ingest.keepAliveTimeout": "0s" }, /keepAliveTimeout/),
+      refused({ "ingest.keepAliveTimeout": "10 minutes" }, /keepAliveTimeout/),
       refused({ "ingest.resources.limits": "null" }, /resources/),
       refused({ "delivery.maxInFlight": "0" }, /maxInFlight/),
       refused({ "delivery.allowPrivateNetwork": "true" }, /allowPrivateNetwork/),
@@ -441,6 +445,12 @@ describe("rendered manifests", () => {
     }
     expect(deploymentOf(defaults, "ingest").spec.template.spec.containers[0].image).toBe("trackhook:0.3.0-dev");
     expect(deploymentOf(full, "ingest").spec.template.spec.containers[0].image).toMatch(/@sha256:/);
+  });
+
+  it("ingest's keep-alive timeout is a value, 72s by default (found by a proxy review: fixed at 72 s, shorter than a GCP load balancer's 600 s: 502s)", async () => {
+    const args = (docs: Manifest[]) => deploymentOf(docs, "ingest").spec.template.spec.containers[0].args as string[];
+    expect(args(defaults)).toContain("--keep-alive-timeout=72s");
+    expect(args(await render({ set: { "ingest.keepAliveTimeout": "650s" } }))).toContain("--keep-alive-timeout=650s");
   });
 
   it("start each component with flags its `trackhook <command> --help` documents, from the config bucket", () => {

@@ -118,6 +118,17 @@ describe("trackhook CLI", () => {
     }
   });
 
+  it("--keep-alive-timeout outside 1s to 24h, or no duration, is a usage error before anything connects (found by a proxy review: the keep-alive timeout was fixed at 72 s)", () => {
+    for (const value of ["0s", "500ms", "25h", "soon"]) {
+      const result = run("ingest", "--config", "examples", "--nats", "nats://127.0.0.1:1", "--keep-alive-timeout", value);
+      expect(result.status, value).toBe(2);
+      expect(result.stderr, value).toContain("trackhook: --keep-alive-timeout: ");
+      expect(result.stderr, value).not.toMatch(/\n\s+at /);
+    }
+    expect(run("ingest", "--config", "examples", "--nats", "nats://127.0.0.1:1", "--keep-alive-timeout", "25h").stderr).toContain('--keep-alive-timeout: "25h" must be from 1s to 24h');
+    expect(run("dev", "--config", "examples", "--keep-alive-timeout", "0s").status).toBe(2);
+  });
+
   it("operator with no Kubernetes config anywhere says so (regression: retried http://localhost for ever)", () => {
     const home = tempDir("home");
     const result = spawnSync(process.execPath, [CLI, "operator", "--nats", "nats://127.0.0.1:1"], {
@@ -553,6 +564,14 @@ describe("trackhook and a NATS that comes and goes", () => {
       await nc.close();
       await server.stop();
     }
+  }, 60_000);
+
+  it("ingest keeps idle connections open for --keep-alive-timeout, and says so in Keep-Alive (found by a proxy review: fixed at 72 s, shorter than a GCP load balancer's 600 s, whose reused connections were closed under a POST: 502)", async () => {
+    await withOwnIngest({ flags: ["--keep-alive-timeout", "650s"] }, async ({ running }) => {
+      const res = await running.track();
+      expect(res.status).toBe(200);
+      expect(res.headers.get("keep-alive")).toBe("timeout=650");
+    });
   }, 60_000);
 
   it("a stream that does not fit NATS's storage is a clear error naming the stream and the fix (regression: a JetStream stack trace, crash-looping)", async () => {
