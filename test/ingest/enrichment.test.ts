@@ -212,6 +212,23 @@ describe("generated and defaulted fields", () => {
     expect(garbled!.context).not.toHaveProperty("ip");
   });
 
+  it("takes the address of a trusted proxy's X-Forwarded-For entry that carries a port (found by a proxy review: Azure Application Gateway writes 203.0.113.7:51234, and no context.ip was set)", async () => {
+    for (const [entry, ip] of [["203.0.113.7:51234", "203.0.113.7"], ["[2001:db8::1]:443", "2001:db8::1"], ["[::ffff:203.0.113.8]:443", "203.0.113.8"], ["1.2.3.4, 198.51.100.2:8080", "198.51.100.2"]] as const) {
+      const messageId = uniqueId();
+      const res = await env.ingest.app.inject({
+        method: "POST", url: "/v1/track", remoteAddress: "127.0.0.1",
+        headers: { ...auth, "content-type": "application/json", "x-forwarded-for": entry },
+        payload: { userId: "u1", event: "Behind a gateway", messageId, context: { direct: true } },
+      });
+      expect(res.statusCode).toBe(200);
+      const stored = (await storedMessages(env.nats)).map((m) => m.body).find((m) => m.messageId === messageId);
+      expect(stored!.context.ip, entry).toBe(ip);
+    }
+    // Not an address with a port: still none.
+    const [garbled] = await sendAndRead("/v1/track", { userId: "u1", event: "Garbled", messageId: uniqueId(), context: { direct: true } }, { "x-forwarded-for": "[203.0.113.7]:443" });
+    expect(garbled!.context).not.toHaveProperty("ip");
+  });
+
   it("sets context.ip for events from a browser or a mobile app, as Segment does for client-side events, but not for a server's", async () => {
     const forwarded = { "x-forwarded-for": "203.0.113.9" };
     const [browser] = await sendAndRead("/v1/t", { userId: "u1", event: "Web", messageId: uniqueId(), context: { library: { name: "analytics.js", version: "next-1.84.3" } } }, forwarded);

@@ -246,12 +246,20 @@ function tooDeep(items: unknown[], batch: BatchDefaults | undefined): { items: S
   };
 }
 
+/** An IPv4 address and a port, or a bracketed IPv6 address and a port: what clientIp takes the address of. */
+const WITH_PORT = /^(?:(\d{1,3}(?:\.\d{1,3}){3})|\[([0-9a-f.]*:[0-9a-f:.]*)\]):\d{1,5}$/i;
+
 /**
  * The client's address as SDKs and Segment write it: an IPv4 client of a dual-stack listener
- * (ingest listens on "::") is seen as "::ffff:203.0.113.7", stored as "203.0.113.7". None when a
- * trusted proxy's X-Forwarded-For held no address there (found by a review: "garbage" was stored).
+ * (ingest listens on "::") is seen as "::ffff:203.0.113.7", stored as "203.0.113.7". A trusted
+ * proxy's X-Forwarded-For entry with a port ("203.0.113.7:51234", as Azure Application Gateway
+ * writes it, or "[2001:db8::1]:443") is the address without it (found by a proxy review: no
+ * context.ip). None when the entry held no address (found by a review: "garbage" was stored).
  */
 export function clientIp(ip: string): string | undefined {
   const address = ip.length <= 22 && /^::ffff:\d{1,3}(?:\.\d{1,3}){3}$/i.test(ip) ? ip.slice(7) : ip;
-  return isIP(address) !== 0 ? address : undefined;
+  if (isIP(address) !== 0) return address;
+  const withPort = WITH_PORT.exec(ip);
+  return withPort ? clientIp(withPort[1] ?? withPort[2]!) : undefined;
 }
+
