@@ -24,7 +24,7 @@ import { resolveIngestOptions, type IngestOptions, type IngestOptionsInput } fro
 import { EventPublisher } from "./publish.ts";
 import { SourceRateLimits } from "./rate-limit.ts";
 import { corsRoutes } from "./routes/cors.ts";
-import { BATCH_FIELDS_ALLOWANCE, ENRICHMENT_ALLOWANCE, MESSAGE_PATHS, messageRoutes } from "./routes/messages.ts";
+import { BATCH_FIELDS_ALLOWANCE, ENRICHMENT_ALLOWANCE, MESSAGE_PATHS, clientIp, messageRoutes } from "./routes/messages.ts";
 import { settingsRoutes } from "./routes/settings.ts";
 import { analyticsJsRoutes } from "./routes/analytics-js.ts";
 import type { IngestState } from "./state.ts";
@@ -183,8 +183,9 @@ export async function buildIngestApp(deps: IngestAppDeps, input: IngestOptionsIn
     else if (error.code !== "rate_limited") {
       // (A rate-limited request is logged by its route, with the source.)
       const held = state.repeatedLines.pass(`answer ${error.code}`);
-      // The client's address (after trusted proxies) finds the SDK sending with a wrong key.
-      if (held !== undefined) request.log.info({ reqId: request.id, code: error.code, route: request.routeOptions.url, ip: request.ip, moreLikeThisSinceLastLine: held }, error.message);
+      // The client's address (after trusted proxies) finds the SDK sending with a wrong key; as
+      // context.ip has it (not "::ffff:203.0.113.7"), or else as it came.
+      if (held !== undefined) request.log.info({ reqId: request.id, code: error.code, route: request.routeOptions.url, ip: clientIp(request.ip) ?? request.ip, moreLikeThisSinceLastLine: held }, error.message);
     }
     state.activity?.refused({ route: request.routeOptions.url ?? request.url.split("?")[0]!, status: error.statusCode, code: error.code, message: error.message });
     if (error.retryAfter) reply.header("retry-after", String(error.retryAfter));

@@ -53,6 +53,12 @@ describe("the log under a flood of bad input", () => {
     expect(refused[0]).toMatchObject({ moreLikeThisSinceLastLine: 0, route: "/v1/track", ip: expect.stringMatching(/^(127\.0\.0\.1|::1|::ffff:127\.0\.0\.1)$/) });
   });
 
+  it("gives a refused request's address as context.ip has it (found by a proxy review: an IPv4 client of ingest's dual-stack listener was logged as ::ffff:198.51.100.4)", async () => {
+    const res = await app.inject({ method: "POST", url: "/v1/track", remoteAddress: "::ffff:198.51.100.4", headers: { "content-type": "application/json" }, payload: { userId: "u", event: "e" } });
+    expect(res.statusCode).toBe(401);
+    expect(lines.filter((l) => l.code === "missing_write_key")).toEqual([expect.objectContaining({ route: "/v1/track", ip: "198.51.100.4" })]);
+  });
+
   it("names a refused request by the caller's X-Request-Id, or a UUID, in the log and in the answer (found by a review: req-1 style ids repeated across pods, and the client never saw them)", async () => {
     const bad = (headers: Record<string, string>) =>
       fetch(`${url}/v1/batch`, { method: "POST", headers: { "content-type": "application/json", ...headers }, body: "{not json" });
