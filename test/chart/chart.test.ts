@@ -690,6 +690,18 @@ describe("rendered manifests", () => {
     expect(await notes()).not.toContain("ingestMetricsFrom");
   });
 
+  it("NOTES.txt warns when an Ingress is made and no proxy is trusted (found by a proxy review: every message's context.ip was the ingress controller's pod)", async () => {
+    const notes = async (...set: string[]) => {
+      const result = await helm(["install", "th-test", chartDir, "--namespace", "trackhook", "--dry-run=client", ...set.flatMap((s) => ["--set", s])]);
+      expect(result.code, result.stderr).toBe(0);
+      return result.stdout.slice(result.stdout.indexOf("NOTES:"));
+    };
+    const warning = "ingest.ingress.enabled is true and ingest.trustedProxies is empty";
+    expect(await notes("ingest.ingress.enabled=true")).toContain(warning);
+    expect(await notes("ingest.ingress.enabled=true", "ingest.trustedProxies={10.244.0.0/16}")).not.toContain(warning);
+    expect(await notes()).not.toContain(warning);
+  });
+
   it("mounts extra volumes where asked, as docs/receiving-webhooks.md does to trust a private CA", async () => {
     const dir = tempDir("chart-ca");
     const values = join(dir, "values.yaml");
