@@ -1,11 +1,11 @@
 // `trackhook ingest`: the Tracking API server.
 import { jetstreamManager, type JetStreamManager } from "@nats-io/jetstream";
 import type { NatsConnection } from "@nats-io/transport-node";
-import type { FastifyInstance } from "fastify";
+import Fastify, { type FastifyInstance } from "fastify";
 import { Registry } from "prom-client";
 import type { ConfigProvider } from "../../dataplane/config/mod.ts";
 import { IngestMetrics, buildIngestApp, ingestErrors, type IngestActivity, type IngestOptionsInput } from "../../dataplane/ingest/mod.ts";
-import { OPS_PATHS, buildOpsServer } from "../../dataplane/ops/mod.ts";
+import { OPS_PATHS, opsRoutes } from "../../dataplane/ops/mod.ts";
 import { createLogger, type Logger } from "../../dataplane/logging.ts";
 import { EVENTS_STREAM, StreamGuard, connectNats, ensureStream, eventsStreamConfig, keptSettings, natsConnectedGauge, patiently, type EventsStreamSettings } from "../../dataplane/nats/mod.ts";
 import { anyAddress, integerFlag, listenOrExplain, natsUrl } from "../args.ts";
@@ -115,10 +115,14 @@ export const ingestCommand: Command = {
  * What answers on the ingest's port until it can store messages: /healthz 200, /readyz 503 with
  * what it waits for, and 503 storage_unavailable (which SDKs retry) for the Tracking API.
  */
-function waitingServer(waitingFor: () => string, nc: () => NatsConnection | undefined): FastifyInstance {
+export function waitingServer(waitingFor: () => string, nc: () => NatsConnection | undefined): FastifyInstance {
   const registry = new Registry();
   natsConnectedGauge(registry, nc);
-  const app = buildOpsServer({ registry, ready: async () => ({ ready: false, reason: `starting: waiting for ${waitingFor()}` }) });
+  // While it closes for the Tracking API to take the port, a request on a connection already
+  // open gets the same storage_unavailable, not Fastify's 503 without the catalogue's success and
+  // code (found by a proxy review); Fastify still closes those connections after the answer.
+  const app = Fastify({ logger: false, return503OnClosing: false });
+  opsRoutes(app, { registry, ready: async () => ({ ready: false, reason: `starting: waiting for ${waitingFor()}` }) });
   // Before any body is read (gzip, a malformed or an oversized one would otherwise be a 4xx,
   // which SDKs do not retry).
   app.addHook("onRequest", (request, reply, done) => {

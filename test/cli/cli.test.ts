@@ -2,15 +2,17 @@
 // example config with its own nats-server, then stopping cleanly on SIGTERM.
 import { gzipSync } from "node:zlib";
 import { spawn, spawnSync } from "node:child_process";
+import { once } from "node:events";
 import { existsSync, mkdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { createServer } from "node:http";
-import type { AddressInfo } from "node:net";
+import { connect as netConnect, type AddressInfo } from "node:net";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { describe, expect, it } from "vitest";
 import { jetstreamManager } from "@nats-io/jetstream";
 import { connect, type NatsConnection } from "@nats-io/transport-node";
 import { LocalNatsServer, ensureStream, eventsStreamConfig, findNatsServer } from "../../dataplane/nats/mod.ts";
+import { waitingServer } from "../../cli/commands/ingest.ts";
 import { basic, post } from "../harness/ingest.ts";
 import { freePort, freePorts } from "../harness/ports.ts";
 import { tempDir } from "../harness/temp.ts";
@@ -428,6 +430,27 @@ async function withOwnIngest(
     await server.stop();
   }
 }
+
+describe("ingest's waiting server", () => {
+  it("answers a request that arrives while it closes (the Tracking API taking the port) 503 storage_unavailable in the catalogue's shape (found by a proxy review: Fastify's {\"error\":\"Service Unavailable\"} without success or code)", async () => {
+    const waiting = waitingServer(() => "the TRACKHOOK_EVENTS stream", () => undefined);
+    const { port } = new URL(await waiting.listen({ host: "127.0.0.1", port: 0 }));
+    // A request begun before close(): its connection is not idle, so close() leaves it open.
+    const socket = netConnect(Number(port), "127.0.0.1");
+    await once(socket, "connect");
+    let answer = "";
+    socket.on("data", (chunk: Buffer) => (answer += chunk.toString()));
+    socket.write("POST /v1/track HTTP/1.1\r\nhost: 127.0.0.1\r\ncontent-type: application/json\r\n");
+    await new Promise((r) => setTimeout(r, 100));
+    const closed = waiting.close();
+    socket.write("content-length: 2\r\n\r\n{}");
+    await once(socket, "end");
+    await closed;
+    expect(answer).toMatch(/^HTTP\/1\.1 503 /);
+    expect(answer.toLowerCase()).toContain("connection: close");
+    expect(JSON.parse(answer.slice(answer.indexOf("\r\n\r\n") + 4))).toMatchObject({ success: false, code: "storage_unavailable" });
+  });
+});
 
 describe("trackhook and a NATS that comes and goes", () => {
   it("ingest waiting for its events stream (a NATS whose JetStream is not up) keeps answering /healthz, says what it waits for, and starts once it is (found by a review: nothing listened meanwhile)", { timeout: 40_000 }, async () => {
