@@ -218,8 +218,13 @@ export class DeliveryHealth {
     const count = counts.bySubject[subject] ?? 0;
     const known = this.#deadLetters.get(subject);
     if (count === 0) {
-      this.#deadLetters.delete(subject);
-      return undefined;
+      // None left (replayed, removed, or the dead-letter stream lost): when the last one was
+      // stored still holds DeadLettering for its while. Forgetting it turned a destination still
+      // dead-lettering Delivering five seconds after the stream was lost (found by a
+      // disaster-recovery review).
+      if (known?.lastAt === undefined) this.#deadLetters.delete(subject);
+      else this.#deadLetters.set(subject, { count, lastAt: known.lastAt, streamLastSeq: counts.lastSeq });
+      return known?.lastAt;
     }
     if (known && known.count === count && known.streamLastSeq === counts.lastSeq) return known.lastAt;
     const last = await this.#deps.jsm.streams.getMessage(DLQ_STREAM, { last_by_subj: subject });

@@ -14,6 +14,7 @@ import {
 } from "../../schema/mod.ts";
 import type { Logger } from "../logging.ts";
 import { hasMessagesOn } from "../nats/mod.ts";
+import { LogInterval } from "../telemetry/mod.ts";
 import type { ConfigPart } from "./compile.ts";
 import { ConfigHolder } from "./provider.ts";
 
@@ -118,6 +119,7 @@ export class KvConfigProvider extends ConfigHolder {
   #stopped = false;
   #ready = false;
   #stopWatch: () => void = () => {};
+  readonly #failedLines = new LogInterval(60_000);
   /**
    * What a lost bucket held, kept in effect under the new bucket's entries until that has been
    * refilled (no new entry for REFILL_MS): a bucket made again is empty until the operator
@@ -231,7 +233,10 @@ export class KvConfigProvider extends ConfigHolder {
             }
           }
         } catch (err) {
-          if (!this.#stopped) this.#log.warn({ err: (err as Error).message }, "watching the config bucket failed; retrying");
+          // Once a minute: retried every 2 s, it said so 30 times a minute while the operator was
+          // away (found by a disaster-recovery review).
+          const held = this.#stopped ? undefined : this.#failedLines.pass();
+          if (held !== undefined) this.#log.warn({ err: (err as Error).message, moreLikeThisSinceLastLine: held }, "watching the config bucket failed; retrying");
         } finally {
           clearInterval(check);
           clearInterval(probe);

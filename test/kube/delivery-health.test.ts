@@ -2,6 +2,7 @@
 // delivery goes (found by a receiver-owner's view: a receiver down for an hour showed Ready=True
 // and nothing else in kubectl). A 2 s window here; 5m by default.
 import { describe, expect, it } from "vitest";
+import { DLQ_STREAM, dlqSubject } from "../../dataplane/nats/mod.ts";
 import { answer } from "../harness/receiver.ts";
 import { basic, post } from "../harness/ingest.ts";
 import { destinationYaml, secretYaml, sourceYaml, yamlDocuments } from "../harness/documents.ts";
@@ -64,6 +65,15 @@ describe("the Delivering condition", () => {
     const gone = await waitDelivering("gone", "DeadLettering");
     expect(delivering(gone)).toMatchObject({ status: "False", message: expect.stringContaining(`trackhook dead-letters --destination ${env.namespace}/gone`) });
     await waitDelivering("gone", "Delivering");
+  });
+
+  it("stays DeadLettering for its hold when the dead letters are gone (the dead-letter stream lost, or purged), not Delivering at once (found by a disaster-recovery review)", async () => {
+    await destinationAnswering("purged", 404);
+    await waitDelivering("purged", "DeadLettering");
+    await env.nats.jsm.streams.purge(DLQ_STREAM, { filter: dlqSubject(env.namespace, "purged") });
+    await new Promise((r) => setTimeout(r, 1_500)); // seven of the health checks, within the 6 s hold
+    expect(delivering(await env.get("WebhookDestination", "purged"))?.reason).toBe("DeadLettering");
+    await waitDelivering("purged", "Delivering");
   });
 
   it("is taken out while the destination is disabled", async () => {
