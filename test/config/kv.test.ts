@@ -1,11 +1,9 @@
 // --config-from nats: the data plane follows the trackhook-config bucket the operator writes.
-import { cpSync, rmSync } from "node:fs";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { ConfigWriter, KvConfigProvider, destinationKey, ensureConfigBucket, parseConfigKey, sha256Hex, sourceKey } from "../../dataplane/config/mod.ts";
 import { createLogger } from "../../dataplane/logging.ts";
 import type { CompiledConfig, CompiledDestination, CompiledSource } from "../../schema/mod.ts";
-import { startNats, type NatsHarness } from "../harness/nats.ts";
-import { tempDir } from "../harness/temp.ts";
+import { coldBackup, startNats, type NatsHarness } from "../harness/nats.ts";
 
 const log = createLogger({ level: "silent" });
 const source = (name: string, key = `${name}-key`): CompiledSource => ({ namespace: "shop", name, enabled: true, writeKeySha256: sha256Hex(key) });
@@ -144,19 +142,12 @@ describe("KvConfigProvider", () => {
     await (await writer()).put(sourceKey("shop", "a"), source("a", "key-1"));
     const provider = await KvConfigProvider.start(await own.connect(), log, { retryMs: 50, refillMs: 500 });
     try {
-      // A cold copy of the store: the backup.
-      const backup = tempDir("kv-backup");
-      await own.server.kill();
-      cpSync(own.server.storeDir, backup, { recursive: true });
-      await own.server.restart();
+      const backup = await coldBackup(own);
       await bucketBack();
       for (const key of ["key-2", "key-3", "key-4"]) await (await writer()).put(sourceKey("shop", "a"), source("a", key)); // revisions 2 to 4
       await expect.poll(() => keyOf(provider, "a"), { timeout: 10_000 }).toBe(sha256Hex("key-4"));
       // Restored: the bucket ends at revision 1 again; the next write is revision 2.
-      await own.server.kill();
-      rmSync(own.server.storeDir, { recursive: true, force: true });
-      cpSync(backup, own.server.storeDir, { recursive: true });
-      await own.server.restart();
+      await backup.restore();
       await bucketBack();
       await (await writer()).put(sourceKey("shop", "a"), source("a", "key-5"));
       await expect.poll(() => keyOf(provider, "a"), { timeout: 15_000 }).toBe(sha256Hex("key-5"));

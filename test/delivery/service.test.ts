@@ -5,7 +5,7 @@ import { createHmac } from "node:crypto";
 import type { ServerResponse } from "node:http";
 import { nanos } from "@nats-io/transport-node";
 import { afterAll, beforeAll, describe, expect, it, vi } from "vitest";
-import { cpSync, rmSync, writeFileSync } from "node:fs";
+import { writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { ConfigHolder, FileConfigProvider, compileConfig } from "../../dataplane/config/mod.ts";
 import { DeliveryMetrics, DeliveryService, DestinationWorker, WebhookSender, ensureDestinationConsumer, type WebhookSending } from "../../dataplane/delivery/mod.ts";
@@ -14,7 +14,7 @@ import { createLogger, type Logger } from "../../dataplane/logging.ts";
 import { ATTEMPTS_STREAM, DLQ_STREAM, EVENTS_STREAM, attemptsStreamConfig, consumerName, dlqStreamConfig, dlqSubject, ensureStream, eventsStreamConfig, type SideStreamSettings } from "../../dataplane/nats/mod.ts";
 import { freeze, thaw } from "../harness/freeze.ts";
 import { DEFAULT_STREAM } from "../harness/ingest.ts";
-import { startNats, type NatsHarness } from "../harness/nats.ts";
+import { coldBackup, startNats, type NatsHarness } from "../harness/nats.ts";
 import { answer, startReceiver, type Receiver } from "../harness/receiver.ts";
 import { tempDir } from "../harness/temp.ts";
 
@@ -103,8 +103,8 @@ const consumers = async () => {
  * consumer checks, so that its watch has noted the ack (a fixed 800 ms could miss it on a slow
  * machine, and the recreated consumer then sent the message again: found by a flake hunt).
  */
-async function ackNoted(consumer: string, checkMs: number): Promise<void> {
-  await expect.poll(async () => (await nats.jsm.consumers.info(EVENTS_STREAM, consumer)).num_ack_pending, { timeout: 10_000 }).toBe(0);
+async function ackNoted(consumer: string, checkMs: number, on: NatsHarness = nats): Promise<void> {
+  await expect.poll(async () => (await on.jsm.consumers.info(EVENTS_STREAM, consumer)).num_ack_pending, { timeout: 10_000 }).toBe(0);
   await new Promise((r) => setTimeout(r, 2 * checkMs + 100));
 }
 
@@ -330,8 +330,7 @@ describe("delivery service", () => {
       await ensureDestinationConsumer(own.jsm, config.current().destinations[0]!);
       for (const id of ["r-1", "r-2", "r-3"]) await publish(id);
       await receiver.waitFor("/rho", 4, 15_000);
-      await expect.poll(async () => (await own.jsm.consumers.info(EVENTS_STREAM, "dest_default_rho")).ack_floor.stream_seq, { timeout: 10_000 }).toBe(3);
-      await new Promise((r) => setTimeout(r, 2 * 300 + 100)); // two of the watch's looks
+      await ackNoted("dest_default_rho", 300, own);
       await own.jsm.consumers.delete(EVENTS_STREAM, "dest_default_rho");
       await publish("r-4");
       await receiver.waitFor("/rho", 5, 15_000);
@@ -346,11 +345,7 @@ describe("delivery service", () => {
   it("a consumer lost when the events stream is restored from a backup delivers what was stored since the restore (found by a disaster-recovery review: those messages were skipped)", async () => {
     const own = await startNats();
     await ensureStream(own.jsm, eventsStreamConfig(DEFAULT_STREAM));
-    // The backup: a cold copy of the store, taken before the destination existed.
-    const backup = tempDir("nats-backup");
-    await own.server.kill();
-    cpSync(own.server.storeDir, backup, { recursive: true });
-    await own.server.restart();
+    const backup = await coldBackup(own); // taken before the destination existed
     const streamBack = () => expect.poll(() => own.jsm.streams.info(EVENTS_STREAM).then(() => true, () => false), { timeout: 15_000, interval: 200 }).toBe(true);
     await streamBack();
     const captured = capturedLog("error");
@@ -359,13 +354,9 @@ describe("delivery service", () => {
     try {
       for (const id of ["s-1", "s-2", "s-3"]) await publish(id);
       await receiver.waitFor("/sigma", 3, 15_000);
-      await expect.poll(async () => (await own.jsm.consumers.info(EVENTS_STREAM, "dest_default_sigma")).ack_floor.stream_seq, { timeout: 10_000 }).toBe(3);
-      await new Promise((r) => setTimeout(r, 2 * 300 + 100));
+      await ackNoted("dest_default_sigma", 300, own);
       // Restored: the same stream (its creation time too), its sequence back at 0, no consumer.
-      await own.server.kill();
-      rmSync(own.server.storeDir, { recursive: true, force: true });
-      cpSync(backup, own.server.storeDir, { recursive: true });
-      await own.server.restart();
+      await backup.restore();
       await streamBack();
       // Stored by ingest before delivery notices the consumer gone: sequences 1 and 2 again.
       for (const id of ["s-4", "s-5"]) await publish(id);

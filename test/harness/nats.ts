@@ -4,7 +4,7 @@
 // and TRACKHOOK_TEST_NATS_FEATURE_FLAGS (comma-separated) turns on server feature flags: the vitest
 // project "nats-next" (vitest.config.ts) runs the NATS-facing tests a second time on the newest
 // release line with the flags NATS means to make defaults.
-import { existsSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { cpSync, existsSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { jetstream, jetstreamManager, type JetStreamClient, type JetStreamManager, type StreamConfig } from "@nats-io/jetstream";
@@ -132,6 +132,28 @@ function connections(servers: string) {
       return nc;
     },
     closeAll: () => Promise.all(opened.map((c) => c.close().catch(() => {}))),
+  };
+}
+
+/**
+ * A backup of the server's store as a volume snapshot takes it: the server stopped, its store
+ * copied, the server started again. `restore()` puts the copy back the same way: the streams as
+ * they were then, with the same names and creation times, their sequences gone back.
+ */
+export async function coldBackup(nats: NatsHarness): Promise<{ restore(): Promise<void> }> {
+  const { server } = nats;
+  const copy = mkdtempSync(join(tmpdir(), "trackhook-nats-backup-"));
+  await server.kill();
+  cpSync(server.storeDir, copy, { recursive: true });
+  await server.restart();
+  return {
+    async restore() {
+      await server.kill();
+      rmSync(server.storeDir, { recursive: true, force: true });
+      cpSync(copy, server.storeDir, { recursive: true });
+      rmSync(copy, { recursive: true, force: true });
+      await server.restart();
+    },
   };
 }
 

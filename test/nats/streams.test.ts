@@ -1,13 +1,10 @@
 // TRACKHOOK_EVENTS is created with the settings of DESIGN.md, and updated in place when an
 // existing stream's settings differ (a new max_bytes, say), keeping its messages.
-import { cpSync, mkdtempSync, rmSync } from "node:fs";
-import { tmpdir } from "node:os";
-import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { createLogger } from "../../dataplane/logging.ts";
 import { DLQ_STREAM, EVENTS_STREAM, StreamGuard, StreamIsMirrorError, consumerName, dlqStreamConfig, ensureStream, eventsStreamConfig, isConsumerNotFound, isStreamNotFound, keptSettings, type StreamSettingChange } from "../../dataplane/nats/mod.ts";
 import { streamSettings } from "../../cli/commands/shared-flags.ts";
-import { startNats, type NatsHarness } from "../harness/nats.ts";
+import { coldBackup, startNats, type NatsHarness } from "../harness/nats.ts";
 import { ensureDestinationConsumer, removeDestinationConsumers } from "../../dataplane/delivery/mod.ts";
 
 let nats: NatsHarness;
@@ -236,20 +233,13 @@ describe("StreamGuard", () => {
     try {
       await own.js.publish("restored.a", "1");
       await guard.check();
-      const backup = mkdtempSync(join(tmpdir(), "trackhook-guard-backup-"));
-      await own.server.kill();
-      cpSync(own.server.storeDir, backup, { recursive: true });
-      await own.server.restart();
+      const backup = await coldBackup(own);
       const streamBack = () => expect.poll(() => own.jsm.streams.info(name).then(() => true, () => false), { timeout: 15_000, interval: 200 }).toBe(true);
       await streamBack();
       for (const n of ["2", "3"]) await own.js.publish("restored.a", n);
       await guard.check();
       expect(told).toBe(0); // it grew
-      await own.server.kill();
-      rmSync(own.server.storeDir, { recursive: true, force: true });
-      cpSync(backup, own.server.storeDir, { recursive: true });
-      rmSync(backup, { recursive: true, force: true });
-      await own.server.restart();
+      await backup.restore();
       await streamBack();
       await guard.check();
       expect(told).toBe(1);
