@@ -314,14 +314,14 @@ export class Operator {
       // destination), which ingest and delivery pods load, until written again (found by a
       // disaster-recovery review: stale until the resync, ten minutes later).
       rolledBack: {
-        then: () => {
+        run: () => {
           this.#drift?.restart();
           this.#resyncAll();
           void this.#collectOrphans();
         },
         said: "the config bucket went back to older content (restored from a backup?); every Source and WebhookDestination is written to it again, and entries of resources since deleted are removed",
       },
-    }], this.#log, { everyMs: this.#options.bucketCheckMs, remade: (stream) => this.metrics.streamsRecreated.inc({ stream }) });
+    }], this.#log, { everyMs: this.#options.bucketCheckMs, recreated: this.metrics.streamsRecreated });
     this.#log.info({ sources: sources.list().length, destinations: destinations.list().length }, "operator running");
   }
 

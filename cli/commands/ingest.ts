@@ -58,7 +58,7 @@ export async function startIngest(args: {
   const metrics = args.metrics ?? new IngestMetrics();
   const app = await buildIngestApp({ nc: args.nc, config: args.config, logger: args.log, metrics, ...(args.extraRegistries ? { extraRegistries: args.extraRegistries } : {}), ...(args.activity ? { activity: args.activity } : {}) }, args.options);
   const address = await listenOrExplain(app, args.host, args.port);
-  const guard = new StreamGuard(args.nc, jsm, [eventsStreamConfig(args.stream)], args.log, { remade: (stream) => metrics.streamsRecreated.inc({ stream }) });
+  const guard = new StreamGuard(args.nc, jsm, [eventsStreamConfig(args.stream)], args.log, { recreated: metrics.streamsRecreated });
   args.log.info({ address, sources: args.config.current().sources.length }, "ingest listening");
   return {
     url: address,

@@ -14,7 +14,7 @@ export const CONSUMER_CHECK_MS = 30_000;
  */
 const CONFIRM_AFTER_MS = 5_000;
 
-/** Where a consumer had got to: its ack floor, in the stream created at `streamCreated`, as seen at `seenAt` (ms). */
+/** Where a consumer had got to: its ack floor, in the stream created at `streamCreated`, as seen at `seenAt` (ms, NATS's clock). */
 export interface ConsumerPosition {
   ackFloor: number;
   streamCreated: string;
@@ -84,7 +84,9 @@ export class ConsumerWatch {
       // old time: the whole stream again (duplicates), never a skip.
       const { created } = await this.#jsm.streams.info(EVENTS_STREAM);
       const info = await this.#jsm.consumers.info(EVENTS_STREAM, this.#name);
-      this.#last = { ackFloor: info.ack_floor.stream_seq, streamCreated: created, seenAt: Date.now() };
+      // nats-server's clock where it says (2.10+): compared with its messages' times.
+      const seenAt = info.ts ? Date.parse(info.ts) : Date.now();
+      this.#last = { ackFloor: info.ack_floor.stream_seq, streamCreated: created, seenAt };
       return true;
     } catch (err) {
       return !isConsumerNotFound(err);

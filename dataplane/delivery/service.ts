@@ -72,7 +72,10 @@ export interface DeliveryServiceDeps {
 /** A destination that could not start is tried again after this, doubling up to the maximum. */
 const START_RETRY_MS = 1_000;
 const STREAM_CHECK_MS = 30_000;
-/** How far before it was last seen a consumer lost on a restored stream resumes: the clocks of this host and of NATS may differ. */
+/**
+ * How far before it was last seen a consumer lost on a restored stream resumes: what was stored
+ * just before the loss, and this host's clock where an older nats-server gives no time of its own.
+ */
 const ROLLED_BACK_MARGIN_MS = 60_000;
 const UNDELIVERED_MOVED = "a destination no longer enabled had delete notifications (user erasures) or replayed dead letters not yet delivered: moved to the dead-letter queue (`trackhook dead-letters`; `trackhook replay` once it is enabled again)";
 const MADE_AGAIN =
@@ -181,7 +184,7 @@ export class DeliveryService {
     }
     const events = await waitForEventsStream(jsm, deps.log);
     const service = new DeliveryService(deps, jsm);
-    service.#guard = new StreamGuard(deps.nc, jsm, sideStreams.map((s) => s.config), deps.log, { remade: (stream) => deps.metrics.streamsRecreated.inc({ stream }) });
+    service.#guard = new StreamGuard(deps.nc, jsm, sideStreams.map((s) => s.config), deps.log, { recreated: deps.metrics.streamsRecreated });
     if (events.config.max_age > 0) service.#streamMaxAgeMs = events.config.max_age / 1e6;
     service.#maxAgeTimer = setInterval(() => void service.#readStreamMaxAge(), deps.streamCheckMs ?? STREAM_CHECK_MS).unref();
     deps.metrics.readBacklogFrom(() => service.backlog());
@@ -661,20 +664,31 @@ export class DeliveryService {
    * stream as it is; from the stream's start if the stream was recreated since (its sequence
    * numbers started again); from now if where it had got to was never seen.
    *
-   * A stream whose last sequence is below the floor seen was restored from a backup (a volume
-   * snapshot, `nats stream restore`): same stream, same creation time, but the sequence numbers
-   * after the backup are used again by what ingest stored since. Starting after the floor then
-   * skipped those messages, and starting at its last_seq + 1 too: from when the consumer was last
-   * seen, less a minute for the two clocks (found by a disaster-recovery review: 25 messages
-   * answered 200 never delivered).
+   * A stream restored from a backup (a volume snapshot, `nats stream restore`) is the same
+   * stream, with the same creation time, but the sequence numbers after the backup are used again
+   * by what ingest stored since: its last sequence is below the floor seen, or, once ingest has
+   * stored past it, the message at the floor was stored after the consumer was last seen.
+   * Starting after the floor, or at last_seq + 1, skipped what was stored since the restore: it
+   * starts from when the consumer was last seen, less a margin (found by a disaster-recovery
+   * review: 25 messages answered 200 never delivered; and by a diff review, once ingest had
+   * stored past the old floor).
    */
   async #resumeFrom(last: ConsumerPosition | undefined): Promise<ResumePoint> {
     const { created, state } = await this.#jsm.streams.info(EVENTS_STREAM);
     if (!last) return { seq: state.last_seq + 1 };
     // An empty stream (just made again) has first_seq 0, which a consumer cannot start at.
     if (last.streamCreated !== created) return { seq: Math.max(1, state.first_seq) };
-    if (last.ackFloor > state.last_seq) return { time: new Date(last.seenAt - ROLLED_BACK_MARGIN_MS).toISOString() };
+    if (last.ackFloor > state.last_seq || (await this.#storedAfter(last.ackFloor, last.seenAt))) {
+      return { time: new Date(last.seenAt - ROLLED_BACK_MARGIN_MS).toISOString() };
+    }
     return { seq: last.ackFloor + 1 };
+  }
+
+  /** Whether the message at `seq` was stored after `at`: its sequence used again since. Unknown (gone, none): false. */
+  async #storedAfter(seq: number, at: number): Promise<boolean> {
+    if (seq === 0) return false;
+    const m = await this.#jsm.streams.getMessage(EVENTS_STREAM, { seq }).catch(() => null);
+    return m !== null && m.time.getTime() > at;
   }
 
   async #removeConsumers(wanted: string[]): Promise<void> {

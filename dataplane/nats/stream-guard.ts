@@ -4,6 +4,7 @@
 // and delivery failing every dead letter ("jetstream is not enabled") for as long.
 import type { JetStreamManager, StreamConfig } from "@nats-io/jetstream";
 import type { NatsConnection } from "@nats-io/transport-node";
+import type { Counter } from "prom-client";
 import type { Logger } from "../logging.ts";
 import { isNatsConnected } from "./connect.ts";
 import { isStreamNameInUse, isStreamNotFound } from "./streams.ts";
@@ -25,7 +26,7 @@ type GuardedStream = (Partial<StreamConfig> & { name: string }) | {
    * Told when the stream's last sequence went back (restored from a backup: same stream, same
    * creation time, older content), with the line said then.
    */
-  rolledBack?: { then: () => void; said: string };
+  rolledBack?: { run: () => void; said: string };
 };
 
 export class StreamGuard {
@@ -42,18 +43,20 @@ export class StreamGuard {
   /** Each stream's creation time and last sequence as last seen, to tell a restore from a backup. */
   readonly #ends = new Map<string, { created: string; lastSeq: number }>();
   #checking: Promise<void> | undefined;
-  readonly #remade: ((stream: string) => void) | undefined;
+  readonly #recreated: Counter<"stream"> | undefined;
 
   /**
    * @param streams the configs to make them with, as ensureStream made them at start.
-   * @param options.remade told of each stream this process made again (trackhook_stream_recreated_total).
+   * @param options.recreated counts each stream this process made again (trackhook_stream_recreated_total),
+   *   every guarded stream's series served from 0: an alert on increase() misses a series' first sample.
    */
-  constructor(nc: NatsConnection, jsm: JetStreamManager, streams: readonly GuardedStream[], log: Logger, options: { everyMs?: number; remade?: (stream: string) => void } = {}) {
+  constructor(nc: NatsConnection, jsm: JetStreamManager, streams: readonly GuardedStream[], log: Logger, options: { everyMs?: number; recreated?: Counter<"stream"> } = {}) {
     this.#nc = nc;
     this.#jsm = jsm;
     this.#streams = streams;
     this.#log = log;
-    this.#remade = options.remade;
+    this.#recreated = options.recreated;
+    for (const { name } of streams) this.#recreated?.inc({ stream: name }, 0);
     this.#timer = setInterval(() => void this.check(), options.everyMs ?? STREAM_GUARD_MS);
     this.#timer.unref();
   }
@@ -78,7 +81,7 @@ export class StreamGuard {
         this.#ends.set(config.name, { created: info.created, lastSeq: info.state.last_seq });
         if ("make" in config && config.rolledBack && before?.created === info.created && info.state.last_seq < before.lastSeq) {
           this.#log.error({ stream: config.name, lastSeq: info.state.last_seq, lastSeqBefore: before.lastSeq }, config.rolledBack.said);
-          config.rolledBack.then();
+          config.rolledBack.run();
         }
       } catch (err) {
         if (!isStreamNotFound(err)) continue; // NATS busy or electing: not a reason to make anything
@@ -90,7 +93,7 @@ export class StreamGuard {
             { stream: config.name },
             "make" in config ? config.said : "the stream was missing (deleted, or nats-server lost its store) and is made again; what it held is gone: messages stored in it and not yet delivered are lost",
           );
-          this.#remade?.(config.name);
+          this.#recreated?.inc({ stream: config.name });
           if ("make" in config) config.onMade?.();
         } catch (makeErr) {
           // Another replica made it first and said so: one error line per loss, not one per pod.

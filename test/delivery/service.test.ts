@@ -269,7 +269,10 @@ describe("delivery service", () => {
     const metrics = new DeliveryMetrics({ defaultMetrics: false });
     const captured = capturedLog("error");
     const service = await start(new ConfigHolder(configOf([{ name: "lost", url: receiver.url("/lost") }])), { metrics, log: captured.log });
+    const recreated = async () => (await metrics.streamsRecreated.get()).values.map((v) => [v.labels.stream, v.value]).sort();
     try {
+      // Served from 0, so that an alert on increase() sees the first loss (found by a diff review).
+      expect(await recreated()).toEqual([[ATTEMPTS_STREAM, 0], [DLQ_STREAM, 0]]);
       await nats.jsm.streams.delete(DLQ_STREAM);
       await nats.jsm.streams.delete(ATTEMPTS_STREAM);
       const pending = async () => (await metrics.registry.getSingleMetric("trackhook_delivery_consumer_pending_messages")!.get()).values.map((v) => v.labels.destination);
@@ -278,8 +281,7 @@ describe("delivery service", () => {
       await expect.poll(async () => (await nats.jsm.streams.info(ATTEMPTS_STREAM).catch(() => undefined))?.config.name, { timeout: 10_000, interval: 200 }).toBe(ATTEMPTS_STREAM);
       expect(captured.lines.map((l) => JSON.parse(l) as { stream: string; msg: string }).filter((l) => l.msg.startsWith("the stream was missing")).map((l) => l.stream).sort()).toEqual([ATTEMPTS_STREAM, DLQ_STREAM]);
       // Counted, for an alert: the 503s and lines of such a loss pass within seconds (found by a disaster-recovery review).
-      const recreated = (await metrics.streamsRecreated.get()).values.map((v) => [v.labels.stream, v.value]).sort();
-      expect(recreated).toEqual([[ATTEMPTS_STREAM, 1], [DLQ_STREAM, 1]]);
+      expect(await recreated()).toEqual([[ATTEMPTS_STREAM, 1], [DLQ_STREAM, 1]]);
     } finally {
       await service.stop();
     }
@@ -358,10 +360,11 @@ describe("delivery service", () => {
       // Restored: the same stream (its creation time too), its sequence back at 0, no consumer.
       await backup.restore();
       await streamBack();
-      // Stored by ingest before delivery notices the consumer gone: sequences 1 and 2 again.
-      for (const id of ["s-4", "s-5"]) await publish(id);
-      await receiver.waitFor("/sigma", 5, 20_000);
-      expect(receiver.requests("/sigma").map((r) => JSON.parse(r.body.toString()).messageId)).toEqual(["s-1", "s-2", "s-3", "s-4", "s-5"]);
+      // Stored by ingest before delivery notices the consumer gone: sequences 1 to 4 again, past
+      // the floor it had seen (3; found by a diff review: resumed after it, s-4 to s-6 skipped).
+      for (const id of ["s-4", "s-5", "s-6", "s-7"]) await publish(id);
+      await receiver.waitFor("/sigma", 7, 20_000);
+      expect(receiver.requests("/sigma").map((r) => JSON.parse(r.body.toString()).messageId)).toEqual(["s-1", "s-2", "s-3", "s-4", "s-5", "s-6", "s-7"]);
       expect(captured.lines.map((l) => JSON.parse(l) as { msg: string; startTime?: string }).find((l) => l.msg.includes("sequence went back"))?.startTime).toBeDefined();
     } finally {
       await service.stop();

@@ -229,7 +229,7 @@ describe("StreamGuard", () => {
     const name = "RESTORED";
     await own.jsm.streams.add({ name, subjects: ["restored.>"] });
     let told = 0;
-    const guard = new StreamGuard(own.nc, own.jsm, [{ name, make: async () => {}, said: "made", rolledBack: { then: () => told++, said: "went back" } }], createLogger({ level: "silent" }), { everyMs: 60_000 });
+    const guard = new StreamGuard(own.nc, own.jsm, [{ name, make: async () => {}, said: "made", rolledBack: { run: () => told++, said: "went back" } }], createLogger({ level: "silent" }), { everyMs: 60_000 });
     try {
       await own.js.publish("restored.a", "1");
       await guard.check();
