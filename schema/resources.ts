@@ -516,6 +516,12 @@ export const DeletionRequestStatus = Type.Object(
       }),
     ),
     finalPurgeDone: Type.Optional(Type.Boolean({ description: "The last look for the users' dead letters is done." })),
+    notifiedOnStream: Type.Optional(
+      Type.String({
+        maxLength: 64,
+        description: "The creation time of the events stream the delete notifications were last stored on: if the stream there is now was made since (a NATS store lost) before finalPurgeAt, they are stored again.",
+      }),
+    ),
   },
   { description: statusDescription },
 );

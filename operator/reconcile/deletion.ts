@@ -106,9 +106,12 @@ async function sendNotifications(ctx: OperatorContext, namespace: string, name: 
   const removed = await purgeDeadLetters(ctx, request);
   const purged = removed > 0 ? `; ${removed} of their dead letters removed` : "";
   const completedAt = new Date();
+  // The stream they went to: a stream made since lost them (storeAgainIfLost).
+  const notifiedOnStream = notified.length > 0 ? (await ctx.jsm.streams.info(EVENTS_STREAM)).created : undefined;
   const final = {
     state: failed.length > 0 ? "FAILED" : "FINISHED", sources: progress, completedAt: completedAt.toISOString(),
     deadLettersRemoved: removed, finalPurgeAt: new Date(completedAt.getTime() + (await longestRetryMs(ctx.jsm))).toISOString(),
+    ...(notifiedOnStream ? { notifiedOnStream } : {}),
   } satisfies DeletionRequestStatus;
   const users = new Set(request.spec.userIds).size;
   // The request as last read or written, the final fields as the change: writeStatus compares the
@@ -138,19 +141,22 @@ async function sendNotifications(ctx: OperatorContext, namespace: string, name: 
  * deleted) went with it, undelivered perhaps, while the request said FINISHED (found by a
  * disaster-recovery review: an erasure's record that was not true). While they would still be
  * retried (until finalPurgeAt), they are stored again on the stream there is now: a receiver that
- * had them already gets the same messageId again. Looked at each time the finished request is
- * reconciled (at every resync). Returns whether it stored them again.
+ * had them already gets the same messageId again. The stream is told by its creation time,
+ * recorded with the notices (notifiedOnStream): compared with completedAt instead, the operator's
+ * clock against nats-server's, a skew stored them again for nothing or missed a loss (found by a
+ * diff review). Looked at each time the finished request is reconciled (at every resync).
+ * Returns whether it stored them again.
  */
 async function storeAgainIfLost(ctx: OperatorContext, request: DeletionResource): Promise<boolean> {
   const status = request.status!;
   const notified = (status.sources ?? []).filter((s) => s.state === "FINISHED" && !s.reason);
-  if (!status.completedAt || !status.finalPurgeAt || status.finalPurgeDone || notified.length === 0) return false;
+  if (!status.notifiedOnStream || !status.finalPurgeAt || status.finalPurgeDone || notified.length === 0) return false;
   if (Date.parse(status.finalPurgeAt) <= Date.now()) return false;
   const stream = await ctx.jsm.streams.info(EVENTS_STREAM).catch((err: unknown) => {
     if (isStreamNotFound(err)) return undefined; // ingest makes it again; the next resync looks
     throw err;
   });
-  if (!stream || Date.parse(stream.created) <= Date.parse(status.completedAt)) return false;
+  if (!stream || stream.created === status.notifiedOnStream) return false;
   const { namespace, name } = request.metadata;
   for (const source of notified) {
     const result = await publishDeleteNotifications(ctx.js, {
@@ -158,9 +164,7 @@ async function storeAgainIfLost(ctx: OperatorContext, request: DeletionResource)
     });
     ctx.metrics.notifications.inc({ outcome: "stored" }, result.stored);
   }
-  // completedAt is when the notices were last stored: the next look compares the stream with it.
-  const completedAt = new Date();
-  await writeStatus(ctx, request, { ...status, completedAt: completedAt.toISOString(), finalPurgeAt: new Date(completedAt.getTime() + (await longestRetryMs(ctx.jsm))).toISOString() });
+  await writeStatus(ctx, request, { ...status, notifiedOnStream: stream.created });
   const message = `the events stream was made again (${stream.created}) after this request's delete notifications were stored, and they went with it: stored again for ${notified.map((s) => s.name).join(", ")}`;
   ctx.log.warn({ request: `${namespace}/${name}`, streamCreated: stream.created, sources: notified.map((s) => s.name) }, message);
   await ctx.events.record(request, "Warning", "NotificationsStoredAgain", message);

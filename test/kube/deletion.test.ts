@@ -279,14 +279,18 @@ describe("DeletionRequest", () => {
         return n;
       };
       await env.waitFor("the notice stored again", async () => (await notices()) === 1, 30_000);
-      // Its status says when they were stored last (written once they are).
-      const again = await env.waitFor("completedAt moved on", async () => {
+      // Its status names the stream they are on now (written once they are), and says so once:
+      // the next resyncs find it is the stream there is.
+      const { created } = await env.nats.jsm.streams.info(EVENTS_STREAM);
+      expect(done.status!.notifiedOnStream).not.toBe(created);
+      const again = await env.waitFor("the stream recorded", async () => {
         const request = await env.get("DeletionRequest", "gdpr-lost");
-        return Date.parse(String(request?.status?.completedAt)) > Date.parse(String(done.status!.completedAt)) ? request : undefined;
+        return request?.status?.notifiedOnStream === created ? request : undefined;
       }, 10_000);
-      expect(again.status!.state).toBe("FINISHED");
-      // Once only: the next resyncs find it on the stream as it is.
-      await new Promise((r) => setTimeout(r, 12_000));
+      expect(again.status).toMatchObject({ state: "FINISHED", completedAt: done.status!.completedAt });
+      await new Promise((r) => setTimeout(r, 12_000)); // a resync or more
+      const storedAgain = JSON.parse(await env.cluster.kubectlOk(["get", "events", "-n", env.namespace, "--field-selector", "involvedObject.name=gdpr-lost,reason=NotificationsStoredAgain", "-o", "json"])) as { items: Array<{ count?: number }> };
+      expect(storedAgain.items.map((e) => e.count ?? 1)).toEqual([1]);
       expect(await notices()).toBe(1);
     } finally {
       await operator.stop();
