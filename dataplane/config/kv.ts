@@ -97,9 +97,17 @@ export class ConfigWriter {
   }
 }
 
-/** Whether a bucket's stream ends below a revision already read from it: restored from a backup. */
-function rolledBack(status: KvStatus, revision: number): boolean {
-  return status.streamInfo.state.last_seq < revision;
+/**
+ * Whether the bucket went back to older content (restored from a backup) since `seen` was read:
+ * its stream ends below that revision, or ends at it with another entry (the operator wrote as
+ * many again since the restore: found by a diff review, a key rotated after the backup and
+ * written again at the same revision went unseen). From the stream's state alone: reading the
+ * entry at a revision would need a permission that reads every entry, shared secrets too. Written
+ * past that revision since, the entries above it are read; those at or below it are not.
+ */
+function wentBack(status: KvStatus, seen: { revision: number; at?: number }): boolean {
+  const { last_seq: lastSeq, last_ts: lastAt } = status.streamInfo.state;
+  return lastSeq < seen.revision || (lastSeq === seen.revision && seen.at !== undefined && Date.parse(lastAt) !== seen.at);
 }
 
 const PART_KEYS: Record<ConfigPart, string> = { all: ">", sources: "source.>", destinations: "destination.>" };
@@ -115,7 +123,7 @@ export class KvConfigProvider extends ConfigHolder {
   readonly #log: Logger;
   readonly #part: ConfigPart;
   /** For a part's "is there anything to load?" (the whole bucket's status says it for "all"). */
-  #jsm: JetStreamManager | undefined;
+  readonly #jsm: JetStreamManager;
   #stopped = false;
   #ready = false;
   #stopWatch: () => void = () => {};
@@ -129,10 +137,11 @@ export class KvConfigProvider extends ConfigHolder {
   #refillMs = REFILL_MS;
   #held: { sources: Map<string, CompiledSource>; destinations: Map<string, CompiledDestination>; timer?: NodeJS.Timeout } | undefined;
 
-  private constructor(log: Logger, part: ConfigPart) {
+  private constructor(log: Logger, part: ConfigPart, jsm: JetStreamManager) {
     super();
     this.#log = log;
     this.#part = part;
+    this.#jsm = jsm;
   }
 
   /**
@@ -142,17 +151,16 @@ export class KvConfigProvider extends ConfigHolder {
    */
   static async start(nc: NatsConnection, log: Logger, options: { retryMs?: number; part?: ConfigPart; kv?: KV; /** Tests shorten it. */ refillMs?: number } = {}): Promise<KvConfigProvider> {
     const { retryMs = 2000, part = "all" } = options;
-    const provider = new KvConfigProvider(log, part);
+    const provider = new KvConfigProvider(log, part, await jetstreamManager(nc, { checkAPI: false }));
     if (options.refillMs !== undefined) provider.#refillMs = options.refillMs;
     const kv = options.kv ?? (await openWhenCreated(nc, log, retryMs, () => provider.#stopped));
-    if (part !== "all") provider.#jsm = await jetstreamManager(nc, { checkAPI: false });
     await provider.#follow(kv, retryMs);
     return provider;
   }
 
   /** Whether the followed part of the bucket has no entry (not even a delete marker) to load. */
   async #nothingToLoad(status: KvStatus): Promise<boolean> {
-    if (!this.#jsm) return status.values === 0;
+    if (this.#part === "all") return status.values === 0;
     return !(await hasMessagesOn(this.#jsm, status.streamInfo.config.name, `$KV.${CONFIG_BUCKET}.${PART_KEYS[this.#part]}`));
   }
 
@@ -163,7 +171,8 @@ export class KvConfigProvider extends ConfigHolder {
   async #follow(kv: KV, retryMs: number): Promise<void> {
     let loaded!: () => void;
     const initialLoad = new Promise<void>((resolve) => (loaded = resolve));
-    let revision = 0;
+    /** The last revision read, and when it was written (to tell it from another at the same revision). */
+    let seen: { revision: number; at?: number } = { revision: 0 };
     let created: string | undefined;
     const run = async () => {
       while (!this.#stopped) {
@@ -172,14 +181,14 @@ export class KvConfigProvider extends ConfigHolder {
         try {
           const status = await kv.status();
           const remade = created !== undefined && status.streamInfo.created !== created;
-          if (remade || rolledBack(status, revision)) {
+          if (remade || wentBack(status, seen)) {
             // The bucket was deleted and created again (lost storage), or restored from a backup
             // (the same bucket, its revisions gone back): resuming after the last revision seen
             // would skip every entry written since, which reuse the lower revisions (found by a
             // disaster-recovery review: a key rotated after a restore was refused for as long as
             // the pod ran). Start over from its current content.
             this.#log.warn(
-              { bucket: CONFIG_BUCKET, lastRevisionSeen: revision, bucketLastRevision: status.streamInfo.state.last_seq },
+              { bucket: CONFIG_BUCKET, lastRevisionSeen: seen.revision, bucketLastRevision: status.streamInfo.state.last_seq },
               remade
                 ? "the config bucket was created again; reloading it, and keeping the config the lost one held in effect until it is refilled"
                 : "the config bucket's revisions went back (restored from a backup?); reloading it, and keeping the config held until then in effect under its entries until the operator has written them again",
@@ -192,29 +201,29 @@ export class KvConfigProvider extends ConfigHolder {
             };
             this.#sources.clear();
             this.#destinations.clear();
-            revision = 0;
+            seen = { revision: 0 };
           }
           created = status.streamInfo.created;
           const empty = await this.#nothingToLoad(status);
           // One key filter, so the consumer's create request names it (what permissions check).
-          const watch = await kv.watch({ key: PART_KEYS[this.#part], ...(revision > 0 ? { resumeFromRevision: revision + 1 } : {}) });
+          const watch = await kv.watch({ key: PART_KEYS[this.#part], ...(seen.revision > 0 ? { resumeFromRevision: seen.revision + 1 } : {}) });
           this.#stopWatch = () => watch.stop();
           // A watcher does not notice its bucket being deleted; look now and then, and start
           // over when it is gone or is another bucket of the same name.
           check = setInterval(() => {
             kv.status().then(
-              (now) => (now.streamInfo.created !== created || rolledBack(now, revision)) && watch.stop(),
+              (now) => (now.streamInfo.created !== created || wentBack(now, seen)) && watch.stop(),
               () => watch.stop(),
             );
           }, retryMs * 5);
           check.unref();
-          probe = this.#probeWatcher(watch, () => revision);
+          probe = this.#probeWatcher(watch, () => seen.revision);
           if (empty) {
             if (!this.#ready) this.#loaded(loaded);
             else this.#publish();
           }
           for await (const entry of watch) {
-            revision = entry.revision;
+            seen = { revision: entry.revision, at: entry.created.getTime() };
             const changed = this.#apply(entry);
             // Refilled once no entry came for refillMs: the operator writes them one by one, and
             // thousands may take longer than any fixed wait (found by a review).

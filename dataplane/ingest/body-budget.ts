@@ -1,11 +1,11 @@
-// How many request body bytes the ingest holds at once, all requests together, decompressed.
+// How many batch request body bytes the ingest holds at once, all requests together, decompressed.
 //
 // Each request's body is bounded (500KB for a batch), but not how many arrive at once: a body is
 // held, parsed (several times its size in objects) and copied into what is stored until JetStream
 // answers. 256 batches of 900 events at once (with gzip, 4.6 MB on the wire) took one ingest past
-// 700 MB and out of heap, and 128 to 544 MB, past the chart's 512Mi limit (found by an
-// idle-footprint and sizing review). Beyond the budget a request is answered 503 `overloaded`
-// while its body arrives, before it is parsed; SDKs retry it.
+// 700 MB and out of heap, and 128 to 544 MB, past the chart's 512Mi limit (found by a sizing
+// review). Beyond the budget a batch is answered 503 `overloaded` while its body arrives, before
+// it is parsed; SDKs retry it. Single messages (32KB at most) are not counted.
 
 export interface BodyAccount {
   /** Takes `bytes` more for this request; false (taking nothing) when the budget has no room. */
@@ -32,9 +32,8 @@ export class BodyBudget {
     let mine = 0;
     return {
       take: (bytes) => {
-        // A request's first bytes are always taken: a body that arrives in one piece (every
-        // /v1/track) is never refused for others' batches, and a budget below one body (a
-        // mistaken setting) slows the ingest down rather than stopping it.
+        // A request's first bytes are always taken: a budget below one body (a mistaken
+        // setting) slows the ingest down rather than stopping it.
         if (mine > 0 && this.#held + bytes > this.#limit) return false;
         mine += bytes;
         this.#held += bytes;

@@ -19,7 +19,7 @@ export const IngestOptionsSchema = Type.Object(
       { default: {}, additionalProperties: false },
     ),
     /**
-     * Request body bytes (decompressed) held at once, all requests together; beyond, a request
+     * Batch body bytes (decompressed) held at once, all requests together; beyond, a batch
      * still arriving is answered 503 `overloaded` (see body-budget.ts). 8 MiB is ~20 batches of
      * 400KB: 128 of them sent at once peaked at 373 MB, as 8 at once do, where 16 MiB let it
      * reach 406 MB, 32 MiB 535 MB, and no budget 544 MB (and, at 256, out of heap).

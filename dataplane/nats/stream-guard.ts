@@ -2,7 +2,7 @@
 // nats-server's store (a lost volume). Streams were made only at start, so a storage review found
 // ingest answering 503 to everything until someone restarted it (its liveness probe never fires),
 // and delivery failing every dead letter ("jetstream is not enabled") for as long.
-import type { JetStreamManager, StreamConfig } from "@nats-io/jetstream";
+import type { JetStreamManager, StreamConfig, StreamState } from "@nats-io/jetstream";
 import type { NatsConnection } from "@nats-io/transport-node";
 import type { Counter } from "prom-client";
 import type { Logger } from "../logging.ts";
@@ -29,6 +29,13 @@ type GuardedStream = (Partial<StreamConfig> & { name: string }) | {
   rolledBack?: { run: () => void; said: string };
 };
 
+/** Where a stream ended when last seen: its creation time, last sequence and that message's time. */
+interface End {
+  created: string;
+  lastSeq: number;
+  lastAt: string;
+}
+
 export class StreamGuard {
   readonly #nc: NatsConnection;
   readonly #jsm: JetStreamManager;
@@ -41,7 +48,7 @@ export class StreamGuard {
    */
   readonly #seen = new Map<string, StreamConfig>();
   /** Each stream's creation time and last sequence as last seen, to tell a restore from a backup. */
-  readonly #ends = new Map<string, { created: string; lastSeq: number }>();
+  readonly #ends = new Map<string, End>();
   #checking: Promise<void> | undefined;
   readonly #recreated: Counter<"stream"> | undefined;
 
@@ -71,6 +78,19 @@ export class StreamGuard {
     clearInterval(this.#timer);
   }
 
+  /**
+   * Whether a stream went back to older content since `before` (restored from a backup): it ends
+   * below where it ended, or the message where it ended was written since (as many written again
+   * after the restore; found by a diff review). One read, only when the stream has grown.
+   */
+  async #wentBack(stream: string, now: StreamState, before: End): Promise<boolean> {
+    if (now.last_seq < before.lastSeq) return true;
+    if (now.last_seq === before.lastSeq) return now.last_ts !== before.lastAt;
+    if (before.lastSeq === 0) return false;
+    const m = await this.#jsm.streams.getMessage(stream, { seq: before.lastSeq }).catch(() => null);
+    return m !== null && m.time.getTime() !== Date.parse(before.lastAt);
+  }
+
   async #check(): Promise<void> {
     if (!isNatsConnected(this.#nc)) return;
     for (const config of this.#streams) {
@@ -78,8 +98,8 @@ export class StreamGuard {
         const info = await this.#jsm.streams.info(config.name);
         this.#seen.set(config.name, info.config);
         const before = this.#ends.get(config.name);
-        this.#ends.set(config.name, { created: info.created, lastSeq: info.state.last_seq });
-        if ("make" in config && config.rolledBack && before?.created === info.created && info.state.last_seq < before.lastSeq) {
+        this.#ends.set(config.name, { created: info.created, lastSeq: info.state.last_seq, lastAt: info.state.last_ts });
+        if ("make" in config && config.rolledBack && before?.created === info.created && (await this.#wentBack(config.name, info.state, before))) {
           this.#log.error({ stream: config.name, lastSeq: info.state.last_seq, lastSeqBefore: before.lastSeq }, config.rolledBack.said);
           config.rolledBack.run();
         }

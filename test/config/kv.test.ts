@@ -135,6 +135,28 @@ describe("KvConfigProvider", () => {
     }
   });
 
+  it("follows a bucket restored from a backup when the operator has written it up to the revision read before (found by a diff review: one key rotated since the backup, written again at the same revision, was never seen)", async () => {
+    const own = await startNats();
+    const writer = () => ensureConfigBucket(own.nc).then((kv) => new ConfigWriter(kv));
+    const bucketBack = () => expect.poll(() => writer().then(() => true, () => false), { timeout: 15_000 }).toBe(true);
+    await (await writer()).put(sourceKey("shop", "a"), source("a", "key-1")); // revision 1
+    // Its own looks every 10 s: the operator's write below comes first.
+    const provider = await KvConfigProvider.start(await own.connect(), log, { retryMs: 2_000, refillMs: 500 });
+    try {
+      const backup = await coldBackup(own);
+      await bucketBack();
+      await (await writer()).put(sourceKey("shop", "a"), source("a", "key-2")); // revision 2
+      await expect.poll(() => keyOf(provider, "a"), { timeout: 10_000 }).toBe(sha256Hex("key-2"));
+      await backup.restore(); // ends at revision 1
+      await bucketBack();
+      await (await writer()).put(sourceKey("shop", "a"), source("a", "key-3")); // revision 2 again
+      await expect.poll(() => keyOf(provider, "a"), { timeout: 30_000 }).toBe(sha256Hex("key-3"));
+    } finally {
+      provider.close();
+      await own.stop();
+    }
+  });
+
   it("follows a bucket restored from a backup, whose revisions went back (found by a disaster-recovery review: a key rotated after the restore was never taken)", async () => {
     const own = await startNats();
     const writer = () => ensureConfigBucket(own.nc).then((kv) => new ConfigWriter(kv));

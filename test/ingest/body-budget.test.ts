@@ -61,7 +61,7 @@ describe("request bodies held at once", () => {
     const refused = await post(`${ingest.url}/v1/batch`, undefined, { raw: second.body, headers: { authorization: basic(WRITE_KEY) } });
     expect(refused).toMatchObject({ status: 503, json: { success: false, code: "overloaded" } });
     expect(refused.headers.get("retry-after")).toBe("1");
-    // A message that arrives in one piece is never refused for others' batches.
+    // A single message is never refused for others' batches.
     const single = { userId: "u", event: "Small", messageId: uniqueId() };
     expect((await post(`${ingest.url}/v1/track`, single, { headers: { authorization: basic(WRITE_KEY) } })).status).toBe(200);
 

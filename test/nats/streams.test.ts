@@ -245,6 +245,18 @@ describe("StreamGuard", () => {
       expect(told).toBe(1);
       await guard.check();
       expect(told).toBe(1); // once per going back
+
+      // Gone back and written up to and past where it ended before the guard looks (found by a
+      // diff review: only a stream ending lower was noticed).
+      const second = await coldBackup(own);
+      await streamBack();
+      await own.js.publish("restored.a", "2");
+      await guard.check();
+      await second.restore();
+      await streamBack();
+      for (const n of ["2b", "3b"]) await own.js.publish("restored.a", n);
+      await guard.check();
+      expect(told).toBe(2);
     } finally {
       guard.stop();
       await own.stop();

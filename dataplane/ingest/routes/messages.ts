@@ -97,23 +97,25 @@ export function messageRoutes(app: FastifyInstance, state: IngestState): void {
 }
 
 async function handle(state: IngestState, request: FastifyRequest, config: RouteConfig) {
+  // Batches only: a single message is 32KB at most, and is never refused for others' batches.
+  if (config.endpoint !== "batch") return handleWithin(state, request, config);
   // What the body takes of the process's budget is held until the request is answered: its
   // objects and the bytes to store live until then.
   const account = state.bodies.open();
   try {
-    return await handleWithin(state, request, config, account);
+    return await handleWithin(state, request, config, account.take);
   } finally {
     account.release();
   }
 }
 
-async function handleWithin(state: IngestState, request: FastifyRequest, config: RouteConfig, account: BodyAccount) {
+async function handleWithin(state: IngestState, request: FastifyRequest, config: RouteConfig, take?: BodyAccount["take"]) {
   const { limits } = state.options;
   const stream = request.body as Readable | undefined;
   if (!stream) throw errors.invalidJson();
   const isBatch = config.endpoint === "batch";
   const limit = isBatch ? limits.batchBytes + BATCH_ENVELOPE_ALLOWANCE : limits.singleBytes;
-  const raw = await readBoundedBody(stream, request.headers, limit, () => (isBatch ? errors.batchTooLarge(limit) : errors.requestTooLarge(limit)), account.take);
+  const raw = await readBoundedBody(stream, request.headers, limit, () => (isBatch ? errors.batchTooLarge(limit) : errors.requestTooLarge(limit)), take);
   const text = jsonText(raw);
   const body = parseJsonObject(text);
   const { source, additional } = authenticate(state.directory, request.headers.authorization, body.writeKey);
@@ -262,4 +264,3 @@ export function clientIp(ip: string): string | undefined {
   const withPort = WITH_PORT.exec(ip);
   return withPort ? clientIp(withPort[1] ?? withPort[2]!) : undefined;
 }
-
