@@ -26,10 +26,11 @@ async function until(path: string, status: number, timeoutMs = 10_000): Promise<
  * An ingest on a nats-server of its own, for a test that kills or freezes that server; both are
  * stopped after `run`.
  */
-async function withOwnIngest(options: { publishTimeoutMs: number; logger?: Logger }, run: (own: { nats: NatsHarness; url: string; close: () => Promise<void> }) => Promise<void>): Promise<void> {
+async function withOwnIngest(options: { publishTimeoutMs: number; bodyBytesInFlight?: number; logger?: Logger }, run: (own: { nats: NatsHarness; url: string; close: () => Promise<void> }) => Promise<void>): Promise<void> {
   const nats = await startNats();
   await ensureStream(nats.jsm, eventsStreamConfig(DEFAULT_STREAM));
-  const app = await buildIngestApp({ nc: await nats.connect(), config: configFromYaml(TEST_CONFIG), ...(options.logger ? { logger: options.logger } : {}) }, { publishTimeoutMs: options.publishTimeoutMs });
+  const { logger, ...ingestOptions } = options;
+  const app = await buildIngestApp({ nc: await nats.connect(), config: configFromYaml(TEST_CONFIG), ...(logger ? { logger } : {}) }, ingestOptions);
   const url = await app.listen({ host: "127.0.0.1", port: 0 });
   try {
     await run({ nats, url, close: () => app.close() });
@@ -98,7 +99,8 @@ describe("readiness", () => {
 
 describe("requests held while NATS is away", () => {
   it("hold at most 16 MiB of messages: beyond it, they are answered 503 at once", async () => {
-    await withOwnIngest({ publishTimeoutMs: 4_000 }, async ({ nats, url }) => {
+    // The batch body budget (8 MiB by default) would answer most of them first.
+    await withOwnIngest({ publishTimeoutMs: 4_000, bodyBytesInFlight: 64 * 1024 * 1024 }, async ({ nats, url }) => {
       await killNats(nats, url);
       // 40 batches of 20 items of 24 KB: 19.2 MB in all, some 34 of them fit in 16 MiB.
       const batch = () => ({ batch: Array.from({ length: 20 }, (_, i) => ({ type: "track", userId: "u", event: "Big", messageId: `big-${Math.random()}-${i}`, properties: { pad: "x".repeat(24_000) } })) });
