@@ -12,4 +12,4 @@ export { streamReadiness, type Readiness } from "./stream-ready.ts";
 export { StreamGuard } from "./stream-guard.ts";
 export { patiently, isSlowJetStream, START_PATIENCE_MS } from "./api-patience.ts";
 export { natsFailureMessage } from "./failures.ts";
-export { FETCH_BATCH, followStream, readStored, streamLastSeq } from "./stream-read.ts";
+export { FETCH_BATCH, INACTIVE_THRESHOLD_MS, followStream, readStored, streamLastSeq } from "./stream-read.ts";
